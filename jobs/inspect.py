@@ -1,0 +1,69 @@
+"""Print a processed dataset's manifest summary, two decoded rows and the MLM check line.
+
+    python -m jobs.inspect DIR [--split train] [--epoch N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+import sys
+
+from pipeline.inspection import decode_row, load_manifest, mask_statistics, read_split_rows
+from pipeline.tokenization import TokenizerSpec, resolve_tokenizer_json
+from schemas import manifest as m
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.inspect", description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="output folder of jobs.preprocess")
+    p.add_argument("--split", default=m.TRAIN, choices=m.SPLITS)
+    p.add_argument("--epoch", type=int, default=0, help="epoch to mask dynamic output with (default 0)")
+    p.add_argument("--rows", type=int, default=2, help="rows to decode")
+    p.add_argument("--tokenizer", help="tokenizer to decode with (default: the one in the manifest)")
+    return p
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Returns the statistics printed on the check line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.epoch < 0:
+        parser.error(f"--epoch must be >= 0, got {args.epoch}")
+    try:
+        manifest = load_manifest(args.dir)
+        name = args.tokenizer or manifest[m.KEY_TOKENIZER]["name_or_path"]
+        spec = TokenizerSpec.from_json(resolve_tokenizer_json(name))
+    except (OSError, ValueError, KeyError) as error:
+        parser.error(str(error))
+    if spec.fingerprint != manifest[m.KEY_TOKENIZER]["sha256"]:
+        print(f"warning: tokenizer {name!r} differs from the one the data was made with", file=sys.stderr)
+    config = manifest[m.KEY_CONFIG]
+    print(f"{args.dir}: masking={config['masking']} max_seq_length={config['max_seq_length']} "
+          f"seed={config['seed']} tokenizer={manifest[m.KEY_TOKENIZER]['name_or_path']}")
+    print("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
+    for split, info in manifest[m.KEY_SPLITS].items():
+        print(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
+    for skipped in manifest[m.KEY_SKIPPED]:
+        print(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
+
+    rule = spec.masking_rule(config["mlm_probability"], config["mask_replace_prob"], config["random_replace_prob"])
+    rows = read_split_rows(posixpath.join(args.dir, args.split), manifest, spec, rule, args.epoch)
+    stats = mask_statistics(rows, rule)
+    for i in range(min(args.rows, rows.ids.shape[0])):
+        print(f"row {i}: {decode_row(rows, i, spec)}")
+    print(f"selected={stats['selected']} of {stats['eligible']} eligible tokens; legend: "
+          "[MASK]<original> random>random<original> =original (unchanged target)")
+    print(round(stats["selected_ratio"], 2), round(stats["mask_ratio"], 2), round(stats["random_ratio"], 2),
+          round(stats["unchanged_ratio"], 2))
+    print(stats["labels"] == stats["selected"])
+    return stats
+
+
+def main() -> None:
+    run()
+
+
+if __name__ == "__main__":
+    main()

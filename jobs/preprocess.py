@@ -1,0 +1,165 @@
+"""Raw books to masked 512-token Arrow shards on Apache Beam.
+
+    python -m jobs.preprocess --input PATTERN [--input ...] --output DIR --tokenizer NAME_OR_PATH [options]
+
+Options are parsed as in Beam's wordcount.py: our flags here, everything else to PipelineOptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import posixpath
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
+from pipeline.readers import InputError, expand_inputs, hf_units
+from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
+from pipeline.transforms import Preprocess
+from schemas import manifest as m
+from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
+
+LOCAL_RUNNER = "FnApiRunner"
+_log = logging.getLogger("maskbeam.preprocess")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.preprocess", description=__doc__.split("\n")[0])
+    p.add_argument("--input", action="append", default=[], metavar="PATTERN",
+                   help="file, directory (recursive) or glob; repeatable; any Beam filesystem (gs://, s3://)")
+    p.add_argument("--hf_dataset", help="a Hub dataset id or a local `datasets` folder")
+    p.add_argument("--hf_split", default="train", help="split of --hf_dataset (default train)")
+    p.add_argument("--text_column", default="text", help="text field of .jsonl/.parquet/--hf_dataset rows")
+    p.add_argument("--output", required=False, help="output folder (refused if it exists, unless --overwrite)")
+    p.add_argument("--tokenizer", required=False, help="tokenizer.json, a folder holding one, or a Hub name")
+    p.add_argument("--keep_boilerplate", action="store_true", help="keep Project Gutenberg header and licence")
+    p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN)
+    p.add_argument("--min_tokens", type=int, default=64, help="content tokens a final short row needs to be kept")
+    p.add_argument("--packing", choices=PACKING_MODES, default=PACKING_DOC)
+    p.add_argument("--masking", choices=MASKING_MODES, default=MASKING_STATIC)
+    p.add_argument("--dupe_factor", type=int, default=1, help="static copies of each row, each with its own mask")
+    p.add_argument("--mlm_probability", type=float, default=0.15)
+    p.add_argument("--mask_replace_prob", type=float, default=0.8)
+    p.add_argument("--random_replace_prob", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--validation_fraction", type=float, default=0.01)
+    p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier MaskBeam output in --output")
+    return p
+
+
+def _local_runner_defaults(beam_args: list[str]) -> list[str]:
+    """Unless the user chose, run locally on the FnApiRunner (never Prism, which downloads a binary)
+    with one worker process per core."""
+    given = " ".join(beam_args)
+    extra = []
+    if "--runner" not in given:
+        extra.append(f"--runner={LOCAL_RUNNER}")
+        if "--direct_num_workers" not in given:
+            extra.append("--direct_num_workers=0")
+        if "--direct_running_mode" not in given:
+            extra.append("--direct_running_mode=multi_processing")
+    return beam_args + extra
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    """Refuse an existing non-empty output folder unless --overwrite and it is a MaskBeam output."""
+    if not FileSystems.exists(output):
+        return
+    listing = FileSystems.match([posixpath.join(output, "**")])[0].metadata_list
+    if not listing:
+        return
+    if not overwrite:
+        raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
+    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not FileSystems.exists(
+        posixpath.join(output, m.TEMP_DIR)
+    ):
+        raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
+                              "refusing to delete it even with --overwrite")
+    ours = [posixpath.join(output, name) for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TEMP_DIR)]
+    FileSystems.delete([path for path in ours if FileSystems.exists(path)])
+
+
+def run(argv: list[str] | None = None, save_main_session: bool = False):
+    """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
+
+    Returns:
+        The Beam PipelineResult.
+    """
+    parser = build_parser()
+    known, beam_args = parser.parse_known_args(argv)
+    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in _beam_flags(beam_args)]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if not known.output:
+        parser.error("--output is required")
+    if not known.tokenizer:
+        parser.error("--tokenizer is required")
+    config = PreprocessConfig(
+        inputs=tuple(known.input), output=known.output.rstrip("/") or "/", tokenizer=known.tokenizer,
+        hf_dataset=known.hf_dataset, hf_split=known.hf_split, text_column=known.text_column,
+        keep_boilerplate=known.keep_boilerplate, max_seq_length=known.max_seq_length, min_tokens=known.min_tokens,
+        packing=known.packing, masking=known.masking, dupe_factor=known.dupe_factor,
+        mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
+        random_replace_prob=known.random_replace_prob, seed=known.seed,
+        validation_fraction=known.validation_fraction, num_shards=known.num_shards,
+    )
+    try:
+        config.validate()
+        spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
+        units = expand_inputs(list(config.inputs)) if config.inputs else []
+        if config.hf_dataset:
+            units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
+        _prepare_output(config.output, known.overwrite)
+    except (ValueError, TokenizerError, InputError, FileExistsError) as error:
+        parser.error(str(error))
+
+    options = PipelineOptions(_local_runner_defaults(beam_args))
+    _log.info("runner: %s; %d inputs; output %s", options.view_as(StandardOptions).runner, len(units), config.output)
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config)
+    result = pipeline.run()
+    result.wait_until_finish()
+    _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
+    return result
+
+
+def _beam_flags(beam_args: list[str]) -> set[str]:
+    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
+    (Beam itself only logs a warning). A runner given as a dotted path is imported first so its
+    own options register."""
+    for i, arg in enumerate(beam_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
+            beam_args[i + 1] if arg == "--runner" and i + 1 < len(beam_args) else "")
+        if "." in value:
+            try:
+                importlib.import_module(value.rsplit(".", 1)[0])
+            except ImportError:
+                pass  # Beam reports an unknown runner itself
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    pending, seen = [PipelineOptions], set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        pending.extend(cls.__subclasses__())
+        try:
+            cls._add_argparse_args(parser)
+        except (argparse.ArgumentError, TypeError, ValueError):
+            continue
+    return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("maskbeam").setLevel(logging.INFO)
+    run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Arrow IPC stream files: the unmasked per-input parts and the final shards (temp name, then rename).
+
+Everything goes through Beam's FileSystems, so the same code writes to local disk, GCS or S3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from schemas.manifest import PARTIAL_SUFFIX
+from schemas.shard import PART_INPUT_IDS, PART_LENGTH, PART_MASK_SEED, ROWS_PER_RECORD_BATCH, part_schema
+
+
+def fixed_list_array(rows: np.ndarray) -> pa.FixedSizeListArray:
+    """A (n, L) array as an Arrow fixed_size_list<L> column without copying."""
+    n, width = rows.shape
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)), width)
+
+
+def fixed_list_to_numpy(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A fixed_size_list<L> column as a (n, L) numpy array (zero-copy for a single chunk)."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    arrays = [chunk.flatten().to_numpy(zero_copy_only=False).reshape(-1, width) for chunk in chunks]
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.zeros((0, width))
+
+
+class _HashingWriter:
+    """A write-only file wrapper that hashes and counts what passes through it."""
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self.sha256.update(view)
+        self.bytes += view.nbytes
+        self._handle.write(view)
+        return view.nbytes
+
+    def flush(self) -> None:
+        self._handle.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> WrittenFile:
+    """Write an uncompressed Arrow IPC stream to `path + .partial`, then rename it to `path`.
+
+    A reader never sees a partial file under the final name; rewriting the same path (a retried
+    bundle) replaces it with identical bytes.
+    """
+    temp = path + PARTIAL_SUFFIX
+    rows = 0
+    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        sink = _HashingWriter(handle)
+        with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([temp], [path])
+    return WrittenFile(path=path, rows=rows, bytes=sink.bytes, sha256=sink.sha256.hexdigest())
+
+
+def write_part(path: str, rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> WrittenFile:
+    """Write unmasked rows of one input and one split. rows: (n, L); lengths: int32 (n,); seeds: uint64 (n,)."""
+    schema = part_schema(rows.shape[1], rows.dtype)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for start in range(0, rows.shape[0], ROWS_PER_RECORD_BATCH):
+            stop = start + ROWS_PER_RECORD_BATCH
+            yield pa.record_batch(
+                [fixed_list_array(rows[start:stop]), pa.array(lengths[start:stop]), pa.array(seeds[start:stop])],
+                schema=schema,
+            )
+
+    return write_stream_atomically(path, schema, batches())
+
+
+@dataclass(frozen=True)
+class PartRows:
+    ids: np.ndarray  # (n, L)
+    lengths: np.ndarray  # int32 (n,)
+    seeds: np.ndarray  # uint64 (n,)
+
+
+def read_table(path: str) -> pa.Table:
+    """Read a whole Arrow IPC stream file through FileSystems."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pa.ipc.open_stream(pa.BufferReader(handle.read())).read_all()
+
+
+def read_part(path: str, seq_len: int) -> PartRows:
+    table = read_table(path)
+    return PartRows(
+        ids=fixed_list_to_numpy(table.column(PART_INPUT_IDS), seq_len),
+        lengths=table.column(PART_LENGTH).to_numpy(),
+        seeds=table.column(PART_MASK_SEED).to_numpy(),
+    )

@@ -1,0 +1,86 @@
+"""Cut token streams into fixed-length rows: [CLS] content [SEP] [PAD]... (pure numpy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.shard import MIN_SEQ_LEN
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Special ids and lengths of a row. `seq_len` slots: [CLS], up to seq_len-2 tokens, [SEP], [PAD]s."""
+
+    seq_len: int
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    min_tokens: int = 64
+
+    def __post_init__(self) -> None:
+        if self.seq_len < MIN_SEQ_LEN:
+            raise ValueError(f"max_seq_length must be >= {MIN_SEQ_LEN}, got {self.seq_len}")
+        if not 0 <= self.min_tokens <= self.content_len:
+            raise ValueError(f"min_tokens must be in [0, {self.content_len}], got {self.min_tokens}")
+
+    @property
+    def content_len(self) -> int:
+        return self.seq_len - 2
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Rows cut from one token stream.
+
+    Attributes:
+        rows: shape (n_rows, seq_len), the dtype asked for.
+        lengths: int32, shape (n_rows,): real tokens per row including [CLS] and [SEP].
+        dropped_tokens: content tokens of a final short row that was dropped (0 if none).
+    """
+
+    rows: np.ndarray
+    lengths: np.ndarray
+    dropped_tokens: int
+
+
+def chunk_tokens(tokens: np.ndarray, layout: RowLayout, dtype: np.dtype) -> Chunks:
+    """Split one document's content tokens into rows; only the last row may be short.
+
+    Args:
+        tokens: int, shape (n,): content tokens without specials.
+        layout: row layout and the minimum content length of a final short row.
+        dtype: the id dtype of the rows (int16 or int32).
+    """
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be 1-D, got shape {tokens.shape}")
+    width = layout.content_len
+    n = tokens.shape[0]
+    n_full, tail = divmod(n, width)
+    keep_tail = tail > 0 and tail >= layout.min_tokens
+    n_rows = n_full + int(keep_tail)
+    rows = np.full((n_rows, layout.seq_len), layout.pad_id, dtype=dtype)
+    lengths = np.full(n_rows, layout.seq_len, dtype=np.int32)
+    if n_full:
+        rows[:n_full, 1 : width + 1] = tokens[: n_full * width].reshape(n_full, width)
+        rows[:n_full, width + 1] = layout.sep_id
+    if keep_tail:
+        rows[n_full, 1 : tail + 1] = tokens[n_full * width :]
+        rows[n_full, tail + 1] = layout.sep_id
+        lengths[n_full] = tail + 2
+    rows[:, 0] = layout.cls_id
+    return Chunks(rows=rows, lengths=lengths, dropped_tokens=0 if keep_tail else tail)
+
+
+def join_documents(documents: list[np.ndarray], sep_id: int) -> np.ndarray:
+    """Concatenate short documents into one stream with [SEP] between them (for `--packing concat`)."""
+    if not documents:
+        return np.zeros(0, dtype=np.int32)
+    pieces: list[np.ndarray] = []
+    separator = np.array([sep_id], dtype=np.int32)
+    for i, doc in enumerate(documents):
+        if i:
+            pieces.append(separator)
+        pieces.append(np.asarray(doc, dtype=np.int32))
+    return np.concatenate(pieces)

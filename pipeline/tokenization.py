@@ -1,0 +1,185 @@
+"""Load a tokenizer once in the launcher, ship it as JSON, and tokenize documents in paragraph pieces."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from pipeline.chunking import RowLayout
+from pipeline.masking import MaskingRule
+
+TOKENIZER_FILE = "tokenizer.json"
+# Candidate spellings of each special token, BERT first, then RoBERTa/SentencePiece style.
+SPECIAL_CANDIDATES = {
+    "cls": ("[CLS]", "<s>", "<cls>"),
+    "sep": ("[SEP]", "</s>", "<sep>"),
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+_UNUSED = re.compile(r"^\[unused\d+\]$|^<unused\d+>$")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+# Paragraph pieces longer than this are split at whitespace so no call gets a giant string.
+MAX_PIECE_CHARS = 20_000
+ENCODE_BATCH = 2048
+
+
+class TokenizerError(ValueError):
+    """The tokenizer cannot be loaded or lacks a special token the job needs."""
+
+
+def _looks_like_path(name: str) -> bool:
+    """A Hub id is `name` or `org/name`; anything else that does not exist is a missing path."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".json") or os.sep != "/" and os.sep in name
+
+
+def resolve_tokenizer_json(name_or_path: str) -> str:
+    """Read a `tokenizer.json` from a file, a folder holding one, or the Hub (through the HF cache).
+
+    Raises:
+        TokenizerError: naming the path or Hub id that could not be read.
+    """
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, TOKENIZER_FILE)
+        if not os.path.isfile(path):
+            raise TokenizerError(f"tokenizer folder {name_or_path!r} has no {TOKENIZER_FILE}")
+        name_or_path = path
+    if os.path.isfile(name_or_path):
+        with open(name_or_path, encoding="utf-8") as handle:
+            raw = handle.read()
+    elif _looks_like_path(name_or_path):
+        raise TokenizerError(f"tokenizer path {name_or_path!r} does not exist")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(repo_id=name_or_path, filename=TOKENIZER_FILE)
+        except Exception as error:  # the hub client raises many types; all mean "cannot load"
+            raise TokenizerError(
+                f"cannot load tokenizer {name_or_path!r}: not a local file or folder, and the Hub "
+                f"download failed ({type(error).__name__}: {error})"
+            ) from error
+        with open(path, encoding="utf-8") as handle:
+            raw = handle.read()
+    try:
+        tokenizer = Tokenizer.from_str(raw)
+    except Exception as error:  # tokenizers raises a bare Exception on malformed JSON
+        raise TokenizerError(f"{name_or_path!r} is not a valid tokenizer.json: {error}") from error
+    # Our chunking decides lengths: whatever truncation or padding the file configures is off.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer.to_str()
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer as JSON plus the facts derived from it. Small and picklable: Beam ships it to
+    workers, which build the Tokenizer in `DoFn.setup`."""
+
+    json: str
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    mask_id: int
+    vocab_size: int
+    special_ids: tuple[int, ...]
+    unused_ids: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def from_json(cls, raw: str) -> "TokenizerSpec":
+        tokenizer = Tokenizer.from_str(raw)
+        ids = {}
+        for role, candidates in SPECIAL_CANDIDATES.items():
+            found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]
+            if not found:
+                raise TokenizerError(f"tokenizer has no {role} token (looked for {', '.join(candidates)})")
+            ids[role] = found[0]
+        special = sorted(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
+        special = sorted(set(special) | set(ids.values()))
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        unused = sorted(i for tok, i in vocab.items() if _UNUSED.match(tok))
+        return cls(
+            json=raw,
+            cls_id=ids["cls"],
+            sep_id=ids["sep"],
+            pad_id=ids["pad"],
+            mask_id=ids["mask"],
+            vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
+            special_ids=tuple(special),
+            unused_ids=tuple(unused),
+        )
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the canonical tokenizer JSON (after truncation and padding were switched off)."""
+        canonical = json.dumps(json.loads(self.json), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def layout(self, seq_len: int, min_tokens: int) -> RowLayout:
+        return RowLayout(seq_len=seq_len, cls_id=self.cls_id, sep_id=self.sep_id, pad_id=self.pad_id,
+                         min_tokens=min_tokens)
+
+    def masking_rule(self, mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> MaskingRule:
+        """Special ids are never selected; random replacements come from ordinary ids only
+        (not special, not `[unused*]`)."""
+        is_special = np.zeros(self.vocab_size, dtype=np.bool_)
+        is_special[list(self.special_ids)] = True
+        excluded = is_special.copy()
+        excluded[list(self.unused_ids)] = True
+        pool = np.flatnonzero(~excluded).astype(np.int32)
+        return MaskingRule(is_special=is_special, replacement_pool=pool, mask_id=self.mask_id,
+                           mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
+                           random_replace_prob=random_replace_prob)
+
+
+def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+    """The worker-side Tokenizer. Special-token strings inside the text ("[SEP]" in a book) are
+    tokenized as plain text, so raw input can never forge a row boundary or a mask."""
+    tokenizer = Tokenizer.from_str(spec.json)
+    tokenizer.encode_special_tokens = True
+    return tokenizer
+
+
+def _split_long(piece: str) -> list[str]:
+    if len(piece) <= MAX_PIECE_CHARS:
+        return [piece]
+    out = []
+    start = 0
+    while len(piece) - start > MAX_PIECE_CHARS:
+        cut = piece.rfind(" ", start + 1, start + MAX_PIECE_CHARS)
+        if cut <= start:
+            newline = piece.rfind("\n", start + 1, start + MAX_PIECE_CHARS)
+            cut = newline if newline > start else start + MAX_PIECE_CHARS
+        out.append(piece[start:cut])
+        start = cut
+    out.append(piece[start:])
+    return out
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """Paragraph-sized pieces: split at blank lines, long paragraphs split again at whitespace."""
+    pieces = []
+    for paragraph in _PARAGRAPH_BREAK.split(text):
+        if paragraph.strip():
+            pieces.extend(_split_long(paragraph))
+    return pieces
+
+
+def tokenize_text(tokenizer: Tokenizer, text: str) -> np.ndarray:
+    """Content ids of one document (no specials), int32, shape (n,), tokenized in batches of pieces."""
+    pieces = split_paragraphs(text)
+    parts: list[np.ndarray] = []
+    for start in range(0, len(pieces), ENCODE_BATCH):
+        encodings = tokenizer.encode_batch_fast(pieces[start : start + ENCODE_BATCH], add_special_tokens=False)
+        ids = itertools.chain.from_iterable(encoding.ids for encoding in encodings)
+        parts.append(np.fromiter(ids, dtype=np.int32))
+    if not parts:
+        return np.zeros(0, dtype=np.int32)
+    return np.concatenate(parts)

@@ -1,0 +1,106 @@
+"""One unit of work (a book, a jsonl file, a dataset range) to unmasked rows in part files."""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from dataclasses import dataclass, field
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from pipeline.chunking import RowLayout, chunk_tokens, join_documents
+from pipeline.config import PACKING_CONCAT, PreprocessConfig
+from pipeline.hashing import content_digest, digest_to_u64, mask_seeds, row_keys, validation_rows
+from pipeline.readers import FORMAT_HF, WorkUnit, read_unit
+from pipeline.arrow_io import write_part
+from pipeline.tokenization import tokenize_text
+from schemas import manifest as m
+
+
+@dataclass
+class UnitResult:
+    """What a worker reports for one unit; the manifest is built only from these and shard results."""
+
+    source: str
+    key: str = ""
+    skip_reason: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    records_skipped: dict[str, int] = field(default_factory=dict)
+    parts: dict[str, tuple[str, int]] = field(default_factory=dict)  # split -> (part path, rows)
+
+    @property
+    def sort_key(self) -> tuple[str, str]:
+        """Row order of the output: by content key, then source (ties are identical content)."""
+        return (self.key, self.source)
+
+
+def part_path(temp_dir: str, source: str, split: str) -> str:
+    """A part's path is built from a hash of the source, never from the input's own name."""
+    name = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return posixpath.join(temp_dir, f"{name}-{split}.arrow")
+
+
+@dataclass
+class _Rows:
+    rows: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+    keys: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, rows: np.ndarray, lengths: np.ndarray, keys: np.ndarray) -> None:
+        self.rows.append(rows)
+        self.lengths.append(lengths)
+        self.keys.append(keys)
+
+
+def _chunk_into(out: _Rows, tokens: np.ndarray, digest: str, layout: RowLayout, dtype: np.dtype,
+                counts: dict[str, int]) -> None:
+    chunks = chunk_tokens(tokens, layout, dtype)
+    counts[m.TOKENS] += int(tokens.shape[0])
+    counts[m.TOKENS_DROPPED] += chunks.dropped_tokens
+    counts[m.SHORT_ROWS_DROPPED] += int(chunks.dropped_tokens > 0)
+    counts[m.DOCUMENTS_TOO_SHORT] += int(chunks.rows.shape[0] == 0)
+    counts[m.ROWS] += chunks.rows.shape[0]
+    out.add(chunks.rows, chunks.lengths, row_keys(digest_to_u64(digest), chunks.rows.shape[0]))
+
+
+def process_unit(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: np.dtype,
+                 config: PreprocessConfig, temp_dir: str) -> UnitResult:
+    """Read, clean, tokenize and chunk one unit; write its train and validation rows as parts."""
+    result = UnitResult(source=unit.source, counts={name: 0 for name in m.INPUT_COUNT_NAMES})
+    counts = result.counts
+    read = read_unit(unit, config.text_column, config.keep_boilerplate)
+    counts[m.FILES_READ] = int(unit.format != FORMAT_HF)
+    counts[m.REPLACED_BYTES] = read.replaced_bytes
+    counts[m.BOILERPLATE_CHARS_REMOVED] = read.boilerplate_chars_removed
+    counts[m.RECORDS_SKIPPED] = sum(read.records_skipped.values())
+    result.records_skipped = read.records_skipped
+    if read.skip_reason is not None:
+        counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
+        result.skip_reason = read.skip_reason
+        return result
+
+    digests = [content_digest(doc) for doc in read.documents]
+    counts[m.DOCUMENTS] = len(digests)
+    result.key = digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
+    token_streams = [tokenize_text(tokenizer, doc) for doc in read.documents]
+    rows = _Rows()
+    if config.packing == PACKING_CONCAT:
+        _chunk_into(rows, join_documents(token_streams, layout.sep_id), result.key, layout, id_dtype, counts)
+        counts[m.TOKENS] -= max(0, len(token_streams) - 1)  # separators are not content tokens
+    else:
+        for tokens, digest in zip(token_streams, digests):
+            _chunk_into(rows, tokens, digest, layout, id_dtype, counts)
+
+    all_rows = np.concatenate(rows.rows) if rows.rows else np.zeros((0, layout.seq_len), id_dtype)
+    lengths = np.concatenate(rows.lengths) if rows.lengths else np.zeros(0, np.int32)
+    keys = np.concatenate(rows.keys) if rows.keys else np.zeros(0, np.uint64)
+    seeds = mask_seeds(keys, config.seed)
+    in_validation = validation_rows(keys, config.validation_fraction)
+    for split, selector in ((m.TRAIN, ~in_validation), (m.VALIDATION, in_validation)):
+        n = int(selector.sum())
+        if n:
+            path = part_path(temp_dir, unit.source, split)
+            write_part(path, all_rows[selector], lengths[selector], seeds[selector])
+            result.parts[split] = (path, n)
+    return result

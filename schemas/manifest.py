@@ -1,0 +1,105 @@
+"""Output layout, file names, the manifest format and the `datasets` side files (state, info, dict)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+MANIFEST_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+DATASET_DICT_FILE = "dataset_dict.json"
+STATE_FILE = "state.json"
+DATASET_INFO_FILE = "dataset_info.json"
+TEMP_DIR = ".maskbeam-tmp"
+SHARD_NAME_TEMPLATE = "data-{index:05d}-of-{count:05d}.arrow"
+PARTIAL_SUFFIX = ".partial"
+
+TRAIN = "train"
+VALIDATION = "validation"
+SPLITS = (TRAIN, VALIDATION)
+
+TARGET_SHARD_BYTES = 256 * 1024 * 1024
+
+# Count names, shared by the per-input results, the Beam metrics and the manifest.
+FILES_READ = "files_read"
+FILES_SKIPPED = "files_skipped"
+RECORDS_SKIPPED = "records_skipped"
+DOCUMENTS = "documents"
+DOCUMENTS_TOO_SHORT = "documents_too_short"
+TOKENS = "tokens"
+ROWS = "rows"
+SHORT_ROWS_DROPPED = "short_rows_dropped"
+TOKENS_DROPPED = "tokens_dropped"
+REPLACED_BYTES = "replaced_bytes"
+BOILERPLATE_CHARS_REMOVED = "boilerplate_chars_removed"
+SELECTED = "selected"
+MASKED = "masked"
+RANDOM = "random"
+UNCHANGED = "unchanged"
+MASK_COUNT_NAMES = (SELECTED, MASKED, RANDOM, UNCHANGED)
+INPUT_COUNT_NAMES = (
+    FILES_READ,
+    FILES_SKIPPED,
+    RECORDS_SKIPPED,
+    DOCUMENTS,
+    DOCUMENTS_TOO_SHORT,
+    TOKENS,
+    ROWS,
+    SHORT_ROWS_DROPPED,
+    TOKENS_DROPPED,
+    REPLACED_BYTES,
+    BOILERPLATE_CHARS_REMOVED,
+)
+
+# Manifest keys.
+KEY_VERSION = "manifest_version"
+KEY_PACKAGE_VERSION = "package_version"
+KEY_CONFIG = "config"
+KEY_TOKENIZER = "tokenizer"
+KEY_COUNTS = "counts"
+KEY_SPLITS = "splits"
+KEY_SKIPPED = "skipped"
+KEY_INPUTS = "inputs"
+KEY_SHARDS = "shards"
+KEY_FILENAME = "filename"
+KEY_ROWS = "rows"
+KEY_BYTES = "bytes"
+KEY_SHA256 = "sha256"
+KEY_PATH = "path"
+KEY_REASON = "reason"
+KEY_MASK_COUNTS = "mask_counts"
+KEY_MASK_COUNTS_EPOCH = "mask_counts_epoch"
+
+
+def shard_name(index: int, count: int) -> str:
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} outside [0, {count})")
+    return SHARD_NAME_TEMPLATE.format(index=index, count=count)
+
+
+def dataset_info(features: dict) -> dict:
+    """`dataset_info.json` as `datasets.save_to_disk` writes it."""
+    return {"citation": "", "description": "", "features": features, "homepage": "", "license": ""}
+
+
+def dataset_state(split: str, filenames: list[str], shard_sha256: list[str]) -> dict:
+    """`state.json`; the fingerprint is derived from the shard checksums so it is deterministic."""
+    fingerprint = hashlib.sha256("".join(shard_sha256).encode()).hexdigest()[:16]
+    return {
+        "_data_files": [{"filename": name} for name in filenames],
+        "_fingerprint": fingerprint,
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": split,
+    }
+
+
+def dataset_dict(splits: tuple[str, ...] = SPLITS) -> dict:
+    return {"splits": list(splits)}
+
+
+def dumps(obj: dict) -> str:
+    """The one JSON encoding of every side file: sorted keys, stable across runs."""
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
