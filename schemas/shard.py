@@ -81,7 +81,7 @@ def shard_schema(masking: str, seq_len: int, id_dtype: np.dtype) -> pa.Schema:
         LABELS: _arrow_type(id_dtype, seq_len),
         MASK_SEED: _arrow_type(MASK_SEED_DTYPE, None),
     }
-    fields = [pa.field(name, types[name], nullable=False) for name in shard_columns(masking)]
+    fields = [pa.field(name, types[name]) for name in shard_columns(masking)]
     meta = {"huggingface": json.dumps({"info": {"features": shard_features(masking, seq_len, id_dtype)}})}
     return pa.schema(fields, metadata=meta)
 
@@ -90,9 +90,9 @@ def part_schema(seq_len: int, id_dtype: np.dtype) -> pa.Schema:
     """Schema of the unmasked per-input parts the shard writers read back."""
     return pa.schema(
         [
-            pa.field(PART_INPUT_IDS, _arrow_type(id_dtype, seq_len), nullable=False),
-            pa.field(PART_LENGTH, _arrow_type(LENGTH_DTYPE, None), nullable=False),
-            pa.field(PART_MASK_SEED, _arrow_type(MASK_SEED_DTYPE, None), nullable=False),
+            pa.field(PART_INPUT_IDS, _arrow_type(id_dtype, seq_len)),
+            pa.field(PART_LENGTH, _arrow_type(LENGTH_DTYPE, None)),
+            pa.field(PART_MASK_SEED, _arrow_type(MASK_SEED_DTYPE, None)),
         ]
     )
 

@@ -1,0 +1,85 @@
+"""Shared fixtures: the real BERT tokenizer, the shared books, and real job runs (session-scoped)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.tokenization import TokenizerSpec, resolve_tokenizer_json
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MASKBEAM_SHARED", REPO.parent / "shared"))
+BOOKS = SHARED / "corpus" / "books"
+TOKENIZER_DIR = SHARED / "tokenizers" / "bert-base-uncased"
+HTML_PAGES = ("classics__humphry_clinker.txt", "philosophy__tractatus.txt", "poetry__spoon_river_anthology.txt")
+# A few small real books (and one HTML page) for the runs that compare several configurations.
+SMALL_BOOKS = (
+    "classics__yellow_wallpaper.txt",
+    "drama__importance_of_being_earnest.txt",
+    "drama__doctor_faustus.txt",
+    "specialized_texts__ponies_past_and_present.txt",
+    "classics__humphry_clinker.txt",
+)
+
+
+def pytest_configure(config):
+    if not BOOKS.is_dir() or not TOKENIZER_DIR.is_dir():
+        raise pytest.UsageError(f"shared assets not found under {SHARED} (set MASKBEAM_SHARED)")
+
+
+@pytest.fixture(scope="session")
+def spec() -> TokenizerSpec:
+    return TokenizerSpec.from_json(resolve_tokenizer_json(str(TOKENIZER_DIR)))
+
+
+@pytest.fixture(scope="session")
+def rule(spec):
+    return spec.masking_rule(0.15, 0.8, 0.1)
+
+
+@pytest.fixture(scope="session")
+def bert_fast():
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast(tokenizer_file=str(TOKENIZER_DIR / "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def small_books(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("small_books")
+    for name in SMALL_BOOKS:
+        shutil.copy(BOOKS / name, folder / name)
+    return folder
+
+
+def run_preprocess(inputs, output, *extra: str, tokenizer: Path = TOKENIZER_DIR):
+    from jobs.preprocess import run
+
+    argv = [a for path in inputs for a in ("--input", str(path))]
+    argv += ["--output", str(output), "--tokenizer", str(tokenizer), *extra]
+    return run(argv)
+
+
+@pytest.fixture(scope="session")
+def static_full(tmp_path_factory) -> Path:
+    """The whole shared corpus, default options (static masking)."""
+    out = tmp_path_factory.mktemp("static_full") / "out"
+    run_preprocess([BOOKS], out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dynamic_full(tmp_path_factory) -> Path:
+    """The whole shared corpus, dynamic masking, everything in train (so books can be reassembled)."""
+    out = tmp_path_factory.mktemp("dynamic_full") / "out"
+    run_preprocess([BOOKS], out, "--masking", "dynamic", "--validation_fraction", "0")
+    return out
+
+
+def binomial_tolerance(p: float, n: int, z: float = 5.0) -> float:
+    """z standard deviations of a proportion estimated from n Bernoulli(p) trials."""
+    return z * float(np.sqrt(p * (1 - p) / n))
