@@ -13,13 +13,13 @@ _GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # Above this share of undecodable bytes or control characters, a file is binary, not text.
-MAX_REPLACED_SHARE = 0.10
+MAX_REPLACED_SHARE = 0.50
 MAX_CONTROL_SHARE = 0.01
 
 SKIP_EMPTY = "empty: no text after cleaning"
 SKIP_HTML = "not text: an HTML/XML page"
 SKIP_BINARY_NUL = "not text: binary (NUL bytes)"
-SKIP_BINARY_UNDECODABLE = "not text: binary (over 10% of bytes are not UTF-8)"
+SKIP_BINARY_UNDECODABLE = "not text: binary (over half the bytes are not UTF-8)"
 SKIP_BINARY_CONTROL = "not text: binary (over 1% control characters)"
 
 

@@ -1,0 +1,260 @@
+"""The preprocess job end to end: real runner, real tokenizer, real books."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+
+import datasets
+import numpy as np
+import pytest
+
+from pipeline.cleaning import clean_bytes
+from pipeline.hashing import content_digest
+from pipeline.inspection import load_manifest, read_split_rows
+from schemas import manifest as m
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
+from tests.conftest import BOOKS, HTML_PAGES, SMALL_BOOKS, TOKENIZER_DIR, binomial_tolerance, run_preprocess
+
+pytestmark = pytest.mark.slow
+
+
+def _split_arrays(out, split, columns):
+    ds = datasets.load_from_disk(str(out))[split].with_format("numpy")
+    return {c: np.asarray(ds[c]) for c in columns}
+
+
+def _file_hashes(out):
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_full_corpus_static_loads_and_reports(static_full, spec):
+    manifest = load_manifest(str(static_full))
+    dd = datasets.load_from_disk(str(static_full))
+    assert set(dd) == {m.TRAIN, m.VALIDATION}
+    assert dd[m.TRAIN].features[INPUT_IDS].feature.dtype == "int16"
+    assert list(dd[m.TRAIN].features) == [INPUT_IDS, ATTENTION_MASK, LABELS]
+    assert dd[m.TRAIN].num_rows == manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_ROWS] > 10_000
+    counts = manifest[m.KEY_COUNTS]
+    assert counts[m.FILES_READ] == 49 and counts[m.FILES_SKIPPED] == 3
+    assert sorted(s[m.KEY_PATH].rsplit("/", 1)[1] for s in manifest[m.KEY_SKIPPED]) == sorted(HTML_PAGES)
+    assert all("HTML" in s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED])
+    assert counts[m.ROWS] == dd[m.TRAIN].num_rows + dd[m.VALIDATION].num_rows
+    assert counts[m.SELECTED] == counts[m.MASKED] + counts[m.RANDOM] + counts[m.UNCHANGED]
+    n_val = dd[m.VALIDATION].num_rows
+    assert abs(n_val / counts[m.ROWS] - 0.01) < binomial_tolerance(0.01, counts[m.ROWS])
+    for split, info in manifest[m.KEY_SPLITS].items():
+        for shard in info[m.KEY_SHARDS]:
+            data = (static_full / split / shard[m.KEY_FILENAME]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == shard[m.KEY_SHA256] and len(data) == shard[m.KEY_BYTES]
+    assert not (static_full / m.TEMP_DIR).exists()
+    assert manifest[m.KEY_TOKENIZER]["sha256"] == spec.fingerprint
+
+
+def test_every_row_layout_and_static_ratios(static_full, spec, rule):
+    arrays = _split_arrays(static_full, m.TRAIN, [INPUT_IDS, ATTENTION_MASK, LABELS])
+    ids, attention, labels = arrays[INPUT_IDS], arrays[ATTENTION_MASK], arrays[LABELS]
+    original = np.where(labels != IGNORE_INDEX, labels, ids)
+    lengths = attention.sum(axis=1)
+    rows = np.arange(ids.shape[0])
+    assert (original[:, 0] == spec.cls_id).all()
+    assert (original[rows, lengths - 1] == spec.sep_id).all()
+    positions = np.arange(ids.shape[1])
+    assert (attention == (positions[None, :] < lengths[:, None])).all()
+    assert (original[positions[None, :] >= lengths[:, None]] == spec.pad_id).all()
+    content = (positions[None, :] > 0) & (positions[None, :] < lengths[:, None] - 1)
+    assert not np.isin(original[content], [spec.cls_id, spec.sep_id, spec.pad_id]).any()
+    assert (lengths == 512).mean() > 0.99 and lengths.min() >= 64 + 2
+    selected = labels != IGNORE_INDEX
+    assert not rule.is_special[original[selected]].any()  # specials never selected
+    eligible = int((~rule.is_special[original]).sum())
+    n_sel = int(selected.sum())
+    assert abs(n_sel / eligible - 0.15) < binomial_tolerance(0.15, eligible)
+    masked = selected & (ids == spec.mask_id)
+    random = selected & ~masked & (ids != labels)
+    assert abs(masked.sum() / n_sel - 0.8) < binomial_tolerance(0.8, n_sel)
+    assert abs(random.sum() / n_sel - 0.1) < binomial_tolerance(0.1, n_sel) + 1 / rule.replacement_pool.size
+    assert not rule.is_special[ids[random]].any()
+    assert not np.isin(ids[random], spec.unused_ids).any()
+    assert (selected.sum(axis=1) >= 1).all()
+
+
+def test_rows_reassemble_each_book_exactly(dynamic_full, spec, bert_fast):
+    """No row spans two books, nothing is lost but the counted short tail, and ids equal
+    BertTokenizerFast's on the cleaned text."""
+    manifest = load_manifest(str(dynamic_full))
+    arrays = _split_arrays(dynamic_full, m.TRAIN, [INPUT_IDS, ATTENTION_MASK, MASK_SEED])
+    ids, lengths = arrays[INPUT_IDS], arrays[ATTENTION_MASK].sum(axis=1)
+    inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: (e["content_sha256"], e[m.KEY_PATH]))
+    start = 0
+    for entry in inputs:
+        text = clean_bytes(open(entry[m.KEY_PATH], "rb").read()).text
+        assert content_digest(text) == entry["content_sha256"]
+        expected = np.array(bert_fast(text, add_special_tokens=False)["input_ids"])
+        n = entry[m.KEY_ROWS]
+        got = np.concatenate([ids[r, 1 : lengths[r] - 1] for r in range(start, start + n)])
+        kept = len(got)
+        np.testing.assert_array_equal(got, expected[:kept], err_msg=entry[m.KEY_PATH])
+        assert len(expected) - kept < 64  # only a short tail under --min_tokens is dropped
+        start += n
+    assert start == ids.shape[0]
+    assert manifest[m.KEY_COUNTS][m.TOKENS] == sum(e[m.TOKENS] for e in inputs)
+
+
+def test_inspect_prints_the_check_line(static_full, dynamic_full, capsys):
+    from jobs.inspect import run
+
+    run([str(static_full)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2:] == ["0.15 0.8 0.1 0.1", "True"]
+    assert any("[MASK]<" in line for line in lines)
+    run([str(dynamic_full), "--epoch", "3"])
+    assert capsys.readouterr().out.strip().splitlines()[-2:] == ["0.15 0.8 0.1 0.1", "True"]
+
+
+def test_static_copy_k_equals_dynamic_epoch_k(small_books, tmp_path, spec, rule):
+    static_out, dynamic_out = tmp_path / "static", tmp_path / "dynamic"
+    run_preprocess([small_books], static_out, "--dupe_factor", "3", "--seed", "11", "--num_shards", "2")
+    run_preprocess([small_books], dynamic_out, "--masking", "dynamic", "--seed", "11")
+    static = _split_arrays(static_out, m.TRAIN, [INPUT_IDS, LABELS])
+    manifest = load_manifest(str(dynamic_out))
+    n = manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_ROWS]
+    assert static[INPUT_IDS].shape[0] == 3 * n
+    for epoch in range(3):
+        rows = read_split_rows(str(dynamic_out / m.TRAIN), manifest, spec, rule, epoch)
+        np.testing.assert_array_equal(static[INPUT_IDS][epoch * n : (epoch + 1) * n], rows.ids)
+        np.testing.assert_array_equal(static[LABELS][epoch * n : (epoch + 1) * n], rows.labels)
+    copies = static[LABELS].reshape(3, n, -1)
+    assert (copies[0] != copies[1]).any(axis=1).all()
+
+
+def test_byte_identical_across_workers_modes_and_input_order(small_books, tmp_path):
+    names = sorted(p.name for p in small_books.iterdir())
+    files = [small_books / name for name in names]
+    common = ["--num_shards", "3", "--validation_fraction", "0.2"]
+    reference = tmp_path / "one_worker"
+    run_preprocess(files, reference, *common, "--direct_num_workers", "1")
+    expected = _file_hashes(reference)
+    assert len([k for k in expected if k.endswith(".arrow")]) == 6
+    runs = {
+        "two_workers_shuffled": (files[::-1], ["--direct_num_workers", "2"]),
+        "threads_glob": ([small_books / "*.txt"], ["--direct_num_workers", "2", "--direct_running_mode",
+                                                  "multi_threading"]),
+    }
+    for name, (inputs, extra) in runs.items():
+        out = tmp_path / name
+        run_preprocess(inputs, out, *common, *extra)
+        got = _file_hashes(out)
+        manifest_a = json.loads((reference / m.MANIFEST_FILE).read_text())
+        manifest_b = json.loads((out / m.MANIFEST_FILE).read_text())
+        assert manifest_a[m.KEY_COUNTS] == manifest_b[m.KEY_COUNTS]
+        assert {k: v for k, v in got.items() if k != m.MANIFEST_FILE} == \
+            {k: v for k, v in expected.items() if k != m.MANIFEST_FILE}, name
+        manifest_b[m.KEY_CONFIG]["output"] = manifest_a[m.KEY_CONFIG]["output"]
+        manifest_b[m.KEY_CONFIG]["inputs"] = manifest_a[m.KEY_CONFIG]["inputs"]
+        assert manifest_a == manifest_b
+
+
+def test_truncating_tokenizer_json_does_not_truncate(tmp_path):
+    config = json.loads((TOKENIZER_DIR / "tokenizer.json").read_text())
+    config["truncation"] = {"direction": "Right", "max_length": 128, "strategy": "LongestFirst", "stride": 0}
+    tok = tmp_path / "truncating.json"
+    tok.write_text(json.dumps(config))
+    out = tmp_path / "out"
+    run_preprocess([BOOKS / "classics__yellow_wallpaper.txt"], out, "--masking", "dynamic", tokenizer=tok)
+    arrays = _split_arrays(out, m.TRAIN, [ATTENTION_MASK])
+    assert (arrays[ATTENTION_MASK].sum(axis=1) == 512).sum() >= 10
+
+
+def test_bad_files_are_counted_not_fatal(tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", inputs / "book.txt")
+    (inputs / "empty.txt").write_bytes(b"")
+    (inputs / "latin1.txt").write_bytes(("Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e. " * 400).encode("latin-1"))
+    (inputs / "binary.txt").write_bytes(bytes(range(256)) * 50)
+    (inputs / "nested").mkdir()
+    with gzip.open(inputs / "nested" / "book.txt.gz", "wb") as handle:
+        handle.write((BOOKS / "drama__doctor_faustus.txt").read_bytes())
+    out = tmp_path / "out"
+    run_preprocess([inputs], out)
+    manifest = load_manifest(str(out))
+    skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
+    assert set(skipped) == {"empty.txt", "binary.txt"}
+    assert skipped["empty.txt"].startswith("empty") and "binary" in skipped["binary.txt"]
+    counts = manifest[m.KEY_COUNTS]
+    assert counts[m.FILES_READ] == 5 and counts[m.DOCUMENTS] == 3
+    assert counts[m.REPLACED_BYTES] == 400 * 4  # é, è, û, é are one invalid byte each in Latin-1
+    paths = {e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]}
+    assert paths == {"book.txt", "latin1.txt", "book.txt.gz"}
+
+
+def test_jsonl_documents_with_concat_packing(tmp_path):
+    docs = [{"text": f"Document number {i}. " + "The quick brown fox jumps over the lazy dog. " * (i % 7 + 1)}
+            for i in range(300)]
+    lines = [json.dumps(d) for d in docs] + ["not json", json.dumps({"other": 1})]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(lines))
+    out = tmp_path / "out"
+    run_preprocess([path], out, "--packing", "concat", "--masking", "dynamic", "--validation_fraction", "0",
+                   "--max_seq_length", "128")
+    manifest = load_manifest(str(out))
+    counts = manifest[m.KEY_COUNTS]
+    assert counts[m.DOCUMENTS] == 300 and counts[m.RECORDS_SKIPPED] == 2
+    ids = _split_arrays(out, m.TRAIN, [INPUT_IDS])[INPUT_IDS]
+    assert ids.shape[1] == 128 and (ids[:-1, -1] == 102).all()
+    assert ((ids == 102).sum(axis=1) > 2).mean() > 0.5  # short documents share rows, [SEP] between
+
+
+def test_existing_output_is_refused_without_overwrite(tmp_path):
+    out = tmp_path / "out"
+    book = BOOKS / "classics__yellow_wallpaper.txt"
+    run_preprocess([book], out)
+    with pytest.raises(SystemExit) as error:
+        run_preprocess([book], out)
+    assert error.value.code == 2
+    run_preprocess([book], out, "--overwrite", "--masking", "dynamic")
+    assert load_manifest(str(out))[m.KEY_CONFIG]["masking"] == "dynamic"
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep me")
+    with pytest.raises(SystemExit):
+        run_preprocess([book], foreign, "--overwrite")
+    assert (foreign / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--input", "/nonexistent/books/*.txt"], "matches no file"),
+        (["--tokenizer", "/nonexistent/tokenizer.json"], "does not exist"),
+        (["--max_seq_length", "7"], "max_seq_length"),
+        (["--mlm_probability", "1.5"], "mlm_probability"),
+        (["--mask_replace_prob", "-0.1"], "mask_replace_prob"),
+        (["--mask_replace_prob", "0.9", "--random_replace_prob", "0.2"], "must be <= 1"),
+        (["--validation_fraction", "1"], "validation_fraction"),
+        (["--dupe_factor", "0"], "dupe_factor"),
+        (["--sed=3"], "unrecognized arguments: --sed=3"),
+    ],
+)
+def test_bad_options_fail_cleanly_before_writing(tmp_path, capsys, extra, message):
+    from jobs.preprocess import run
+
+    out = tmp_path / "out"
+    argv = ["--input", str(BOOKS / "classics__yellow_wallpaper.txt"), "--output", str(out),
+            "--tokenizer", str(TOKENIZER_DIR)]
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    if len(extra) % 2:
+        argv += extra[-1:]
+    with pytest.raises(SystemExit) as error:
+        run(argv)
+    assert error.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
