@@ -258,3 +258,22 @@ def test_bad_options_fail_cleanly_before_writing(tmp_path, capsys, extra, messag
     assert error.value.code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_local_datasets_folder_and_parquet_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [f"Row {i}: " + "words in a sentence. " * (50 + i) for i in range(20)]
+    folder = tmp_path / "hf"
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(folder))
+    pq.write_table(pa.table({"body": texts}), tmp_path / "rows.parquet")
+    from_hf, from_parquet = tmp_path / "out_hf", tmp_path / "out_pq"
+    run_preprocess([], from_hf, "--hf_dataset", str(folder), "--masking", "dynamic")
+    run_preprocess([tmp_path / "rows.parquet"], from_parquet, "--text_column", "body", "--masking", "dynamic")
+    for out in (from_hf, from_parquet):
+        counts = load_manifest(str(out))[m.KEY_COUNTS]
+        assert counts[m.DOCUMENTS] == 20 and counts[m.ROWS] == 20
+    for split in m.SPLITS:
+        a = (from_hf / split / "data-00000-of-00001.arrow").read_bytes()
+        assert a == (from_parquet / split / "data-00000-of-00001.arrow").read_bytes()
