@@ -49,11 +49,17 @@ def mix64_array(values: np.ndarray, salt: int = 0) -> np.ndarray:
     return _mix64_array(values, np.uint64(salt))
 
 
-def probability_threshold(p: float) -> np.uint64:
-    """Integer threshold t such that `(hash >> 11) < t` happens with probability p."""
+def draw_threshold(p: float, bits: int) -> np.uint64:
+    """Integer threshold t such that a uniform `bits`-bit draw u satisfies `u < t` with probability
+    p (rounded to a multiple of 2**-bits)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"probability must be in [0, 1], got {p}")
-    return np.uint64(round(p * (1 << UNIT_INTERVAL_BITS)))
+    return np.uint64(round(p * (1 << bits)))
+
+
+def probability_threshold(p: float) -> np.uint64:
+    """Integer threshold t such that `(hash >> 11) < t` happens with probability p."""
+    return draw_threshold(p, UNIT_INTERVAL_BITS)
 
 
 def content_digest(text: str) -> str:

@@ -9,8 +9,8 @@ import numba
 JIT_OPTIONS = {"cache": True, "nogil": True}
 
 
-def kernel(*signatures: Any) -> Callable:
-    """`@kernel()` or `@kernel(sig, ...)`: numba.njit with the project's options."""
+def kernel(*signatures: Any, **extra: Any) -> Callable:
+    """`@kernel()` or `@kernel(sig, ...)`: numba.njit with the project's options (plus `extra`)."""
     if signatures:
-        return numba.njit(list(signatures), **JIT_OPTIONS)
-    return numba.njit(**JIT_OPTIONS)
+        return numba.njit(list(signatures), **JIT_OPTIONS, **extra)
+    return numba.njit(**JIT_OPTIONS, **extra)

@@ -7,7 +7,9 @@ Labels hold the original id at selected positions and IGNORE_INDEX elsewhere.
 
 Every draw is a counter-based hash of (row mask seed, epoch, position), so the mask of a row is a
 pure function of (mask_seed, epoch): static copy k is bit-identical to dynamic epoch k, in any
-process, whatever the batch the row arrives in.
+process, whatever the batch the row arrives in. Selection draws are 16 bits (four per 64-bit
+hash), so `mlm_probability` is rounded to a multiple of 2**-16 (0.15 -> 0.149994); the category
+draws are 32 bits.
 """
 
 from __future__ import annotations
@@ -16,15 +18,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.hashing import mix64, probability_threshold
+from pipeline.hashing import draw_threshold, mix64
 from pipeline.jit import kernel
 from schemas.shard import IGNORE_INDEX
 
 _EPOCH_SALT = np.uint64(0xE90C4E90C4E90C4E)
 _CATEGORY_SALT = np.uint64(0xCA7E6021CA7E6021)
 _FORCE_SALT = np.uint64(0xF02CEF02CEF02CE1)
-_S11 = np.uint64(11)
 _S32 = np.uint64(32)
+_LOW32 = np.uint64(0xFFFFFFFF)
+LANES = 4  # selection draws per 64-bit hash
+DRAW_BITS = 16  # resolution of a selection draw: probabilities are rounded to multiples of 2**-16
+_DRAW_MASK = np.uint64((1 << DRAW_BITS) - 1)
+_DRAW_SHIFT = np.uint64(DRAW_BITS)
 
 # Indices into the counts array every masking call returns.
 COUNT_SELECTED, COUNT_MASKED, COUNT_RANDOM, COUNT_UNCHANGED = range(4)
@@ -81,57 +87,78 @@ def check_probabilities(mlm_probability: float, mask_replace_prob: float, random
 
 
 @kernel()
-def _apply_target(j, h, orig, out_ids, out_labels, row, pool, mask_id, mask_thr, random_thr, counts):
-    out_labels[row, j] = orig
-    counts[0] += 1
-    h2 = mix64(h ^ _CATEGORY_SALT)
-    u = h2 >> _S11
-    if u < mask_thr:
-        out_ids[row, j] = mask_id
-        counts[1] += 1
-    elif u < random_thr:
-        h3 = mix64(h2)
-        k = ((h3 >> _S32) * np.uint64(pool.shape[0])) >> _S32
-        out_ids[row, j] = pool[k]
-        counts[2] += 1
-    else:
-        counts[3] += 1
-
-
-@kernel()
 def _mask_rows_kernel(ids, seeds, epoch, is_special, pool, mask_id, select_thr, mask_thr, random_thr,
                       out_ids, out_labels, counts):
     n_rows, seq_len = ids.shape
     epoch_key = mix64(epoch ^ _EPOCH_SALT)
     ignore = out_labels.dtype.type(IGNORE_INDEX)
+    out_ids[:, :] = ids
+    out_labels[:, :] = ignore
+    n_blocks = seq_len // LANES
+    pool_size = np.uint64(pool.shape[0])
+    n_total = 0
+    n_masked = 0
+    n_random = 0
+    candidates = np.empty(seq_len + 1, dtype=np.int64)
     for row in range(n_rows):
+        row_in = ids[row]
+        row_ids = out_ids[row]
+        row_labels = out_labels[row]
         stream = mix64(seeds[row] ^ epoch_key)
+        category_stream = stream ^ _CATEGORY_SALT
+        # One 64-bit hash gives the selection draws of LANES positions (DRAW_BITS each). Candidates
+        # are collected without branches, then the few (~15%) are checked and applied.
+        n_candidates = 0
+        for block in range(n_blocks):
+            h = mix64(stream + np.uint64(block))
+            base = block * LANES
+            for lane in range(LANES):
+                candidates[n_candidates] = base + lane
+                n_candidates += (h & _DRAW_MASK) < select_thr
+                h >>= _DRAW_SHIFT
+        h = mix64(stream + np.uint64(n_blocks))
+        for j in range(n_blocks * LANES, seq_len):
+            candidates[n_candidates] = j
+            n_candidates += (h & _DRAW_MASK) < select_thr
+            h >>= _DRAW_SHIFT
         n_selected = 0
-        n_eligible = 0
-        for j in range(seq_len):
-            t = ids[row, j]
-            out_ids[row, j] = t
-            out_labels[row, j] = ignore
-            if is_special[t]:
-                continue
-            n_eligible += 1
-            h = mix64(stream + np.uint64(j))
-            if (h >> _S11) < select_thr:
-                n_selected += 1
-                _apply_target(j, h, t, out_ids, out_labels, row, pool, mask_id, mask_thr, random_thr, counts)
-        if n_selected == 0 and n_eligible > 0:
-            # At least one target per row: the k-th eligible position, k drawn from the stream.
-            k = mix64(stream ^ _FORCE_SALT) % np.uint64(n_eligible)
-            seen = np.uint64(0)
-            for j in range(seq_len):
-                t = ids[row, j]
+        for attempt in range(2):
+            for c in range(n_candidates):
+                j = candidates[c]
+                t = row_in[j]
                 if is_special[t]:
                     continue
-                if seen == k:
-                    h = mix64(stream + np.uint64(j))
-                    _apply_target(j, h, t, out_ids, out_labels, row, pool, mask_id, mask_thr, random_thr, counts)
-                    break
-                seen += np.uint64(1)
+                n_selected += 1
+                row_labels[j] = t
+                h = mix64(category_stream + np.uint64(j))
+                u = h >> _S32  # top 32 bits decide the category, the low 32 bits pick the random token
+                if u < mask_thr:
+                    row_ids[j] = mask_id
+                    n_masked += 1
+                elif u < random_thr:
+                    row_ids[j] = pool[((h & _LOW32) * pool_size) >> _S32]
+                    n_random += 1
+            if n_selected or attempt:
+                break
+            # No target: take the k-th eligible position instead (at least one target per row).
+            n_eligible = 0
+            for j in range(seq_len):
+                n_eligible += not is_special[row_in[j]]
+            if n_eligible == 0:
+                break
+            k = mix64(stream ^ _FORCE_SALT) % np.uint64(n_eligible)
+            for j in range(seq_len):
+                if not is_special[row_in[j]]:
+                    if k == 0:
+                        candidates[0] = j
+                        n_candidates = 1
+                        break
+                    k -= np.uint64(1)
+        n_total += n_selected
+    counts[0] += n_total
+    counts[1] += n_masked
+    counts[2] += n_random
+    counts[3] += n_total - n_masked - n_random
 
 
 def mask_rows(ids: np.ndarray, seeds: np.ndarray, epoch: int, rule: MaskingRule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -162,9 +189,9 @@ def mask_rows(ids: np.ndarray, seeds: np.ndarray, epoch: int, rule: MaskingRule)
     out_ids = np.empty_like(ids)
     out_labels = np.empty_like(ids)
     counts = np.zeros(4, dtype=np.int64)
-    select_thr = probability_threshold(rule.mlm_probability)
-    mask_thr = probability_threshold(rule.mask_replace_prob)
-    random_thr = probability_threshold(min(1.0, rule.mask_replace_prob + rule.random_replace_prob))
+    select_thr = draw_threshold(rule.mlm_probability, DRAW_BITS)
+    mask_thr = draw_threshold(rule.mask_replace_prob, 32)
+    random_thr = draw_threshold(min(1.0, rule.mask_replace_prob + rule.random_replace_prob), 32)
     _mask_rows_kernel(ids, np.ascontiguousarray(seeds), np.uint64(epoch), rule.is_special, rule.replacement_pool,
                       ids.dtype.type(rule.mask_id), select_thr, mask_thr, random_thr, out_ids, out_labels, counts)
     return out_ids, out_labels, counts

@@ -1,0 +1,1 @@
+"""Benchmarks: us and the peers in one run on the same data (`python -m benchmarks.run`)."""

@@ -1,0 +1,52 @@
+"""Run a command and measure its wall time and the peak RSS of its whole process tree."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass
+
+import psutil
+
+SAMPLE_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Measured:
+    wall_s: float
+    peak_rss_mb: float
+    stdout: str
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    total = 0
+    try:
+        procs = [process] + process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def run_measured(argv: list[str], env: dict | None = None, cwd: str | None = None) -> Measured:
+    """Run argv to completion, sampling the tree's summed RSS every 50 ms.
+
+    Raises:
+        RuntimeError: with the command's stderr tail when it exits non-zero.
+    """
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True)
+    watcher = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(watcher))
+        time.sleep(SAMPLE_SECONDS)
+    wall = time.perf_counter() - start
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])}... exited {proc.returncode}:\n{stderr[-3000:]}")
+    return Measured(wall_s=wall, peak_rss_mb=peak / 2**20, stdout=stdout)
