@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import posixpath
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
 from pipeline.readers import InputError, expand_inputs, hf_units
@@ -24,6 +25,7 @@ from schemas import manifest as m
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
 LOCAL_RUNNER = "FnApiRunner"
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 _log = logging.getLogger("maskbeam.preprocess")
 
 
@@ -63,7 +65,20 @@ def _local_runner_defaults(beam_args: list[str]) -> list[str]:
             extra.append("--direct_num_workers=0")
         if "--direct_running_mode" not in given:
             extra.append("--direct_running_mode=multi_processing")
+    if "--default_sdk_harness_log_level" not in given:
+        extra.append("--default_sdk_harness_log_level=WARNING")
     return beam_args + extra
+
+
+def local_worker_count(options: PipelineOptions) -> int | None:
+    """Worker processes/threads of a local run (FnApiRunner/DirectRunner), None for other runners."""
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner.rsplit(".", 1)[-1] not in LOCAL_RUNNERS:
+        return None
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory":
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
 
 
 def _prepare_output(output: str, overwrite: bool) -> None:
@@ -119,9 +134,12 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         parser.error(str(error))
 
     options = PipelineOptions(_local_runner_defaults(beam_args))
-    _log.info("runner: %s; %d inputs; output %s", options.view_as(StandardOptions).runner, len(units), config.output)
+    runner = options.view_as(StandardOptions).runner
+    workers = local_worker_count(options)
+    _log.info("runner: %s%s; %d inputs; output %s", runner,
+              f" with {workers} worker(s)" if workers else "", len(units), config.output)
     pipeline = beam.Pipeline(options=options)
-    _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config)
+    _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers)
     result = pipeline.run()
     result.wait_until_finish()
     _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))

@@ -8,6 +8,7 @@ no token is ever shuffled through a GroupByKey.
 
 from __future__ import annotations
 
+import os
 import posixpath
 
 import apache_beam as beam
@@ -24,7 +25,7 @@ from pipeline.units import UnitResult, process_unit
 from schemas import manifest as m
 from schemas.shard import id_dtype_for_vocab
 
-__all__ = ["TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE"]
+__all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE", "balanced_bins"]
 
 METRICS_NAMESPACE = "maskbeam"
 
@@ -34,13 +35,19 @@ def _id_dtype(spec: TokenizerSpec) -> np.dtype:
 
 
 class _ProcessUnitFn(beam.DoFn):
-    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str) -> None:
+    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+                 tokenizer_threads: int | None) -> None:
         self._spec = spec
         self._config = config
         self._temp_dir = temp_dir
+        self._tokenizer_threads = tokenizer_threads
         self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
 
     def setup(self) -> None:
+        if self._tokenizer_threads and "RAYON_NUM_THREADS" not in os.environ:
+            # Set before the tokenizer's first batch starts its thread pool: worker processes
+            # sharing the cores should not each start one thread per core.
+            os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
         self._tokenizer = build_tokenizer(self._spec)
         self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
 
@@ -68,17 +75,58 @@ class _WriteShardFn(beam.DoFn):
         yield result
 
 
+def balanced_bins(units: list[WorkUnit], n_bins: int) -> list[list[WorkUnit]]:
+    """Longest-processing-time-first: the largest unit goes to the least loaded bin. Input order
+    does not matter (ties are broken by path), so neither does it for the bins."""
+    bins: list[list[WorkUnit]] = [[] for _ in range(n_bins)]
+    loads = [0] * n_bins
+    for unit in sorted(units, key=lambda u: (-u.size, u.source)):
+        target = loads.index(min(loads))
+        bins[target].append(unit)
+        loads[target] += max(unit.size, 1)
+    return [b for b in bins if b]
+
+
+class SpreadUnits(beam.PTransform):
+    """Spread work units over workers: evenly by size into `n_bins` groups when the worker count
+    is known (the local runner hands each worker a fixed share of a stage's input, so a random
+    spread leaves one worker finishing alone), else a plain Reshuffle (cloud runners balance
+    dynamically)."""
+
+    def __init__(self, *, n_bins: int | None) -> None:
+        super().__init__()
+        if n_bins is not None and n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+        self._n_bins = n_bins
+
+    def expand(self, units):
+        if self._n_bins is None:
+            return units | "Reshuffle" >> beam.Reshuffle()
+        n_bins = self._n_bins
+        return (
+            units
+            | "AllUnits" >> beam.combiners.ToList()
+            | "Bin" >> beam.FlatMap(lambda all_units: enumerate(balanced_bins(all_units, n_bins)))
+            | "GroupBins" >> beam.GroupByKey()
+            | "Unbin" >> beam.FlatMap(lambda kv: [unit for group in kv[1] for unit in group])
+        )
+
+
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files."""
 
-    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str) -> None:
+    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+                 local_workers: int | None = None) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
-        self._fn = _ProcessUnitFn(spec, config, temp_dir)
+        threads = max(1, (os.cpu_count() or 1) // local_workers) if local_workers else None
+        self._fn = _ProcessUnitFn(spec, config, temp_dir, threads)
+        self._local_workers = local_workers
 
     def expand(self, units):
-        return units | "SpreadUnits" >> beam.Reshuffle() | "ProcessUnits" >> beam.ParDo(self._fn)
+        return (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
+                | "ProcessUnits" >> beam.ParDo(self._fn))
 
 
 class WriteShards(beam.PTransform):
@@ -122,19 +170,22 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
 class Preprocess(beam.PTransform):
     """The whole job from a root: work units to shards and a manifest (a PCollection of one dict)."""
 
-    def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig) -> None:
+    def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
+                 local_workers: int | None = None) -> None:
         super().__init__()
         if not units:
             raise ValueError("no input units")
         self._units = units
         self._spec = spec
         self._config = config
+        self._local_workers = local_workers
 
     def expand(self, root):
         temp_dir = posixpath.join(self._config.output, m.TEMP_DIR)
         return (
             root
             | "ListInputs" >> beam.Create(self._units)
-            | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir)
+            | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
+                                                    local_workers=self._local_workers)
             | "WriteShards" >> WriteShards(spec=self._spec, config=self._config)
         )
