@@ -1,0 +1,30 @@
+"""The benchmark harness runs end to end on a tiny corpus (no speed is asserted: speed lives in
+benchmarks/README.md)."""
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import BOOKS, TOKENIZER_DIR
+
+pytestmark = pytest.mark.slow
+
+
+def test_harness_runs_on_a_tiny_corpus(tmp_path):
+    from benchmarks.run import run
+
+    corpus = tmp_path / "books"
+    corpus.mkdir()
+    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", corpus)
+    report = run(["--corpus", str(corpus), "--tokenizer", str(TOKENIZER_DIR), "--repeat", "1", "--scale", "2",
+                  "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert [s["step"] for s in saved["steps"]] == [
+        "limit: tokenizers.encode_batch", "limit: tokenizers.encode_batch_fast", "ours", "peer_run_mlm"]
+    steps = {s["step"]: s for s in report["steps"]}
+    # every step saw the same corpus: the two limits count the same tokens as our job
+    assert steps["ours"]["runs"][0]["tokens"] == steps["limit: tokenizers.encode_batch"]["runs"][0]["tokens"]
+    assert all(s["mb_per_s"][0] > 0 and s["peak_rss_mb"] > 0 for s in report["steps"])
+    assert set(report["ratios"]) >= {"ours_vs_limit", "ours_vs_run_mlm", "masking_vs_collator_torch", "rss_4x_vs_1x"}
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
