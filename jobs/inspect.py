@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import posixpath
 import sys
 
-from pipeline.inspection import decode_row, load_manifest, mask_statistics, read_split_rows
+from pipeline.inspection import decode_row, mask_statistics, read_split_rows
+from pipeline.outputs import load_manifest, masking_rule, tokenizer_spec
 from pipeline.tokenization import TokenizerSpec, resolve_tokenizer_json
 from schemas import manifest as m
 
@@ -33,23 +33,23 @@ def run(argv: list[str] | None = None) -> dict:
         parser.error(f"--epoch must be >= 0, got {args.epoch}")
     try:
         manifest = load_manifest(args.dir)
-        name = args.tokenizer or manifest[m.KEY_TOKENIZER]["name_or_path"]
-        spec = TokenizerSpec.from_json(resolve_tokenizer_json(name))
+        spec = (TokenizerSpec.from_json(resolve_tokenizer_json(args.tokenizer)) if args.tokenizer
+                else tokenizer_spec(args.dir))
     except (OSError, ValueError, KeyError) as error:
         parser.error(str(error))
-    if spec.fingerprint != manifest[m.KEY_TOKENIZER]["sha256"]:
-        print(f"warning: tokenizer {name!r} differs from the one the data was made with", file=sys.stderr)
+    if spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:
+        print("warning: the tokenizer differs from the one the data was made with", file=sys.stderr)
     config = manifest[m.KEY_CONFIG]
     print(f"{args.dir}: masking={config['masking']} max_seq_length={config['max_seq_length']} "
-          f"seed={config['seed']} tokenizer={manifest[m.KEY_TOKENIZER]['name_or_path']}")
+          f"seed={config['seed']} tokenizer={manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH]}")
     print("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
     for split, info in manifest[m.KEY_SPLITS].items():
         print(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
     for skipped in manifest[m.KEY_SKIPPED]:
         print(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
 
-    rule = spec.masking_rule(config["mlm_probability"], config["mask_replace_prob"], config["random_replace_prob"])
-    rows = read_split_rows(posixpath.join(args.dir, args.split), manifest, spec, rule, args.epoch)
+    rule = masking_rule(manifest)
+    rows = read_split_rows(args.dir, args.split, manifest, rule, args.epoch)
     stats = mask_statistics(rows, rule)
     for i in range(min(args.rows, rows.ids.shape[0])):
         print(f"row {i}: {decode_row(rows, i, spec)}")

@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
 from pipeline.readers import InputError, expand_inputs, hf_units
+from pipeline.resume import prepare_resume, run_record, start_run
 from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
 from pipeline.transforms import Preprocess
 from schemas import manifest as m
@@ -50,7 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--validation_fraction", type=float, default=0.01)
     p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
+    p.add_argument("--dedup", action="store_true", help="drop inputs whose content equals an earlier input's")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier MaskBeam output in --output")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run of the same config in --output, reusing finished work")
     return p
 
 
@@ -95,7 +99,8 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     ):
         raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
                               "refusing to delete it even with --overwrite")
-    ours = [posixpath.join(output, name) for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TEMP_DIR)]
+    ours = [posixpath.join(output, name)
+            for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE, m.TEMP_DIR)]
     FileSystems.delete([path for path in ours if FileSystems.exists(path)])
 
 
@@ -103,7 +108,7 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
 
     Returns:
-        The Beam PipelineResult.
+        The Beam PipelineResult, or None when --resume finds the output already complete.
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
@@ -121,7 +126,7 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         packing=known.packing, masking=known.masking, dupe_factor=known.dupe_factor,
         mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
         random_replace_prob=known.random_replace_prob, seed=known.seed,
-        validation_fraction=known.validation_fraction, num_shards=known.num_shards,
+        validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
     )
     try:
         config.validate()
@@ -129,7 +134,14 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         units = expand_inputs(list(config.inputs)) if config.inputs else []
         if config.hf_dataset:
             units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
-        _prepare_output(config.output, known.overwrite)
+        record = run_record(config, spec.fingerprint)
+        if known.resume:
+            if prepare_resume(config.output, record) == "complete":
+                _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
+                return None
+        else:
+            _prepare_output(config.output, known.overwrite)
+            start_run(config.output, record)
     except (ValueError, TokenizerError, InputError, FileExistsError) as error:
         parser.error(str(error))
 

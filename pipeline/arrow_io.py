@@ -84,6 +84,29 @@ def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.R
     return WrittenFile(path=path, rows=rows, bytes=sink.bytes, sha256=sink.sha256.hexdigest())
 
 
+def write_text(path: str, text: str) -> None:
+    """Write a small text file through FileSystems (temp name, then rename)."""
+    temp = path + PARTIAL_SUFFIX
+    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(text.encode("utf-8"))
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([temp], [path])
+
+
+def read_text(path: str) -> str:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read().decode("utf-8")
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_part(path: str, rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> WrittenFile:
     """Write unmasked rows of one input and one split. rows: (n, L); lengths: int32 (n,); seeds: uint64 (n,)."""
     schema = part_schema(rows.shape[1], rows.dtype)

@@ -34,6 +34,7 @@ class PreprocessConfig:
     seed: int = 0
     validation_fraction: float = 0.01
     num_shards: int | None = None
+    dedup: bool = False
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""

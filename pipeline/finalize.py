@@ -8,25 +8,15 @@ from __future__ import annotations
 import posixpath
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import __version__
+from pipeline.arrow_io import write_text
 from pipeline.config import PreprocessConfig
 from pipeline.sharding import ShardResult
 from pipeline.units import UnitResult
 from schemas import manifest as m
 from schemas.shard import shard_features
-
-
-def write_text(path: str, text: str) -> None:
-    """Write a small text file through FileSystems (temp name, then rename)."""
-    temp = path + m.PARTIAL_SUFFIX
-    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(text.encode("utf-8"))
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([temp], [path])
 
 
 def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
@@ -42,7 +32,7 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
             m.KEY_MASK_COUNTS: {k: sum(s.mask_counts[k] for s in mine) for k in m.MASK_COUNT_NAMES},
             m.KEY_SHARDS: [
                 {m.KEY_FILENAME: s.filename, m.KEY_ROWS: s.rows, m.KEY_BYTES: s.bytes, m.KEY_SHA256: s.sha256,
-                 m.KEY_MASK_COUNTS: s.mask_counts}
+                 m.KEY_MASK_COUNTS: s.mask_counts, m.KEY_PLAN: s.plan}
                 for s in mine
             ],
         }
@@ -55,7 +45,10 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.RECORDS_SKIPPED: u.records_skipped}
         for u in sorted(units, key=lambda u: u.source) if u.skip_reason is None
     ]
+    duplicates = [{m.KEY_PATH: u.source, m.KEY_DUPLICATE_OF: u.duplicate_of}
+                  for u in sorted(units, key=lambda u: u.source) if u.duplicate_of]
     return {
+        m.KEY_DUPLICATES: duplicates,
         m.KEY_VERSION: m.MANIFEST_VERSION,
         m.KEY_PACKAGE_VERSION: __version__,
         m.KEY_CONFIG: config.to_record(),
@@ -70,8 +63,9 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
 
 
 def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
-                    tokenizer_info: dict, id_dtype: np.dtype) -> dict:
-    """Write state.json / dataset_info.json per split, dataset_dict.json, then manifest.json; drop temp parts."""
+                    tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str) -> dict:
+    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer,
+    then manifest.json; drop temp parts."""
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
     for split in m.SPLITS:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
@@ -80,6 +74,7 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
         state = m.dataset_state(split, [s.filename for s in mine], [s.sha256 for s in mine])
         write_text(posixpath.join(folder, m.STATE_FILE), m.dumps(state))
     write_text(posixpath.join(config.output, m.DATASET_DICT_FILE), m.dumps(m.dataset_dict()))
+    write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
     manifest = build_manifest(units, shards, config, tokenizer_info)
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
     temp_dir = posixpath.join(config.output, m.TEMP_DIR)

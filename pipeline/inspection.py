@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import posixpath
 from dataclasses import dataclass
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline.arrow_io import fixed_list_to_numpy, read_table
 from pipeline.masking import MaskingRule, mask_rows
+from pipeline.outputs import shard_paths
 from pipeline.tokenization import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
 from schemas.shard import IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
@@ -27,22 +24,13 @@ class MaskedRows:
     original: np.ndarray | None
 
 
-def load_manifest(directory: str) -> dict:
-    path = posixpath.join(directory, m.MANIFEST_FILE)
-    if not FileSystems.exists(path):
-        raise FileNotFoundError(f"{directory!r} has no {m.MANIFEST_FILE}: not a (complete) MaskBeam output")
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return json.loads(handle.read().decode("utf-8"))
-
-
-def read_split_rows(split_dir: str, manifest: dict, spec: TokenizerSpec, rule: MaskingRule, epoch: int) -> MaskedRows:
+def read_split_rows(directory: str, split: str, manifest: dict, rule: MaskingRule, epoch: int) -> MaskedRows:
     """All rows of one split, masked: as stored (static) or with `epoch` (dynamic)."""
     config = manifest[m.KEY_CONFIG]
     seq_len = config["max_seq_length"]
-    split = posixpath.basename(split_dir.rstrip("/"))
     ids, labels, original = [], [], []
-    for shard in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]:
-        table = read_table(posixpath.join(split_dir, shard[m.KEY_FILENAME]))
+    for path in shard_paths(directory, manifest, split):
+        table = read_table(path)
         stored = fixed_list_to_numpy(table.column(INPUT_IDS), seq_len)
         if config["masking"] == MASKING_STATIC:
             ids.append(stored)

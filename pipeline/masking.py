@@ -69,6 +69,20 @@ class MaskingRule:
     def vocab_size(self) -> int:
         return int(self.is_special.size)
 
+    @classmethod
+    def from_ids(cls, vocab_size: int, never_selected: list[int], never_replacement: list[int], mask_id: int,
+                 mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
+                 random_replace_prob: float = 0.1) -> "MaskingRule":
+        """A rule from id lists: `never_selected` (special ids) are never targets nor replacements;
+        `never_replacement` (e.g. `[unused*]`) are additionally never drawn as random replacements."""
+        is_special = np.zeros(vocab_size, dtype=np.bool_)
+        is_special[list(never_selected)] = True
+        excluded = is_special.copy()
+        excluded[list(never_replacement)] = True
+        pool = np.flatnonzero(~excluded).astype(np.int32)
+        return cls(is_special=is_special, replacement_pool=pool, mask_id=mask_id, mlm_probability=mlm_probability,
+                   mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob)
+
 
 def check_probabilities(mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> None:
     """Raise ValueError unless all three lie in [0, 1] and the two replacement shares sum to <= 1."""

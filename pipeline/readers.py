@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import bz2
+import glob
+import gzip
 import io
 import json
+import lzma
+import os
 import posixpath
+import zlib
 from dataclasses import dataclass, field
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -37,6 +43,11 @@ class WorkUnit:
     hf_split: str = ""
     start: int = 0
     stop: int = 0
+    modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
+
+    @property
+    def identity(self) -> str:
+        return f"{self.source}|{self.size}|{self.modified}"
 
 
 @dataclass
@@ -78,7 +89,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
     Raises:
         InputError: naming the first pattern that matches no file.
     """
-    found: dict[str, int] = {}
+    found: dict[str, tuple[int, float]] = {}
     for pattern in patterns:
         matches = []
         if not _GLOB_CHARS & set(pattern):
@@ -89,16 +100,65 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
                 matches = _match(pattern)
             except Exception as error:  # Beam raises BeamIOError and others for bad patterns
                 raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
-        if not matches:
+        unlisted = _unlisted_local_entries(pattern, {meta.path for meta in matches})
+        if not matches and not unlisted:
             raise InputError(f"--input {pattern!r} matches no file")
         for meta in matches:
-            found[meta.path] = meta.size_in_bytes
-    return [WorkUnit(source=path, format=input_format(path), size=size) for path, size in sorted(found.items())]
+            found[meta.path] = (meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0))
+        for path in unlisted:  # reading them fails, so they are reported as skipped with the reason
+            found.setdefault(path, (0, 0.0))
+    return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified)
+            for path, (size, modified) in sorted(found.items())]
+
+
+def _unlisted_local_entries(pattern: str, listed: set[str]) -> list[str]:
+    """Local entries Beam's listing leaves out silently (broken symlinks, unstat-able files, and
+    directories a glob matched), so they are reported as skipped instead of lost. Other
+    filesystems list what they hold."""
+    if "://" in pattern:
+        return []
+    user_glob = bool(_GLOB_CHARS & set(pattern))
+    if not user_glob and os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "**", "*")
+    entries = glob.glob(pattern, recursive=True)
+
+    def lost(path: str) -> bool:
+        if os.path.isdir(path):
+            return user_glob
+        return os.path.islink(path) and not os.path.exists(path) or not os.path.exists(path)
+
+    return sorted(p for p in (os.path.abspath(e) for e in entries) if p not in listed and lost(p))
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    """Decompress by suffix with the standard codecs, which (unlike Beam's readers) raise on a
+    truncated stream instead of returning the part they could read."""
+    name = path.lower()
+    if name.endswith(".gz"):
+        return gzip.decompress(data)
+    if name.endswith(".bz2"):
+        return bz2.decompress(data)
+    if name.endswith((".xz", ".lzma")):
+        return lzma.decompress(data)
+    if name.endswith(".deflate"):
+        return zlib.decompress(data)
+    if name.endswith((".zst", ".zstd")):
+        import zstandard
+
+        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            out = decompressor.decompress(data)
+        except zstandard.ZstdError as error:
+            raise ValueError(f"corrupt zstd stream: {error}") from None
+        if not decompressor.eof:
+            raise EOFError("zstd stream ended before its end-of-frame marker (truncated)")
+        return out
+    return data
 
 
 def _read_bytes(path: str) -> bytes:
-    with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as handle:
-        return handle.read()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return _decompress(path, handle.read())
 
 
 def _add_record(out: UnitDocuments, value: object) -> None:
@@ -191,7 +251,7 @@ def read_unit(unit: WorkUnit, text_column: str, keep_boilerplate: bool) -> UnitD
             out.boilerplate_chars_removed = cleaned.boilerplate_chars_removed
     except NotText as reason:
         out.skip_reason = str(reason)
-    except (OSError, EOFError, ValueError) as error:
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as error:
         # Unreadable, a directory, truncated compression, corrupt parquet: skipped with the reason.
         out.skip_reason = f"unreadable: {type(error).__name__}: {error}"
     if out.skip_reason is None and not out.documents:

@@ -7,15 +7,20 @@ depends on content only, so any worker count or input order gives the same bytes
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from pipeline.arrow_io import PartRows, fixed_list_array, read_part, write_stream_atomically
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.arrow_io import (PartRows, file_sha256, fixed_list_array, read_part, read_text, write_stream_atomically,
+                               write_text)
 from pipeline.config import PreprocessConfig
 from pipeline.masking import MaskingRule, mask_rows
 from pipeline.units import UnitResult
@@ -36,6 +41,7 @@ from schemas.shard import (
 @dataclass(frozen=True)
 class PartSlice:
     path: str
+    key: str  # content key of the unit the part came from
     start: int
     stop: int
     copy: int
@@ -48,6 +54,13 @@ class ShardTask:
     count: int
     path: str
     slices: tuple[PartSlice, ...]
+    plan: str = ""  # hash of the config and the slices' content keys: what the shard's bytes depend on
+
+    @property
+    def record_path(self) -> str:
+        """Where the finished shard's result is recorded (in the run's temp folder, for --resume)."""
+        folder = posixpath.dirname(posixpath.dirname(self.path))
+        return posixpath.join(folder, m.TEMP_DIR, m.shard_record_name(self.split, posixpath.basename(self.path)))
 
 
 @dataclass
@@ -59,6 +72,7 @@ class ShardResult:
     bytes: int
     sha256: str
     mask_counts: dict[str, int] = field(default_factory=dict)
+    plan: str = ""
 
 
 def row_bytes(seq_len: int, id_dtype: np.dtype, masking: str) -> int:
@@ -76,10 +90,12 @@ def shard_count(total_rows: int, bytes_per_row: int, requested: int | None) -> i
 def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_row: int) -> list[ShardTask]:
     """Every shard of every split, with the part slices it is made of."""
     ordered = sorted(results, key=lambda r: r.sort_key)
+    config_key = json.dumps({k: v for k, v in config.to_record().items() if k not in ("output", "inputs")},
+                            sort_keys=True)
     tasks = []
     for split in m.SPLITS:
-        parts = [r.parts[split] for r in ordered if split in r.parts]
-        offsets = np.cumsum([0] + [rows for _, rows in parts])
+        parts = [(r.parts[split][0], r.parts[split][1], r.key) for r in ordered if split in r.parts]
+        offsets = np.cumsum([0] + [rows for _, rows, _ in parts])
         per_copy = int(offsets[-1])
         total = per_copy * config.copies
         count = shard_count(total, bytes_per_row, config.num_shards)
@@ -91,13 +107,16 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
                 first = int(np.searchsorted(offsets, local_begin, side="right")) - 1
                 position = local_begin
                 while position < local_end:
-                    part_path, _ = parts[first]
+                    part_path, _, key = parts[first]
                     stop = min(local_end, int(offsets[first + 1]))
-                    slices.append(PartSlice(part_path, position - int(offsets[first]), stop - int(offsets[first]), copy))
+                    slices.append(PartSlice(part_path, key, position - int(offsets[first]),
+                                            stop - int(offsets[first]), copy))
                     position = stop
                     first += 1
             path = posixpath.join(config.output, split, m.shard_name(index, count))
-            tasks.append(ShardTask(split=split, index=index, count=count, path=path, slices=tuple(slices)))
+            plan = hashlib.sha256(json.dumps([config_key, split, index, count, [
+                (piece.key, piece.start, piece.stop, piece.copy) for piece in slices]]).encode()).hexdigest()
+            tasks.append(ShardTask(split=split, index=index, count=count, path=path, slices=tuple(slices), plan=plan))
     return tasks
 
 
@@ -149,13 +168,32 @@ def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schem
         yield pa.Table.from_batches(pending, schema=schema).combine_chunks().to_batches()[0]
 
 
+def _reusable(task: ShardTask) -> ShardResult | None:
+    """The shard an interrupted run already finished, if its plan matches and its bytes check out."""
+    if not (FileSystems.exists(task.record_path) and FileSystems.exists(task.path)):
+        return None
+    try:
+        result = ShardResult(**json.loads(read_text(task.record_path)))
+    except (ValueError, TypeError):
+        return None
+    if result.plan != task.plan or file_sha256(task.path) != result.sha256:
+        return None
+    return result
+
+
 def write_shard(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, id_dtype: np.dtype) -> ShardResult:
-    """Gather, mask and write one shard under a temp name, then rename it to its final name."""
+    """Gather, mask and write one shard under a temp name, then rename it to its final name.
+    A shard finished by an interrupted run with the same plan is kept as it is."""
+    reused = _reusable(task)
+    if reused is not None:
+        return reused
     schema = shard_schema(config.masking, config.max_seq_length, id_dtype)
     totals = np.zeros(4, dtype=np.int64)
     written = write_stream_atomically(task.path, schema, _batches(task, config, rule, schema, totals))
-    return ShardResult(
+    result = ShardResult(
         split=task.split, index=task.index, filename=posixpath.basename(task.path), rows=written.rows,
         bytes=written.bytes, sha256=written.sha256,
-        mask_counts=dict(zip(m.MASK_COUNT_NAMES, (int(x) for x in totals))),
+        mask_counts=dict(zip(m.MASK_COUNT_NAMES, (int(x) for x in totals))), plan=task.plan,
     )
+    write_text(task.record_path, json.dumps(asdict(result), sort_keys=True))
+    return result

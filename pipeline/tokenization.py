@@ -129,14 +129,8 @@ class TokenizerSpec:
     def masking_rule(self, mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> MaskingRule:
         """Special ids are never selected; random replacements come from ordinary ids only
         (not special, not `[unused*]`)."""
-        is_special = np.zeros(self.vocab_size, dtype=np.bool_)
-        is_special[list(self.special_ids)] = True
-        excluded = is_special.copy()
-        excluded[list(self.unused_ids)] = True
-        pool = np.flatnonzero(~excluded).astype(np.int32)
-        return MaskingRule(is_special=is_special, replacement_pool=pool, mask_id=self.mask_id,
-                           mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
-                           random_replace_prob=random_replace_prob)
+        return MaskingRule.from_ids(self.vocab_size, list(self.special_ids), list(self.unused_ids), self.mask_id,
+                                    mlm_probability, mask_replace_prob, random_replace_prob)
 
 
 def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:

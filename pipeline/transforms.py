@@ -21,7 +21,7 @@ from pipeline.finalize import finalize_output
 from pipeline.readers import WorkUnit
 from pipeline.sharding import ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.tokenization import TokenizerSpec, build_tokenizer
-from pipeline.units import UnitResult, process_unit
+from pipeline.units import UnitResult, mark_duplicates, process_unit
 from schemas import manifest as m
 from schemas.shard import id_dtype_for_vocab
 
@@ -140,7 +140,8 @@ class WriteShards(beam.PTransform):
     def expand(self, unit_results):
         spec, config = self._spec, self._config
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
-        units = unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
+        units = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
+                 | "MarkDuplicates" >> beam.Map(mark_duplicates, drop=config.dedup))
         shards = (
             units
             | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
@@ -151,18 +152,19 @@ class WriteShards(beam.PTransform):
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
         return shards | "Finalize" >> beam.Map(
             lambda shard_results, unit_list: finalize_output(unit_list, shard_results, config, tokenizer_info,
-                                                             _id_dtype(spec)),
+                                                             _id_dtype(spec), spec.json),
             unit_list=beam.pvalue.AsSingleton(units),
         )
 
 
 def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
     return {
-        "name_or_path": name,
-        "sha256": spec.fingerprint,
-        "vocab_size": spec.vocab_size,
-        "special_ids": {"cls": spec.cls_id, "sep": spec.sep_id, "pad": spec.pad_id, "mask": spec.mask_id},
-        "never_selected_ids": list(spec.special_ids),
+        m.KEY_NAME_OR_PATH: name,
+        m.KEY_SHA256: spec.fingerprint,
+        m.KEY_VOCAB_SIZE: spec.vocab_size,
+        m.KEY_SPECIAL_IDS: {"cls": spec.cls_id, "sep": spec.sep_id, "pad": spec.pad_id, m.KEY_MASK_ID: spec.mask_id},
+        m.KEY_NEVER_SELECTED: list(spec.special_ids),
+        m.KEY_NEVER_REPLACEMENT: list(spec.unused_ids),
         "id_dtype": _id_dtype(spec).name,
     }
 

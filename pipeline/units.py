@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
+from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer
 
+from pipeline.arrow_io import read_text, write_part, write_text
 from pipeline.chunking import RowLayout, chunk_tokens, join_documents
 from pipeline.config import PACKING_CONCAT, PreprocessConfig
 from pipeline.hashing import content_digest, digest_to_u64, mask_seeds, row_keys, validation_rows
 from pipeline.readers import FORMAT_HF, WorkUnit, read_unit
-from pipeline.arrow_io import write_part
 from pipeline.tokenization import tokenize_text
 from schemas import manifest as m
 
@@ -28,11 +30,58 @@ class UnitResult:
     counts: dict[str, int] = field(default_factory=dict)
     records_skipped: dict[str, int] = field(default_factory=dict)
     parts: dict[str, tuple[str, int]] = field(default_factory=dict)  # split -> (part path, rows)
+    duplicate_of: str | None = None  # the first input (by path) with the same content
 
     @property
     def sort_key(self) -> tuple[str, str]:
         """Row order of the output: by content key, then source (ties are identical content)."""
         return (self.key, self.source)
+
+
+def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
+    """Report inputs whose content equals an earlier input's (by path); with `drop` (--dedup) they
+    become skipped inputs contributing no rows."""
+    first_by_key: dict[str, str] = {}
+    out = []
+    for result in sorted(results, key=lambda r: r.source):
+        if result.skip_reason is None and result.key in first_by_key:
+            result = replace(result, duplicate_of=first_by_key[result.key])
+            if drop:
+                counts = {name: 0 for name in result.counts}
+                counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
+                counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
+                result = replace(result, skip_reason=f"duplicate of {result.duplicate_of} (--dedup)", parts={},
+                                 counts=counts)
+        elif result.skip_reason is None:
+            first_by_key[result.key] = result.source
+        out.append(result)
+    return out
+
+
+def result_path(temp_dir: str, source: str) -> str:
+    return part_path(temp_dir, source, "result").replace(".arrow", ".json")
+
+
+def save_result(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
+    """Written after the unit's parts are in place: its presence marks the unit done (for --resume)."""
+    record = {"identity": unit.identity, "result": asdict(result)}
+    write_text(result_path(temp_dir, unit.source), json.dumps(record, sort_keys=True))
+
+
+def load_result(temp_dir: str, unit: WorkUnit) -> UnitResult | None:
+    """A finished unit's result from an interrupted run, if the input is unchanged and its parts exist."""
+    path = result_path(temp_dir, unit.source)
+    if not FileSystems.exists(path):
+        return None
+    try:
+        record = json.loads(read_text(path))
+        result = UnitResult(**record["result"])
+        result.parts = {split: (p, rows) for split, (p, rows) in result.parts.items()}
+    except (ValueError, KeyError, TypeError):
+        return None
+    if record["identity"] != unit.identity or not all(FileSystems.exists(p) for p, _ in result.parts.values()):
+        return None
+    return result
 
 
 def part_path(temp_dir: str, source: str, split: str) -> str:
@@ -66,7 +115,20 @@ def _chunk_into(out: _Rows, tokens: np.ndarray, digest: str, layout: RowLayout, 
 
 def process_unit(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: np.dtype,
                  config: PreprocessConfig, temp_dir: str) -> UnitResult:
-    """Read, clean, tokenize and chunk one unit; write its train and validation rows as parts."""
+    """Read, clean, tokenize and chunk one unit; write its train and validation rows as parts.
+
+    A unit finished by an interrupted run of the same config (its result record is in `temp_dir`
+    and the input is unchanged) is not processed again."""
+    done = load_result(temp_dir, unit)
+    if done is not None:
+        return done
+    result = _process(unit, tokenizer, layout, id_dtype, config, temp_dir)
+    save_result(temp_dir, unit, result)
+    return result
+
+
+def _process(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: np.dtype,
+             config: PreprocessConfig, temp_dir: str) -> UnitResult:
     result = UnitResult(source=unit.source, counts={name: 0 for name in m.INPUT_COUNT_NAMES})
     counts = result.counts
     read = read_unit(unit, config.text_column, config.keep_boilerplate)

@@ -68,13 +68,29 @@ KEY_SHA256 = "sha256"
 KEY_PATH = "path"
 KEY_REASON = "reason"
 KEY_MASK_COUNTS = "mask_counts"
+KEY_PLAN = "plan_sha256"
+KEY_DUPLICATES = "duplicates"
+KEY_DUPLICATE_OF = "duplicate_of"
+RUN_FILE = "run.json"  # the config of a run in progress, in TEMP_DIR (what --resume compares)
 KEY_MASK_COUNTS_EPOCH = "mask_counts_epoch"
+KEY_NEVER_SELECTED = "never_selected_ids"
+KEY_NEVER_REPLACEMENT = "never_replacement_ids"
+KEY_MASK_ID = "mask"
+KEY_SPECIAL_IDS = "special_ids"
+KEY_VOCAB_SIZE = "vocab_size"
+KEY_NAME_OR_PATH = "name_or_path"
+TOKENIZER_FILE = "tokenizer.json"  # a copy of the tokenizer travels with the data
 
 
 def shard_name(index: int, count: int) -> str:
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} outside [0, {count})")
     return SHARD_NAME_TEMPLATE.format(index=index, count=count)
+
+
+def shard_record_name(split: str, filename: str) -> str:
+    """Name (in TEMP_DIR) of the record a finished shard leaves for --resume."""
+    return f"shard-{split}-{filename}.json"
 
 
 def dataset_info(features: dict) -> dict:

@@ -13,7 +13,8 @@ import pytest
 
 from pipeline.cleaning import clean_bytes
 from pipeline.hashing import content_digest
-from pipeline.inspection import load_manifest, read_split_rows
+from pipeline.inspection import read_split_rows
+from pipeline.outputs import load_manifest
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
 from tests.conftest import BOOKS, HTML_PAGES, SMALL_BOOKS, TOKENIZER_DIR, binomial_tolerance, run_preprocess
@@ -124,7 +125,7 @@ def test_static_copy_k_equals_dynamic_epoch_k(small_books, tmp_path, spec, rule)
     n = manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_ROWS]
     assert static[INPUT_IDS].shape[0] == 3 * n
     for epoch in range(3):
-        rows = read_split_rows(str(dynamic_out / m.TRAIN), manifest, spec, rule, epoch)
+        rows = read_split_rows(str(dynamic_out), m.TRAIN, manifest, rule, epoch)
         np.testing.assert_array_equal(static[INPUT_IDS][epoch * n : (epoch + 1) * n], rows.ids)
         np.testing.assert_array_equal(static[LABELS][epoch * n : (epoch + 1) * n], rows.labels)
     copies = static[LABELS].reshape(3, n, -1)

@@ -1,0 +1,218 @@
+"""Consume shards in PyTorch: a memory-mapped map-style Dataset (static or dynamic masks), a
+collator for batches and for HF Trainer, and a resumable distributed sampler.
+
+Only paths travel to DataLoader workers; each process memory-maps the shards on first use.
+A dynamic row's mask is `mask_rows(row, mask_seed, epoch)`: the same in any worker, rank or process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from pipeline.arrow_io import fixed_list_to_numpy
+from pipeline.masking import MaskingRule, mask_rows
+from pipeline.outputs import load_manifest, masking_rule, shard_paths
+from schemas import manifest as m
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
+
+PAD_TO_MULTIPLE_OF = 8
+
+
+@dataclass
+class _Shard:
+    ids: np.ndarray  # (n, L) memory-mapped
+    attention: np.ndarray  # (n, L)
+    labels_or_seeds: np.ndarray  # (n, L) labels, or (n,) mask seeds
+
+
+def _open_shard(path: str, seq_len: int, static: bool) -> _Shard:
+    table = pa.ipc.open_stream(pa.memory_map(path, "r")).read_all().combine_chunks()
+    third = LABELS if static else MASK_SEED
+    return _Shard(
+        ids=fixed_list_to_numpy(table.column(INPUT_IDS), seq_len),
+        attention=fixed_list_to_numpy(table.column(ATTENTION_MASK), seq_len),
+        labels_or_seeds=(fixed_list_to_numpy(table.column(third), seq_len) if static
+                         else table.column(third).to_numpy()),
+    )
+
+
+class MlmShardDataset(Dataset):
+    """The rows of one split of a MaskBeam output.
+
+    Items are dicts of numpy arrays (`input_ids`, `attention_mask`, `labels`); `__getitems__`
+    fetches and masks a whole batch in one kernel call. For dynamic output `set_epoch(e)` changes
+    every mask; for static output the stored masks are returned as they are.
+    """
+
+    def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0) -> None:
+        manifest = load_manifest(directory)
+        config = manifest[m.KEY_CONFIG]
+        self.paths = shard_paths(directory, manifest, split)
+        rows = [s[m.KEY_ROWS] for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
+        self.offsets = np.cumsum([0] + rows)
+        self.seq_len = int(config["max_seq_length"])
+        self.static = config["masking"] == MASKING_STATIC
+        self.rule: MaskingRule = masking_rule(manifest)
+        self.vocab_size = self.rule.vocab_size
+        self.epoch = epoch
+        self._shards: list[_Shard] | None = None
+        self._pid = -1
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_shards"], state["_pid"] = None, -1  # workers map the files themselves
+        return state
+
+    def _opened(self) -> list[_Shard]:
+        if self._shards is None or self._pid != os.getpid():
+            self._shards = [_open_shard(p, self.seq_len, self.static) for p in self.paths]
+            self._pid = os.getpid()
+        return self._shards
+
+    def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
+        shards = self._opened()
+        index = np.asarray(indices, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"index out of range [0, {len(self)})")
+        which = np.searchsorted(self.offsets, index, side="right") - 1
+        local = index - self.offsets[which]
+        ids = np.empty((index.size, self.seq_len), dtype=shards[0].ids.dtype if shards else np.int32)
+        attention = np.empty((index.size, self.seq_len), dtype=np.int8)
+        third = np.empty((index.size, self.seq_len) if self.static else index.size,
+                         dtype=ids.dtype if self.static else np.uint64)
+        for s in np.unique(which):
+            rows = which == s
+            ids[rows] = shards[s].ids[local[rows]]
+            attention[rows] = shards[s].attention[local[rows]]
+            third[rows] = shards[s].labels_or_seeds[local[rows]]
+        if self.static:
+            labels = third
+        else:
+            ids, labels, _ = mask_rows(ids, third, self.epoch, self.rule)
+        return {INPUT_IDS: ids, ATTENTION_MASK: attention, LABELS: labels}
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        batch = self.__getitems__([index])
+        return {key: value[0] for key, value in batch.items()}
+
+
+class MlmCollator:
+    """Batches for BertForMaskedLM: int64 `input_ids`, `attention_mask`, `labels` (-100 off-target).
+
+    Accepts a pre-batched dict (from `MlmShardDataset.__getitems__`) or a list of rows (HF
+    `datasets` rows inside `transformers.Trainer`). Rows with a `mask_seed` and no `labels` (dynamic
+    output) are masked here at `self.epoch`, so pass `rule` and keep the epoch current with
+    `MaskEpochCallback`. `trim_padding` cuts columns after the longest row (rounded up to 8).
+    """
+
+    def __init__(self, rule: MaskingRule | None = None, epoch: int = 0, trim_padding: bool = False) -> None:
+        self.rule = rule
+        self.epoch = epoch
+        self.trim_padding = trim_padding
+
+    @classmethod
+    def for_output(cls, directory: str, **kwargs) -> "MlmCollator":
+        return cls(rule=masking_rule(load_manifest(directory)), **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _stack(self, rows: list[dict]) -> dict[str, np.ndarray]:
+        # explicit dtypes: a list of Python ints above 2**63 would otherwise become float64
+        keys = [k for k in (INPUT_IDS, ATTENTION_MASK, LABELS, MASK_SEED) if k in rows[0]]
+        return {k: np.asarray([r[k] for r in rows], dtype=np.uint64 if k == MASK_SEED else np.int64) for k in keys}
+
+    def __call__(self, batch) -> dict[str, torch.Tensor]:
+        arrays = self._stack(batch) if isinstance(batch, list) else batch
+        ids = arrays[INPUT_IDS]
+        labels = arrays.get(LABELS)
+        if labels is None:
+            if self.rule is None or MASK_SEED not in arrays:
+                raise ValueError("rows have neither labels nor mask_seed+rule: cannot build MLM labels")
+            ids32 = ids if ids.dtype in (np.int16, np.int32) else ids.astype(np.int32)
+            ids, labels, _ = mask_rows(ids32, arrays[MASK_SEED], self.epoch, self.rule)
+        attention = arrays[ATTENTION_MASK]
+        if self.trim_padding:
+            longest = int(np.asarray(attention).sum(axis=1).max())
+            width = min(ids.shape[1], -(-longest // PAD_TO_MULTIPLE_OF) * PAD_TO_MULTIPLE_OF)
+            ids, attention, labels = ids[:, :width], attention[:, :width], labels[:, :width]
+        return {
+            INPUT_IDS: torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
+            ATTENTION_MASK: torch.from_numpy(np.ascontiguousarray(attention, dtype=np.int64)),
+            LABELS: torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64)),
+        }
+
+
+class ResumableSampler(Sampler[int]):
+    """A deterministic, rank-disjoint, resumable order of dataset indices.
+
+    The permutation of epoch e is a pure function of (seed, e); rank r takes every world_size-th
+    index (padded by wrapping, as DistributedSampler does, so ranks step together). `position` is how
+    many of this rank's indices were already consumed in the current epoch: restoring
+    {"epoch", "position"} yields exactly what an uninterrupted run would have yielded next.
+    """
+
+    def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        if n <= 0:
+            raise ValueError(f"cannot sample from {n} rows")
+        self.n, self.seed, self.rank, self.world_size, self.shuffle = n, seed, rank, world_size, shuffle
+        self.epoch = 0
+        self.position = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self.position = epoch, 0
+
+    def order(self) -> np.ndarray:
+        order = (np.random.Generator(np.random.PCG64([self.seed, self.epoch])).permutation(self.n)
+                 if self.shuffle else np.arange(self.n))
+        per_rank = -(-self.n // self.world_size)
+        order = np.resize(order, per_rank * self.world_size)  # wrap to equal shares
+        return order[self.rank :: self.world_size]
+
+    def __len__(self) -> int:
+        return -(-self.n // self.world_size)
+
+    def __iter__(self):
+        return iter(self.order()[self.position :].tolist())
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "world_size": self.world_size}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed or state["world_size"] != self.world_size:
+            raise ValueError(f"sampler state is for seed {state['seed']} and world size {state['world_size']}, "
+                             f"not {self.seed} and {self.world_size}")
+        self.epoch, self.position = state["epoch"], state["position"]
+
+
+def epoch_callback(collator: MlmCollator, dataset: MlmShardDataset | None = None):
+    """A transformers TrainerCallback that sets the mask epoch at each epoch start."""
+    from transformers import TrainerCallback
+
+    class MaskEpochCallback(TrainerCallback):
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            epoch = int(round(state.epoch or 0))
+            collator.set_epoch(epoch)
+            if dataset is not None:
+                dataset.set_epoch(epoch)
+
+    return MaskEpochCallback()
+
+
+__all__ = ["MlmShardDataset", "MlmCollator", "ResumableSampler", "epoch_callback", "IGNORE_INDEX"]

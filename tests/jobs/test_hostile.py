@@ -1,0 +1,81 @@
+"""Hostile and odd input: the job completes and accounts for every input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+
+import pytest
+
+from pipeline.outputs import load_manifest
+from schemas import manifest as m
+from tests.conftest import BOOKS, run_preprocess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    d = root / "in"
+    d.mkdir()
+    book = (BOOKS / "classics__yellow_wallpaper.txt").read_bytes()
+    (d / "book.txt").write_bytes(book)
+    (d / "same_book_renamed.txt").write_bytes(book)
+    (d / "invalid_utf8.txt").write_bytes(b"Some text \xff\xfe\xc3 more text. " * 200)
+    (d / "nul_binary.txt").write_bytes(b"\x00\x01\x02" * 1000)
+    (d / "utf16.txt").write_bytes("\ufeffA UTF-16 book about tea and time. ".encode("utf-16-le") * 200)
+    (d / "whitespace.txt").write_bytes(b" \n\t\r\n   \n" * 100)
+    (d / "scripts.txt").write_text(("Emoji \U0001F600\U0001F680, CJK \u6f22\u5b57\u306e\u6587, RTL \u05e9\u05dc\u05d5\u05dd "
+                                    "\u0645\u0631\u062d\u0628\u0627, combining e\u0301 a\u0308 \u1e9b\u0323. ") * 100,
+                                   encoding="utf-8")
+    (d / "long_word.txt").write_text("x" * 1_000_000 + " and then some words. " * 50)
+    with gzip.open(d / "truncated.txt.gz", "wb") as handle:
+        handle.write(book)
+    data = (d / "truncated.txt.gz").read_bytes()
+    (d / "truncated.txt.gz").write_bytes(data[: len(data) // 2])
+    os.symlink(d / "does_not_exist.txt", d / "broken_link.txt")
+    (d / "a_directory.txt").mkdir()
+    (d / "a_directory.txt" / "inner.txt").write_bytes(book[:5000])
+    out = root / "out"
+    run_preprocess([d / "*.txt", d / "*.gz"], out, "--dedup")
+    return d, out
+
+
+def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
+    d, out = hostile
+    manifest = load_manifest(str(out))
+    processed = {e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]}
+    skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
+    assert processed == {"book.txt", "invalid_utf8.txt", "utf16.txt", "scripts.txt", "long_word.txt"}
+    assert "binary" in skipped["nul_binary.txt"]
+    assert skipped["whitespace.txt"].startswith("empty")
+    assert "unreadable" in skipped["truncated.txt.gz"]
+    assert "duplicate of" in skipped["same_book_renamed.txt"] and "book.txt" in skipped["same_book_renamed.txt"]
+    # Beam's listing drops these silently; we report them
+    assert "FileNotFoundError" in skipped["broken_link.txt"]
+    assert "directory" in skipped["a_directory.txt"].lower()
+    assert manifest[m.KEY_DUPLICATES] == [{m.KEY_PATH: str(d / "same_book_renamed.txt"),
+                                           m.KEY_DUPLICATE_OF: str(d / "book.txt")}]
+    assert manifest[m.KEY_COUNTS][m.REPLACED_BYTES] == 3 * 200
+
+
+def test_output_of_hostile_input_validates(hostile, capsys):
+    from jobs.validate import run
+
+    assert run([str(hostile[1])]) == 0
+    assert capsys.readouterr().out.startswith("OK:")
+
+
+def test_no_path_is_built_from_input_names(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", d / "..%2f..%2fescape.txt")
+    out = tmp_path / "out"
+    run_preprocess([d], out)
+    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*")}
+    assert written == {"in", "out"}
+    assert all("escape" not in p.name for p in out.rglob("*"))
+    assert json.loads((out / m.MANIFEST_FILE).read_text())[m.KEY_COUNTS][m.DOCUMENTS] == 1

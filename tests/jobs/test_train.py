@@ -1,0 +1,129 @@
+"""The trainer and HF Trainer interop on CPU with tiny models and the shared books."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from schemas import manifest as m
+from tests.conftest import REPO, binomial_tolerance, run_preprocess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data128(small_books, tmp_path_factory):
+    """Short rows keep CPU training fast; dynamic masks exercise the loader's kernel path."""
+    out = tmp_path_factory.mktemp("train") / "data"
+    run_preprocess([small_books], out, "--max_seq_length", "128", "--masking", "dynamic",
+                   "--validation_fraction", "0.05")
+    return out
+
+
+def _metrics(folder):
+    return [json.loads(line) for line in open(folder / "metrics.jsonl")]
+
+
+def test_tiny_model_learns_and_loads_in_fill_mask(data128, tmp_path):
+    from jobs.train import run
+
+    out = tmp_path / "model"
+    probe = tmp_path / "probe.txt"
+    probe.write_text("the [MASK] of the house.\n")
+    final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--max_steps", "300",
+                 "--batch_size", "16", "--lr", "2e-3", "--warmup_steps", "30", "--eval_every", "100",
+                 "--probe", str(probe), "--plot", str(tmp_path / "curves.png")])
+    rows = _metrics(out)
+    evals = [r for r in rows if "eval_accuracy" in r]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == 300
+    # a margin of 5 standard deviations of an accuracy measured on this many targets
+    margin = binomial_tolerance(final["eval_accuracy"], final["eval_targets"])
+    assert final["eval_accuracy"] > evals[0]["eval_accuracy"] + max(margin, 0.04), evals
+    assert final["eval_loss"] < evals[0]["eval_loss"] - 2.0
+    from transformers import pipeline
+
+    fill = pipeline("fill-mask", model=str(out), device="cpu")
+    assert len(fill("the [MASK] of the house.")) == 5
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_killed_run_resumes_to_the_same_losses(data128, tmp_path):
+    args = ["--data", str(data128), "--config", "tiny", "--max_steps", "60", "--batch_size", "8",
+            "--save_every", "20", "--warmup_steps", "10", "--eval_batches", "2"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(full)], check=True, env=env,
+                   capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.train", *args, "--output", str(killed)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        rows = _metrics(killed) if (killed / "metrics.jsonl").exists() else []
+        if (killed / "checkpoint.pt").exists() and any(r.get("step", 0) >= 25 and "loss" in r for r in rows):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert max(r["step"] for r in _metrics(killed)) < 60, "the run finished before it could be killed"
+    subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(killed), "--resume"], check=True,
+                   env=env, capture_output=True)
+    losses = lambda rows: [(r["step"], r["loss"]) for r in rows if "loss" in r]  # noqa: E731
+    a, b = losses(_metrics(full)), losses(_metrics(killed))
+    assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 61))
+    np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
+
+
+def _tiny_bert(vocab_size):
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, intermediate_size=128))
+
+
+def test_hf_trainer_static_with_default_collator(small_books, tmp_path):
+    import datasets
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    data = tmp_path / "static"
+    run_preprocess([small_books], data, "--max_seq_length", "128")
+    train = datasets.load_from_disk(str(data))[m.TRAIN].select(range(64))
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, max_steps=6,
+                             report_to=[], use_cpu=True, logging_steps=1, save_strategy="no")
+    trainer = Trainer(model=_tiny_bert(30522), args=args, train_dataset=train, data_collator=default_data_collator)
+    result = trainer.train()
+    assert np.isfinite(result.training_loss) and result.global_step == 6
+
+
+def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    from pipeline.loader import MlmCollator, epoch_callback
+
+    train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
+    collator = MlmCollator.for_output(str(data128))
+    seen = []
+
+    class Recording(MlmCollator):
+        def __call__(self, batch):
+            out = collator(batch)
+            seen.append((collator.epoch, out["labels"].clone()))
+            return out
+
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=32, num_train_epochs=3,
+                             report_to=[], use_cpu=True, remove_unused_columns=False, save_strategy="no",
+                             dataloader_drop_last=True, seed=0)
+    trainer = Trainer(model=_tiny_bert(30522), args=args, train_dataset=train, data_collator=Recording(),
+                      callbacks=[epoch_callback(collator)])
+    trainer.train()
+    assert [e for e, _ in seen] == [0, 1, 2]
+    assert all((labels != -100).any(dim=1).all() for _, labels in seen)
+    assert not torch.equal(seen[0][1].sort(dim=0).values, seen[1][1].sort(dim=0).values)

@@ -1,0 +1,105 @@
+"""jobs.validate on real outputs, and on outputs broken in each way users meet."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from schemas import manifest as m
+from tests.conftest import run_preprocess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def good(small_books, tmp_path_factory):
+    base = tmp_path_factory.mktemp("validate")
+    run_preprocess([small_books], base / "static", "--num_shards", "2", "--dupe_factor", "2")
+    run_preprocess([small_books], base / "dynamic", "--num_shards", "2", "--masking", "dynamic")
+    return base
+
+
+def _validate(path, capsys):
+    from jobs.validate import run
+
+    code = run([str(path)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_valid_outputs_pass(good, capsys, mode):
+    code, text = _validate(good / mode, capsys)
+    rows = json.loads((good / mode / m.MANIFEST_FILE).read_text())[m.KEY_COUNTS][m.ROWS]
+    copies = 2 if mode == "static" else 1
+    assert code == 0 and text.startswith("OK:") and f"{rows * copies} rows" in text, text
+
+
+def _copy(good, tmp_path, mode="static"):
+    target = tmp_path / mode
+    shutil.copytree(good / mode, target)
+    return target
+
+
+def test_truncated_shard(good, tmp_path, capsys):
+    out = _copy(good, tmp_path)
+    shard = out / m.TRAIN / "data-00001-of-00002.arrow"
+    shard.write_bytes(shard.read_bytes()[:-1000])
+    code, text = _validate(out, capsys)
+    assert code == 1 and "data-00001-of-00002.arrow" in text and "truncated" in text and "Traceback" not in text
+
+
+def test_bit_flipped_shard(good, tmp_path, capsys):
+    out = _copy(good, tmp_path, "dynamic")
+    shard = out / m.TRAIN / "data-00000-of-00002.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    code, text = _validate(out, capsys)
+    assert code == 1 and "data-00000-of-00002.arrow" in text and "sha256" in text
+
+
+def test_missing_and_unlisted_shards(good, tmp_path, capsys):
+    out = _copy(good, tmp_path)
+    (out / m.TRAIN / "data-00000-of-00002.arrow").unlink()
+    code, text = _validate(out, capsys)
+    assert code == 1 and "missing" in text
+    out = _copy(good, tmp_path / "second")
+    shutil.copy(out / m.TRAIN / "data-00000-of-00002.arrow", out / m.TRAIN / "data-00005-of-00009.arrow")
+    code, text = _validate(out, capsys)
+    assert code == 1 and "not in the manifest" in text
+
+
+def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
+    """A shard rewritten with consistent checksums but a special token as a target is still caught."""
+    import numpy as np
+    import pyarrow as pa
+
+    from pipeline.arrow_io import fixed_list_array, fixed_list_to_numpy
+    import hashlib
+
+    out = _copy(good, tmp_path)
+    shard = out / m.TRAIN / "data-00000-of-00002.arrow"
+    table = pa.ipc.open_stream(shard.read_bytes()).read_all()
+    labels = fixed_list_to_numpy(table.column("labels"), 512).copy()
+    labels[0, 0] = 101  # [CLS] as a target
+    table = table.set_column(2, table.schema.field(2), fixed_list_array(labels))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    shard.write_bytes(data)
+    manifest = json.loads((out / m.MANIFEST_FILE).read_text())
+    entry = manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS][0]
+    entry[m.KEY_SHA256], entry[m.KEY_BYTES] = hashlib.sha256(data).hexdigest(), len(data)
+    (out / m.MANIFEST_FILE).write_text(json.dumps(manifest))
+    code, text = _validate(out, capsys)
+    assert code == 1 and "special token is a target" in text, text
+    assert np.any(labels)
+
+
+def test_not_an_output(tmp_path, capsys):
+    code, text = _validate(tmp_path, capsys)
+    assert code == 1 and "manifest.json" in text
