@@ -24,10 +24,11 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
         "limit: tokenizers.encode_batch", "limit: tokenizers.encode_batch_fast", "ours", "peer_run_mlm"]
     steps = {s["step"]: s for s in report["steps"]}
     # every step saw the same corpus: ours counts the limit's tokens less the Gutenberg boilerplate
+    # (about a third of this short book)
     ours_tokens = steps["ours"]["runs"][0]["tokens"]
     limit_tokens = steps["limit: tokenizers.encode_batch"]["runs"][0]["tokens"]
     assert limit_tokens == steps["limit: tokenizers.encode_batch_fast"]["runs"][0]["tokens"]
-    assert 0.8 * limit_tokens < ours_tokens < limit_tokens
+    assert 0.5 * limit_tokens < ours_tokens < limit_tokens
     assert all(s["mb_per_s"][0] > 0 and s["peak_rss_mb"] > 0 for s in report["steps"])
     assert set(report["ratios"]) >= {"ours_vs_limit", "ours_vs_run_mlm", "masking_vs_collator_torch", "rss_4x_vs_1x"}
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
