@@ -19,26 +19,26 @@ from pipeline.loader import MlmCollator, MlmShardDataset, ResumableSampler
 
 
 def batches_per_second(data: str, workers: int, n_batches: int, batch_size: int = 256, repeat: int = 3) -> list[float]:
+    """Persistent workers, the epoch travelling with the indices; epochs roll over inside a timing."""
     dataset = MlmShardDataset(data)
-    sampler = ResumableSampler(len(dataset), seed=0)
+    sampler = ResumableSampler(len(dataset), seed=0, tag_epoch=True)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=True,
+                        collate_fn=MlmCollator(), persistent_workers=workers > 0,
+                        prefetch_factor=4 if workers else None)
+
+    def batches():
+        while True:
+            yield from loader
+            sampler.set_epoch(sampler.epoch + 1)
+
+    stream = batches()
+    next(stream)  # burn-in: worker start-up and first memory maps
     rates = []
-    for attempt in range(repeat):
-        sampler.set_epoch(attempt)
-        dataset.set_epoch(attempt)
-        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                            collate_fn=MlmCollator(), persistent_workers=False, prefetch_factor=4 if workers else None)
-        iterator = iter(loader)
-        next(iterator)  # burn-in: worker start-up and first memory maps
-        start, seen = time.perf_counter(), 0
-        while seen < n_batches:
-            try:
-                next(iterator)
-            except StopIteration:
-                sampler.set_epoch(sampler.epoch + 1)
-                iterator = iter(loader)
-                continue
-            seen += 1
-        rates.append(seen / (time.perf_counter() - start))
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(n_batches):
+            next(stream)
+        rates.append(n_batches / (time.perf_counter() - start))
     return rates
 
 

@@ -53,7 +53,7 @@ def run(argv: list[str] | None = None) -> dict:
     train_ds, val_ds = MlmShardDataset(cfg.data, m.TRAIN), MlmShardDataset(cfg.data, m.VALIDATION)
     spec = tokenizer_spec(cfg.data)
     model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
-    sampler = ResumableSampler(len(train_ds), seed=cfg.seed)
+    sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True)  # the epoch travels with indices
     collate = MlmCollator(trim_padding=cfg.trim_padding)
     loader_args = dict(batch_size=cfg.batch_size, collate_fn=collate, num_workers=cfg.num_workers,
                        pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
@@ -85,7 +85,6 @@ def run(argv: list[str] | None = None) -> dict:
     fpt, peak = flops_per_token(model, train_ds.seq_len), peak_flops(device)
     bar = tqdm(total=total, initial=step, desc="train", disable=None)
     while step < total:
-        train_ds.set_epoch(epoch)
         micro, tokens, started = 0, 0, time.perf_counter()
         for batch in train_loader:
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}

@@ -48,6 +48,10 @@ class MlmShardDataset(Dataset):
     Items are dicts of numpy arrays (`input_ids`, `attention_mask`, `labels`); `__getitems__`
     fetches and masks a whole batch in one kernel call. For dynamic output `set_epoch(e)` changes
     every mask; for static output the stored masks are returned as they are.
+
+    An index i >= len(dataset) addresses row i % len at epoch `self.epoch + i // len`: a sampler
+    built with `tag_epoch=True` sends the epoch with every index, so persistent DataLoader workers
+    (which never see `set_epoch` on the main process's copy) still mask with the right epoch.
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0) -> None:
@@ -85,9 +89,15 @@ class MlmShardDataset(Dataset):
 
     def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
         shards = self._opened()
-        index = np.asarray(indices, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= len(self)):
-            raise IndexError(f"index out of range [0, {len(self)})")
+        tagged = np.asarray(indices, dtype=np.int64)
+        if tagged.size and tagged.min() < 0:
+            raise IndexError(f"negative index {tagged.min()}")
+        epochs, index = np.divmod(tagged, max(len(self), 1))
+        if not self.static and epochs.size and epochs.min() != epochs.max():
+            raise IndexError("one batch must not mix epochs")
+        epoch = self.epoch + (int(epochs[0]) if epochs.size else 0)
+        if self.static and epochs.size and epochs.max() > 0:
+            raise IndexError(f"index out of range [0, {len(self)}) for static output")
         which = np.searchsorted(self.offsets, index, side="right") - 1
         local = index - self.offsets[which]
         ids = np.empty((index.size, self.seq_len), dtype=shards[0].ids.dtype if shards else np.int32)
@@ -102,7 +112,7 @@ class MlmShardDataset(Dataset):
         if self.static:
             labels = third
         else:
-            ids, labels, _ = mask_rows(ids, third, self.epoch, self.rule)
+            ids, labels, _ = mask_rows(ids, third, epoch, self.rule)
         return {INPUT_IDS: ids, ATTENTION_MASK: attention, LABELS: labels}
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
@@ -166,12 +176,14 @@ class ResumableSampler(Sampler[int]):
     {"epoch", "position"} yields exactly what an uninterrupted run would have yielded next.
     """
 
-    def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> None:
+    def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True,
+                 tag_epoch: bool = False) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if n <= 0:
             raise ValueError(f"cannot sample from {n} rows")
         self.n, self.seed, self.rank, self.world_size, self.shuffle = n, seed, rank, world_size, shuffle
+        self.tag_epoch = tag_epoch  # yield epoch * n + index (see MlmShardDataset)
         self.epoch = 0
         self.position = 0
 
@@ -189,7 +201,8 @@ class ResumableSampler(Sampler[int]):
         return -(-self.n // self.world_size)
 
     def __iter__(self):
-        return iter(self.order()[self.position :].tolist())
+        order = self.order()[self.position :]
+        return iter((order + self.epoch * self.n if self.tag_epoch else order).tolist())
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "world_size": self.world_size}

@@ -105,3 +105,19 @@ def test_sampler_is_disjoint_deterministic_and_resumable():
     assert list(resumed) == orders[2][10:]
     with pytest.raises(ValueError, match="seed"):
         resumed.load_state_dict({"epoch": 0, "position": 0, "seed": 8, "world_size": 4})
+
+
+def test_epoch_tagged_indices_reach_persistent_workers(outputs):
+    ds = MlmShardDataset(str(outputs / "dynamic"))
+    sampler = ResumableSampler(len(ds), seed=1, tag_epoch=True, shuffle=False)
+    loader = DataLoader(ds, batch_size=len(ds), sampler=sampler, num_workers=1, persistent_workers=True,
+                        collate_fn=MlmCollator())
+    per_epoch = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        per_epoch.append(next(iter(loader))["labels"])
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        expected = ds.__getitems__(list(range(len(ds))))["labels"]
+        np.testing.assert_array_equal(per_epoch[epoch].numpy(), expected)
+    assert not torch.equal(per_epoch[0], per_epoch[1])
