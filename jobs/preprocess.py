@@ -12,12 +12,14 @@ import importlib
 import logging
 import os
 import posixpath
+import tempfile
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
+from pipeline.publish import PublishError, build_upload_folder, check_repo_id, upload
 from pipeline.readers import InputError, expand_inputs, hf_units
 from pipeline.resume import prepare_resume, run_record, start_run
 from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
@@ -53,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
     p.add_argument("--dedup", action="store_true", help="drop inputs whose content equals an earlier input's")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier MaskBeam output in --output")
+    p.add_argument("--push_to_hub", metavar="USER/NAME",
+                   help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or login)")
+    p.add_argument("--hub_private", action="store_true", help="with --push_to_hub: create the repo private")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work")
     return p
@@ -129,6 +134,8 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
     )
     try:
+        if known.push_to_hub:
+            check_repo_id(known.push_to_hub)
         config.validate()
         spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
         units = expand_inputs(list(config.inputs)) if config.inputs else []
@@ -142,7 +149,7 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         else:
             _prepare_output(config.output, known.overwrite)
             start_run(config.output, record)
-    except (ValueError, TokenizerError, InputError, FileExistsError) as error:
+    except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
         parser.error(str(error))
 
     options = PipelineOptions(_local_runner_defaults(beam_args))
@@ -155,7 +162,19 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     result = pipeline.run()
     result.wait_until_finish()
     _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
+    if known.push_to_hub:
+        _publish(config.output, known.push_to_hub, known.hub_private, parser)
     return result
+
+
+def _publish(output: str, repo_id: str, private: bool, parser: argparse.ArgumentParser) -> None:
+    with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
+        try:
+            folder = build_upload_folder(output, scratch, repo_id=repo_id)
+            _log.info("published %s", upload(folder, repo_id, token=None, private=private))
+        except PublishError as error:
+            parser.exit(1, f"--push_to_hub: {error} (the output in {output} is complete; "
+                           f"retry with python -m jobs.publish {output} --repo_id {repo_id})\n")
 
 
 def _beam_flags(beam_args: list[str]) -> set[str]:

@@ -1,0 +1,56 @@
+"""Publish a processed dataset to the Hugging Face Hub.
+
+    python -m jobs.publish DIR --repo_id USER/NAME [--private] [--format parquet|arrow|both]
+        [--license ID] [--token TOKEN] [--dry_run FOLDER]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+
+from pipeline.outputs import NotAnOutput
+from pipeline.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, upload
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.publish", description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="output folder of jobs.preprocess")
+    p.add_argument("--repo_id", required=True, help="USER/NAME of the dataset repository")
+    p.add_argument("--private", action="store_true")
+    p.add_argument("--format", choices=FORMATS, default="parquet")
+    p.add_argument("--license", default="other", help="license id for the card (e.g. cc-by-4.0)")
+    p.add_argument("--token", help="Hub token (default: HF_TOKEN, then the stored login)")
+    p.add_argument("--dry_run", metavar="FOLDER", help="build the exact upload folder here and stop")
+    return p
+
+
+def run(argv: list[str] | None = None, api=None) -> str:
+    """Returns the dry-run folder or the dataset URL."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_repo_id(args.repo_id)
+        if args.dry_run:
+            folder = build_upload_folder(args.dir, args.dry_run, repo_id=args.repo_id, fmt=args.format,
+                                         license_id=args.license)
+            print(f"dry run: {len(folder.files)} files in {folder.path}")
+            return str(folder.path)
+        with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
+            folder = build_upload_folder(args.dir, scratch, repo_id=args.repo_id, fmt=args.format,
+                                         license_id=args.license)
+            url = upload(folder, args.repo_id, token=args.token, private=args.private, api=api)
+    except (PublishError, NotAnOutput) as error:
+        parser.exit(1, f"publish: {error}\n")
+    print(url)
+    return url
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    run()
+
+
+if __name__ == "__main__":
+    main()

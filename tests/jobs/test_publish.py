@@ -1,0 +1,142 @@
+"""jobs.publish offline: the dry-run folder loads back; the upload is exercised against an
+autospec HfApi (the Hub's servers cannot exist here)."""
+
+from __future__ import annotations
+
+import logging
+from unittest import mock
+
+import datasets
+import httpx2
+import numpy as np
+import pytest
+import yaml
+from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError
+
+from pipeline.publish import PublishError, build_upload_folder, upload, with_retries
+from schemas import manifest as m
+from tests.conftest import run_preprocess
+
+pytestmark = pytest.mark.slow
+TOKEN = "hf_SECRETsecretSECRETsecret1234567890"
+
+
+@pytest.fixture(scope="module")
+def outputs(small_books, tmp_path_factory):
+    base = tmp_path_factory.mktemp("publish")
+    run_preprocess([small_books], base / "static", "--num_shards", "2", "--max_seq_length", "128")
+    run_preprocess([small_books], base / "dynamic", "--masking", "dynamic", "--max_seq_length", "128")
+    return base
+
+
+def _card_yaml(folder):
+    text = (folder / "README.md").read_text()
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1]), text
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys):
+    from jobs.publish import run
+
+    folder = tmp_path / "upload"
+    run([str(outputs / mode), "--repo_id", "someone/books-mlm", "--dry_run", str(folder), "--license", "cc0-1.0"])
+    hub = datasets.load_dataset(str(folder))
+    local = datasets.load_from_disk(str(outputs / mode))
+    assert set(hub) == set(local) == set(m.SPLITS)
+    for split in m.SPLITS:
+        assert hub[split].num_rows == local[split].num_rows
+        assert hub[split].features == local[split].features
+        for column in local[split].column_names:
+            np.testing.assert_array_equal(np.asarray(hub[split].with_format("numpy")[column]),
+                                          np.asarray(local[split].with_format("numpy")[column]))
+    meta, text = _card_yaml(folder)
+    named = {p for config in meta["configs"] for entry in config["data_files"] for p in entry["path"]}
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*.parquet")}
+    assert named == on_disk and len(on_disk) >= 2
+    assert meta["license"] == "cc0-1.0" and meta["task_categories"] == ["fill-mask"]
+    assert {s["name"]: s["num_examples"] for s in meta["dataset_info"]["splits"]} == \
+        {split: local[split].num_rows for split in m.SPLITS}
+    assert "load_dataset(\"someone/books-mlm\")" in text and (folder / m.MANIFEST_FILE).exists()
+    assert ("default_data_collator" in text) == (mode == "static")
+
+
+def test_both_formats_parquet_default_and_arrow_copies(outputs, tmp_path):
+    folder = build_upload_folder(str(outputs / "static"), str(tmp_path / "both"), repo_id="a/b", fmt="both")
+    meta, text = _card_yaml(folder.path)
+    assert [c["config_name"] for c in meta["configs"]] == ["default"] and "arrow/" in text
+    local = datasets.load_from_disk(str(outputs / "static"))
+    assert datasets.load_dataset(str(folder.path))[m.TRAIN].num_rows == local[m.TRAIN].num_rows
+    arrow_files = sorted(str(p) for p in (folder.path / "arrow").glob("train-*.arrow"))
+    assert sum(datasets.Dataset.from_file(p).num_rows for p in arrow_files) == local[m.TRAIN].num_rows
+
+
+def _http_error(status):
+    request = httpx2.Request("POST", "https://huggingface.co/api/repos/create")
+    return HfHubHTTPError(f"{status} error for token {TOKEN}", response=httpx2.Response(status, request=request))
+
+
+def test_upload_calls_and_token_paths(outputs, tmp_path, monkeypatch):
+    folder = build_upload_folder(str(outputs / "static"), str(tmp_path / "f"), repo_id="someone/books")
+    api = mock.create_autospec(HfApi, instance=True)
+    upload(folder, "someone/books", token=TOKEN, private=True, api=api, sleep=lambda s: None)
+    api.create_repo.assert_called_once_with("someone/books", repo_type="dataset", private=True, exist_ok=True,
+                                            token=TOKEN)
+    kwargs = api.upload_folder.call_args.kwargs
+    assert kwargs["repo_id"] == "someone/books" and kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
+    assert sorted(kwargs["allow_patterns"]) == sorted(folder.files)
+    assert "README.md" in kwargs["allow_patterns"] and "manifest.json" in kwargs["allow_patterns"]
+    monkeypatch.setenv("HF_TOKEN", "hf_fromenvironment")
+    api = mock.create_autospec(HfApi, instance=True)
+    upload(folder, "someone/books", token=None, private=False, api=api)
+    assert api.create_repo.call_args.kwargs["token"] == "hf_fromenvironment"
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with pytest.raises(PublishError, match="no Hugging Face token"):
+        upload(folder, "someone/books", token=None, private=False, api=mock.create_autospec(HfApi, instance=True))
+
+
+def test_retry_on_429_and_5xx_then_clear_errors(outputs, tmp_path, caplog):
+    folder = build_upload_folder(str(outputs / "static"), str(tmp_path / "f"), repo_id="someone/books")
+    api = mock.create_autospec(HfApi, instance=True)
+    api.upload_folder.side_effect = [_http_error(429), _http_error(503), None]
+    delays = []
+    with caplog.at_level(logging.WARNING):
+        upload(folder, "someone/books", token=TOKEN, private=False, api=api, sleep=delays.append)
+    assert api.upload_folder.call_count == 3 and delays == [2.0, 4.0]
+    for status, message in ((401, "refused the token"), (403, "refused the token"), (404, "HTTP 404")):
+        api = mock.create_autospec(HfApi, instance=True)
+        api.create_repo.side_effect = _http_error(status)
+        with pytest.raises(PublishError, match=message) as error:
+            upload(folder, "someone/books", token=TOKEN, private=False, api=api, sleep=lambda s: None)
+        assert TOKEN not in str(error.value)
+        assert api.create_repo.call_count == 1  # no retry on client errors
+    with pytest.raises(PublishError, match="HTTP 429"):
+        with_retries(mock.Mock(side_effect=_http_error(429)), TOKEN, attempts=2, sleep=lambda s: None)
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("repo_id", ["noslash", "a/b/c", "/name", "user/", "user/na me", "user/../x"])
+def test_bad_repo_ids_are_refused(outputs, repo_id, capsys):
+    from jobs.publish import run
+
+    with pytest.raises(SystemExit) as error:
+        run([str(outputs / "static"), "--repo_id", repo_id, "--dry_run", "/tmp/never"])
+    assert error.value.code != 0 and "USER/NAME" in capsys.readouterr().err
+
+
+def test_token_never_leaks_into_output_or_logs(outputs, tmp_path, capsys, caplog):
+    from jobs.publish import run
+
+    api = mock.create_autospec(HfApi, instance=True)
+    api.upload_folder.side_effect = [_http_error(500), None]
+    with caplog.at_level(logging.DEBUG), mock.patch("pipeline.publish.time.sleep"):
+        run([str(outputs / "dynamic"), "--repo_id", "someone/books", "--token", TOKEN], api=api)
+    folder = tmp_path / "dry"
+    run([str(outputs / "dynamic"), "--repo_id", "someone/books", "--token", TOKEN, "--dry_run", str(folder)])
+    captured = capsys.readouterr()
+    assert TOKEN not in captured.out + captured.err + caplog.text
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes()
