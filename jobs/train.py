@@ -52,7 +52,10 @@ def run(argv: list[str] | None = None) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     train_ds, val_ds = MlmShardDataset(cfg.data, m.TRAIN), MlmShardDataset(cfg.data, m.VALIDATION)
     spec = tokenizer_spec(cfg.data)
-    model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
+    try:
+        model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
+    except (ValueError, OSError) as error:
+        raise SystemExit(f"jobs.train: {error}") from None
     sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True)  # the epoch travels with indices
     collate = MlmCollator(trim_padding=cfg.trim_padding)
     loader_args = dict(batch_size=cfg.batch_size, collate_fn=collate, num_workers=cfg.num_workers,

@@ -19,6 +19,16 @@ from schemas import manifest as m
 from schemas.shard import shard_features
 
 
+def reason_kind(reason: str) -> str:
+    """The kind of a skip reason, for counting: 'not text: an HTML/XML page' -> 'not text: an HTML/XML
+    page'; 'unreadable: EOFError: ...' -> 'unreadable: EOFError'; 'duplicate of X' -> 'duplicate'."""
+    if reason.startswith("duplicate of"):
+        return "duplicate"
+    if reason.startswith("unreadable:"):
+        return ":".join(reason.split(":")[:2])
+    return reason
+
+
 def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
                    tokenizer_info: dict) -> dict:
     """The manifest: config, tokenizer, counts, skipped inputs, and every shard with its checksum."""
@@ -40,6 +50,11 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
     skipped = [{m.KEY_PATH: u.source, m.KEY_REASON: u.skip_reason} for u in sorted(units, key=lambda u: u.source)
                if u.skip_reason is not None]
+    by_reason: dict[str, int] = {}
+    for entry in skipped:
+        kind = reason_kind(entry[m.KEY_REASON])
+        by_reason[kind] = by_reason.get(kind, 0) + 1
+    counts[m.FILES_SKIPPED_BY_REASON] = dict(sorted(by_reason.items()))
     inputs = [
         {m.KEY_PATH: u.source, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.RECORDS_SKIPPED: u.records_skipped}

@@ -9,6 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Iterator
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -29,6 +30,7 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 # Paragraph pieces longer than this are split at whitespace so no call gets a giant string.
 MAX_PIECE_CHARS = 20_000
 ENCODE_BATCH = 2048
+ENCODE_CHARS = 1 << 20
 
 
 class TokenizerError(ValueError):
@@ -141,39 +143,55 @@ def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     return tokenizer
 
 
-def _split_long(piece: str) -> list[str]:
-    if len(piece) <= MAX_PIECE_CHARS:
-        return [piece]
-    out = []
+def _split_long(piece: str) -> Iterator[str]:
+    """Cut a paragraph longer than MAX_PIECE_CHARS at whitespace (hard cut if there is none)."""
     start = 0
     while len(piece) - start > MAX_PIECE_CHARS:
         cut = piece.rfind(" ", start + 1, start + MAX_PIECE_CHARS)
         if cut <= start:
             newline = piece.rfind("\n", start + 1, start + MAX_PIECE_CHARS)
             cut = newline if newline > start else start + MAX_PIECE_CHARS
-        out.append(piece[start:cut])
+        yield piece[start:cut]
         start = cut
-    out.append(piece[start:])
-    return out
+    yield piece[start:] if start else piece
+
+
+def iter_paragraphs(text: str) -> Iterator[str]:
+    """Paragraph-sized pieces, lazily: split at blank lines, long paragraphs split again at whitespace."""
+    start = 0
+    for match in _PARAGRAPH_BREAK.finditer(text):
+        if text[start : match.start()].strip():
+            yield from _split_long(text[start : match.start()])
+        start = match.end()
+    if text[start:].strip():
+        yield from _split_long(text[start:])
 
 
 def split_paragraphs(text: str) -> list[str]:
-    """Paragraph-sized pieces: split at blank lines, long paragraphs split again at whitespace."""
-    pieces = []
-    for paragraph in _PARAGRAPH_BREAK.split(text):
-        if paragraph.strip():
-            pieces.extend(_split_long(paragraph))
-    return pieces
+    return list(iter_paragraphs(text))
+
+
+def _batches(pieces: Iterator[str]) -> Iterator[list[str]]:
+    """Groups of pieces of at most ENCODE_BATCH pieces and ENCODE_CHARS characters: one encode call
+    never holds the Encoding objects of more than about a megabyte of text."""
+    batch: list[str] = []
+    chars = 0
+    for piece in pieces:
+        batch.append(piece)
+        chars += len(piece)
+        if len(batch) >= ENCODE_BATCH or chars >= ENCODE_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
 
 
 def tokenize_text(tokenizer: Tokenizer, text: str) -> np.ndarray:
     """Content ids of one document (no specials), int32, shape (n,), tokenized in batches of pieces."""
-    pieces = split_paragraphs(text)
     parts: list[np.ndarray] = []
-    for start in range(0, len(pieces), ENCODE_BATCH):
-        encodings = tokenizer.encode_batch_fast(pieces[start : start + ENCODE_BATCH], add_special_tokens=False)
-        ids = itertools.chain.from_iterable(encoding.ids for encoding in encodings)
-        parts.append(np.fromiter(ids, dtype=np.int32))
+    for batch in _batches(iter_paragraphs(text)):
+        encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        parts.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int32))
     if not parts:
         return np.zeros(0, dtype=np.int32)
     return np.concatenate(parts)

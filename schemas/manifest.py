@@ -23,6 +23,7 @@ TARGET_SHARD_BYTES = 256 * 1024 * 1024
 # Count names, shared by the per-input results, the Beam metrics and the manifest.
 FILES_READ = "files_read"
 FILES_SKIPPED = "files_skipped"
+FILES_SKIPPED_BY_REASON = "files_skipped_by_reason"
 RECORDS_SKIPPED = "records_skipped"
 DOCUMENTS = "documents"
 DOCUMENTS_TOO_SHORT = "documents_too_short"

@@ -79,3 +79,27 @@ def test_no_path_is_built_from_input_names(tmp_path):
     assert written == {"in", "out"}
     assert all("escape" not in p.name for p in out.rglob("*"))
     assert json.loads((out / m.MANIFEST_FILE).read_text())[m.KEY_COUNTS][m.DOCUMENTS] == 1
+
+
+# Peak RSS of the whole process tree (launcher + 2 workers) on one 200 MB line. A single input is
+# read whole (text ~4x its size in one worker while cleaning), so the bound is stated for this size.
+PEAK_RSS_BOUND_MB_200MB_LINE = 2500
+
+
+def test_200mb_file_without_newline_has_bounded_memory(tmp_path):
+    import sys
+
+    from benchmarks.procmon import run_measured
+    from tests.conftest import REPO, TOKENIZER_DIR
+
+    big = tmp_path / "one_line.txt"
+    chunk = b"lorem ipsum dolor sit amet, consectetur adipiscing elit; sed do eiusmod tempor. " * 16384
+    with open(big, "wb") as handle:
+        while handle.tell() < 200 * 2**20:
+            handle.write(chunk)
+    out = tmp_path / "out"
+    measured = run_measured([sys.executable, "-m", "jobs.preprocess", "--input", str(big), "--output", str(out),
+                             "--tokenizer", str(TOKENIZER_DIR), "--masking", "dynamic"], cwd=str(REPO))
+    manifest = load_manifest(str(out))
+    assert manifest[m.KEY_COUNTS][m.DOCUMENTS] == 1 and manifest[m.KEY_COUNTS][m.TOKENS] > 30_000_000
+    assert measured.peak_rss_mb < PEAK_RSS_BOUND_MB_200MB_LINE, measured.peak_rss_mb

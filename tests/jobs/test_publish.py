@@ -140,3 +140,19 @@ def test_token_never_leaks_into_output_or_logs(outputs, tmp_path, capsys, caplog
     for path in folder.rglob("*"):
         if path.is_file():
             assert TOKEN.encode() not in path.read_bytes()
+
+
+def test_preprocess_push_to_hub_publishes_after_the_run(small_books, tmp_path, monkeypatch):
+    api = mock.create_autospec(HfApi, instance=True)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with mock.patch("huggingface_hub.HfApi", return_value=api):
+        run_preprocess([small_books], tmp_path / "out", "--push_to_hub", "someone/books", "--hub_private")
+    api.create_repo.assert_called_once_with("someone/books", repo_type="dataset", private=True, exist_ok=True,
+                                            token=TOKEN)
+    assert "data/train-00000-of-00001.parquet" in api.upload_folder.call_args.kwargs["allow_patterns"]
+
+
+def test_preprocess_rejects_a_bad_repo_id_before_running(small_books, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_preprocess([small_books], tmp_path / "out", "--push_to_hub", "not a repo")
+    assert "USER/NAME" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -127,3 +127,11 @@ def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
     assert [e for e, _ in seen] == [0, 1, 2]
     assert all((labels != -100).any(dim=1).all() for _, labels in seen)
     assert not torch.equal(seen[0][1].sort(dim=0).values, seen[1][1].sort(dim=0).values)
+
+
+def test_model_vocabulary_must_match_the_data(data128, tmp_path):
+    from jobs.train import run
+
+    _tiny_bert(1000).save_pretrained(tmp_path / "small_vocab")
+    with pytest.raises(SystemExit, match="vocabulary of 1000 ids but the data was tokenized with 30522"):
+        run(["--data", str(data128), "--output", str(tmp_path / "out"), "--model", str(tmp_path / "small_vocab")])
