@@ -140,7 +140,8 @@ def format_report(report: dict) -> str:
         lines.append(f"{s['step']:32} {mb[0]:7.2f} ({mb[1]:.2f}-{mb[2]:.2f}){'':3} {s['m_tokens_per_s']:8.2f} "
                      f"{wall[0]:7.2f} ({wall[1]:.2f}-{wall[2]:.2f}){'':3} {s['peak_rss_mb']:12.0f}")
     mk = report["masking_m_tokens_per_s"]
-    lines.append(f"masking, one thread, 256x512 rows (M tokens/s): ours {mk['ours']:.0f}, "
+    lines.append(f"masking, one thread, 256x512 rows (M tokens/s): ours {mk['ours']:.0f} "
+                 f"(whole-word {mk['ours_whole_word']:.0f}, span {mk['ours_span']:.0f}), "
                  f"collator torch {mk['collator_torch']:.1f}, collator numpy {mk['collator_numpy']:.1f}")
     mem = report["memory"]
     lines.append(f"peak RSS of ours (process tree): 1x {mem['ours_1x_peak_rss_mb']:.0f} MB, "
@@ -168,8 +169,9 @@ def plot_report(report: dict, path: str) -> None:
     left.set_ylabel("MB/s (median, min-max)")
     left.set_title(f"End to end, {report['corpus_mb']:.0f} MB corpus")
     mk = report["masking_m_tokens_per_s"]
-    right.bar(["ours", "collator\ntorch", "collator\nnumpy"], [mk["ours"], mk["collator_torch"], mk["collator_numpy"]],
-              color=["#2a7", "#c55", "#c55"])
+    right.bar(["ours", "ours\nword", "ours\nspan", "collator\ntorch", "collator\nnumpy"],
+              [mk["ours"], mk["ours_whole_word"], mk["ours_span"], mk["collator_torch"], mk["collator_numpy"]],
+              color=["#2a7", "#2a7", "#2a7", "#c55", "#c55"])
     right.set_ylabel("M tokens/s, one thread")
     right.set_title("Masking kernel")
     fig.suptitle(f"MaskBeam benchmark, {report['date']}, {report['machine']}")

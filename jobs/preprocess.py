@@ -44,10 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep_boilerplate", action="store_true", help="keep Project Gutenberg header and licence")
     p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN)
     p.add_argument("--min_tokens", type=int, default=64, help="content tokens a final short row needs to be kept")
-    p.add_argument("--packing", choices=PACKING_MODES, default=PACKING_DOC)
+    p.add_argument("--packing", choices=PACKING_MODES, default=PACKING_DOC,
+                   help="doc: rows never span documents; concat: short documents share rows; "
+                        "sentences: rows end at sentence ends")
+    p.add_argument("--short_seq_prob", type=float, default=0.1,
+                   help="with --packing sentences: share of rows given a shorter random target (BERT: 0.1)")
     p.add_argument("--masking", choices=MASKING_MODES, default=MASKING_STATIC)
     p.add_argument("--dupe_factor", type=int, default=1, help="static copies of each row, each with its own mask")
     p.add_argument("--mlm_probability", type=float, default=0.15)
+    unit = p.add_mutually_exclusive_group()
+    unit.add_argument("--whole_word_mask", action="store_true",
+                      help="select whole words: every piece of a selected word is a target")
+    unit.add_argument("--span_mask", action="store_true", help="SpanBERT-style spans of geometric length")
+    p.add_argument("--span_p", type=float, default=0.2, help="span length ~ Geometric(span_p) (default 0.2)")
+    p.add_argument("--max_span", type=int, default=10, help="longest span in tokens (default 10)")
     p.add_argument("--mask_replace_prob", type=float, default=0.8)
     p.add_argument("--random_replace_prob", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
@@ -132,6 +142,8 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
         random_replace_prob=known.random_replace_prob, seed=known.seed,
         validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
+        masking_unit="word" if known.whole_word_mask else "span" if known.span_mask else "token",
+        span_p=known.span_p, max_span=known.max_span, short_seq_prob=known.short_seq_prob,
     )
     try:
         if known.push_to_hub:

@@ -18,6 +18,7 @@ class RowLayout:
     sep_id: int
     pad_id: int
     min_tokens: int = 64
+    unk_id: int = -1  # counted per input; -1 when the tokenizer has none
 
     def __post_init__(self) -> None:
         if self.seq_len < MIN_SEQ_LEN:
@@ -84,3 +85,50 @@ def join_documents(documents: list[np.ndarray], sep_id: int) -> np.ndarray:
             pieces.append(separator)
         pieces.append(np.asarray(doc, dtype=np.int32))
     return np.concatenate(pieces)
+
+
+def pack_sentences(tokens: np.ndarray, sentence_lengths: np.ndarray, layout: RowLayout, dtype: np.dtype,
+                   short_targets: np.ndarray) -> Chunks:
+    """Pack whole sentences into rows: a row ends at a sentence end; a sentence longer than a row is
+    split across rows (never dropped). Row r aims at `short_targets[r]` content tokens when that
+    is > 0 (BERT's short_seq_prob rows), else at the full width; only the last row may fall under
+    `min_tokens`, and then it is dropped and counted.
+
+    Args:
+        tokens: int, shape (n,): the document's content tokens.
+        sentence_lengths: int, shape (s,): tokens per sentence, summing to n.
+        short_targets: int, shape (>= rows,): per-row shorter targets, 0 for full rows.
+    """
+    if int(sentence_lengths.sum()) != tokens.shape[0]:
+        raise ValueError("sentence lengths must sum to the number of tokens")
+    width = layout.content_len
+    bounds: list[tuple[int, int]] = []  # (start, stop) in tokens of each row
+    row_start = position = 0
+
+    def target() -> int:
+        wanted = int(short_targets[len(bounds)]) if len(bounds) < short_targets.shape[0] else 0
+        return wanted if 0 < wanted < width else width
+
+    for length in sentence_lengths.tolist():
+        if position + length - row_start > target() and position > row_start:
+            bounds.append((row_start, position))  # the row ends before this sentence
+            row_start = position
+        end = position + length
+        while end - row_start > width:  # a sentence longer than a row is split, never dropped
+            bounds.append((row_start, row_start + width))
+            row_start += width
+        position = end
+    dropped = 0
+    if position > row_start:
+        if position - row_start >= layout.min_tokens:
+            bounds.append((row_start, position))
+        else:
+            dropped = position - row_start
+    rows = np.full((len(bounds), layout.seq_len), layout.pad_id, dtype=dtype)
+    lengths = np.empty(len(bounds), dtype=np.int32)
+    for r, (start, stop) in enumerate(bounds):
+        rows[r, 1 : stop - start + 1] = tokens[start:stop]
+        rows[r, stop - start + 1] = layout.sep_id
+        lengths[r] = stop - start + 2
+    rows[:, 0] = layout.cls_id
+    return Chunks(rows=rows, lengths=lengths, dropped_tokens=dropped)

@@ -9,7 +9,8 @@ from schemas.shard import DEFAULT_SEQ_LEN, MASKING_DYNAMIC, MASKING_MODES, MASKI
 
 PACKING_DOC = "doc"
 PACKING_CONCAT = "concat"
-PACKING_MODES = (PACKING_DOC, PACKING_CONCAT)
+PACKING_SENTENCES = "sentences"
+PACKING_MODES = (PACKING_DOC, PACKING_CONCAT, PACKING_SENTENCES)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class PreprocessConfig:
     validation_fraction: float = 0.01
     num_shards: int | None = None
     dedup: bool = False
+    masking_unit: str = "token"  # "token", "word" (--whole_word_mask) or "span" (--span_mask)
+    span_p: float = 0.2
+    max_span: int = 10
+    short_seq_prob: float = 0.1  # with --packing sentences: share of rows with a shorter target (BERT)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
@@ -63,6 +68,14 @@ class PreprocessConfig:
             raise ValueError(f"--validation_fraction must be in [0, 1), got {self.validation_fraction}")
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"--num_shards must be >= 1, got {self.num_shards}")
+        if self.masking_unit not in ("token", "word", "span"):
+            raise ValueError(f"masking unit must be token, word or span, got {self.masking_unit!r}")
+        if not 0.0 < self.span_p <= 1.0:
+            raise ValueError(f"--span_p must be in (0, 1], got {self.span_p}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.max_span < 1:
+            raise ValueError(f"--max_span must be >= 1, got {self.max_span}")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"--seed must be in [0, 2**64), got {self.seed}")
 

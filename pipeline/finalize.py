@@ -57,7 +57,8 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
     counts[m.FILES_SKIPPED_BY_REASON] = dict(sorted(by_reason.items()))
     inputs = [
         {m.KEY_PATH: u.source, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
-         m.TOKENS: u.counts.get(m.TOKENS, 0), m.RECORDS_SKIPPED: u.records_skipped}
+         m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),
+         m.RECORDS_SKIPPED: u.records_skipped}
         for u in sorted(units, key=lambda u: u.source) if u.skip_reason is None
     ]
     duplicates = [{m.KEY_PATH: u.source, m.KEY_DUPLICATE_OF: u.duplicate_of}

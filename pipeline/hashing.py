@@ -88,3 +88,17 @@ def validation_rows(keys: np.ndarray, fraction: float) -> np.ndarray:
     changing the masking seed never moves rows between splits."""
     hashed = mix64_array(keys, int(SPLIT_SALT))
     return (hashed >> _S11) < probability_threshold(fraction)
+
+
+SHORT_SALT = np.uint64(0x5407757407757407)
+
+
+def short_row_targets(document_key: np.uint64, n_rows: int, probability: float, width: int) -> np.ndarray:
+    """BERT's short_seq_prob: for each row slot, 0 (a full row) or, with `probability`, a shorter
+    target drawn uniformly from [2, width]. A function of the document's content key only."""
+    if n_rows == 0 or probability <= 0:
+        return np.zeros(n_rows, dtype=np.int32)
+    draws = mix64_array(np.arange(n_rows, dtype=np.uint64) ^ np.uint64(document_key), int(SHORT_SALT))
+    short = (draws >> _S11) < probability_threshold(probability)
+    lengths = 2 + (mix64_array(draws) % np.uint64(max(width - 1, 1))).astype(np.int64)
+    return np.where(short, lengths, 0).astype(np.int32)

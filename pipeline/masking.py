@@ -32,6 +32,11 @@ DRAW_BITS = 16  # resolution of a selection draw: probabilities are rounded to m
 _DRAW_MASK = np.uint64((1 << DRAW_BITS) - 1)
 _DRAW_SHIFT = np.uint64(DRAW_BITS)
 
+UNIT_TOKEN, UNIT_WORD, UNIT_SPAN = "token", "word", "span"
+MASKING_UNITS = (UNIT_TOKEN, UNIT_WORD, UNIT_SPAN)
+_SPAN_SALT = np.uint64(0x5BA45BA45BA45BA4)
+_S11 = np.uint64(11)
+
 # Indices into the counts array every masking call returns.
 COUNT_SELECTED, COUNT_MASKED, COUNT_RANDOM, COUNT_UNCHANGED = range(4)
 
@@ -45,6 +50,11 @@ class MaskingRule:
         replacement_pool: int32, shape (P,): ids a random replacement is drawn from (ordinary tokens).
         mask_id: the `[MASK]` id.
         mlm_probability, mask_replace_prob, random_replace_prob: the 15/80/10 ratios.
+        unit: "token" (BERT), "word" (whole-word: all pieces of a selected word are targets) or
+            "span" (SpanBERT-style spans of geometric length, in tokens).
+        is_continuation: bool, shape (vocab_size,): True for ids that continue a word (WordPiece
+            `##x`; BPE/SentencePiece pieces without the word-start marker). Needed for "word".
+        span_p, max_span: the span length distribution: Geometric(span_p) clipped at max_span.
     """
 
     is_special: np.ndarray
@@ -53,6 +63,10 @@ class MaskingRule:
     mlm_probability: float = 0.15
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
+    unit: str = "token"
+    is_continuation: np.ndarray | None = None
+    span_p: float = 0.2
+    max_span: int = 10
 
     def __post_init__(self) -> None:
         if self.is_special.dtype != np.bool_ or self.is_special.ndim != 1:
@@ -64,6 +78,13 @@ class MaskingRule:
         if not 0 <= self.mask_id < self.is_special.size:
             raise ValueError(f"mask_id {self.mask_id} outside the vocabulary of {self.is_special.size}")
         check_probabilities(self.mlm_probability, self.mask_replace_prob, self.random_replace_prob)
+        if self.unit not in MASKING_UNITS:
+            raise ValueError(f"unit must be one of {MASKING_UNITS}, got {self.unit!r}")
+        if self.unit == UNIT_WORD and (self.is_continuation is None
+                                       or self.is_continuation.shape != self.is_special.shape):
+            raise ValueError("whole-word masking needs is_continuation of shape (vocab_size,)")
+        if not 0.0 < self.span_p <= 1.0 or self.max_span < 1:
+            raise ValueError(f"span_p must be in (0, 1] and max_span >= 1, got {self.span_p}, {self.max_span}")
 
     @property
     def vocab_size(self) -> int:
@@ -72,16 +93,21 @@ class MaskingRule:
     @classmethod
     def from_ids(cls, vocab_size: int, never_selected: list[int], never_replacement: list[int], mask_id: int,
                  mlm_probability: float = 0.15, mask_replace_prob: float = 0.8,
-                 random_replace_prob: float = 0.1) -> "MaskingRule":
+                 random_replace_prob: float = 0.1, *, unit: str = "token", continuation_ids: list[int] = (),
+                 span_p: float = 0.2, max_span: int = 10) -> "MaskingRule":
         """A rule from id lists: `never_selected` (special ids) are never targets nor replacements;
-        `never_replacement` (e.g. `[unused*]`) are additionally never drawn as random replacements."""
+        `never_replacement` (e.g. `[unused*]`) are additionally never drawn as random replacements;
+        `continuation_ids` continue a word (for unit="word")."""
         is_special = np.zeros(vocab_size, dtype=np.bool_)
         is_special[list(never_selected)] = True
         excluded = is_special.copy()
         excluded[list(never_replacement)] = True
         pool = np.flatnonzero(~excluded).astype(np.int32)
+        is_continuation = np.zeros(vocab_size, dtype=np.bool_)
+        is_continuation[list(continuation_ids)] = True
         return cls(is_special=is_special, replacement_pool=pool, mask_id=mask_id, mlm_probability=mlm_probability,
-                   mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob)
+                   mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob, unit=unit,
+                   is_continuation=is_continuation, span_p=span_p, max_span=max_span)
 
 
 def check_probabilities(mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> None:
@@ -175,14 +201,153 @@ def _mask_rows_kernel(ids, seeds, epoch, is_special, pool, mask_id, select_thr, 
     counts[3] += n_total - n_masked - n_random
 
 
-def mask_rows(ids: np.ndarray, seeds: np.ndarray, epoch: int, rule: MaskingRule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@kernel()
+def _target(j, t, category_stream, row_ids, row_labels, pool, mask_id, mask_thr, random_thr):
+    """Make position j a target with the same category draw as the token kernel: 1 [MASK], 2 random,
+    3 unchanged."""
+    row_labels[j] = t
+    h = mix64(category_stream + np.uint64(j))
+    u = h >> _S32
+    if u < mask_thr:
+        row_ids[j] = mask_id
+        return 1
+    if u < random_thr:
+        row_ids[j] = pool[((h & _LOW32) * np.uint64(pool.shape[0])) >> _S32]
+        return 2
+    return 3
+
+
+@kernel()
+def _word_end(row_in, j, is_special, is_continuation):
+    end = j + 1
+    while end < row_in.shape[0] and not is_special[row_in[end]] and is_continuation[row_in[end]]:
+        end += 1
+    return end
+
+
+@kernel()
+def _mask_words_kernel(ids, seeds, epoch, is_special, is_continuation, pool, mask_id, word_thr, mask_thr,
+                       random_thr, out_ids, out_labels, counts):
+    """Whole words: a word starts at a non-special id that is not a continuation (or right after a
+    special) and runs over its continuation pieces; each word is selected with probability p, all
+    its pieces become targets, and the 80/10/10 rule applies per piece."""
+    n_rows, seq_len = ids.shape
+    epoch_key = mix64(epoch ^ _EPOCH_SALT)
+    out_ids[:, :] = ids
+    out_labels[:, :] = out_labels.dtype.type(IGNORE_INDEX)
+    for row in range(n_rows):
+        row_in, row_ids, row_labels = ids[row], out_ids[row], out_labels[row]
+        stream = mix64(seeds[row] ^ epoch_key)
+        category_stream = stream ^ _CATEGORY_SALT
+        n_selected = 0
+        n_words = 0
+        j = 0
+        while j < seq_len:
+            if is_special[row_in[j]]:
+                j += 1
+                continue
+            end = _word_end(row_in, j, is_special, is_continuation)
+            n_words += 1
+            if (mix64(stream + np.uint64(j)) >> _S32) < word_thr:
+                for k in range(j, end):
+                    counts[_target(k, row_in[k], category_stream, row_ids, row_labels, pool, mask_id, mask_thr,
+                                   random_thr)] += 1
+                    n_selected += 1
+            j = end
+        if n_selected == 0 and n_words > 0:
+            pick = mix64(stream ^ _FORCE_SALT) % np.uint64(n_words)
+            j = 0
+            seen = np.uint64(0)
+            while j < seq_len:
+                if is_special[row_in[j]]:
+                    j += 1
+                    continue
+                end = _word_end(row_in, j, is_special, is_continuation)
+                if seen == pick:
+                    for k in range(j, end):
+                        counts[_target(k, row_in[k], category_stream, row_ids, row_labels, pool, mask_id,
+                                       mask_thr, random_thr)] += 1
+                        n_selected += 1
+                    break
+                seen += np.uint64(1)
+                j = end
+        counts[0] += n_selected
+
+
+@kernel()
+def _mask_spans_kernel(ids, seeds, epoch, is_special, pool, mask_id, p, span_p, max_span, mask_thr, random_thr,
+                       out_ids, out_labels, counts, span_lengths):
+    """SpanBERT-style: spans of Geometric(span_p) length (clipped at max_span, in tokens) at uniform
+    eligible starts, until round(p * eligible) tokens are targets (at least one; the last span is
+    cut at that budget so the ratio holds). A span is placed only where it fits whole: inside the
+    row, over no special and no earlier target (up to 16 starts are tried for each drawn length). span_lengths[k] counts
+    the placed spans whose drawn length was k."""
+    n_rows, seq_len = ids.shape
+    epoch_key = mix64(epoch ^ _EPOCH_SALT)
+    out_ids[:, :] = ids
+    out_labels[:, :] = out_labels.dtype.type(IGNORE_INDEX)
+    eligible = np.empty(seq_len, dtype=np.int64)
+    log_q = np.log1p(-span_p) if span_p < 1.0 else -np.inf
+    for row in range(n_rows):
+        row_in, row_ids, row_labels = ids[row], out_ids[row], out_labels[row]
+        stream = mix64(seeds[row] ^ epoch_key)
+        category_stream = stream ^ _CATEGORY_SALT
+        n_eligible = 0
+        for j in range(seq_len):
+            if not is_special[row_in[j]]:
+                eligible[n_eligible] = j
+                n_eligible += 1
+        if n_eligible == 0:
+            continue
+        budget = max(1, int(np.floor(p * n_eligible + 0.5)))
+        n_selected = 0
+        attempt = 0
+        while n_selected < budget and attempt < 20 * budget + 20:
+            h = mix64((stream ^ _SPAN_SALT) + np.uint64(attempt))
+            attempt += 1
+            u = ((h >> _S11) + 0.5) / 9007199254740992.0
+            sampled = 1 if span_p >= 1.0 else 1 + int(np.floor(np.log(u) / log_q))
+            sampled = min(sampled, max_span)
+            length = min(sampled, budget - n_selected)  # the last span stops at the budget
+            # Keep the drawn length and try several starts: rejecting the span instead would bias
+            # the lengths towards short spans, which collide less.
+            start = -1
+            for attempt_start in range(16):
+                candidate = eligible[mix64(h + np.uint64(attempt_start)) % np.uint64(n_eligible)]
+                fits = candidate + length <= seq_len
+                k = candidate
+                while fits and k < candidate + length:
+                    fits = not is_special[row_in[k]] and row_labels[k] == IGNORE_INDEX
+                    k += 1
+                if fits:
+                    start = candidate
+                    break
+            if start < 0:
+                continue
+            for k in range(start, start + length):
+                counts[_target(k, row_in[k], category_stream, row_ids, row_labels, pool, mask_id, mask_thr,
+                               random_thr)] += 1
+            n_selected += length
+            span_lengths[sampled] += 1
+        if n_selected == 0:  # every attempt collided: one target, as in the other modes
+            j = eligible[mix64(stream ^ _FORCE_SALT) % np.uint64(n_eligible)]
+            counts[_target(j, row_in[j], category_stream, row_ids, row_labels, pool, mask_id, mask_thr,
+                           random_thr)] += 1
+            n_selected = 1
+            span_lengths[1] += 1
+        counts[0] += n_selected
+
+
+def mask_rows(ids: np.ndarray, seeds: np.ndarray, epoch: int, rule: MaskingRule,
+              span_lengths: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mask a batch of rows for one epoch (or static copy).
 
     Args:
         ids: int16 or int32, shape (B, L): unmasked rows with their special tokens in place.
         seeds: uint64, shape (B,): each row's mask seed.
         epoch: the epoch (dynamic) or copy index (static), >= 0.
-        rule: vocabulary facts and ratios.
+        rule: vocabulary facts, ratios and the masking unit (token, word or span).
+        span_lengths: optional int64 (max_span + 1,): span mode adds the count of placed spans per drawn length.
 
     Returns:
         (masked ids like `ids`, labels like `ids` with IGNORE_INDEX off-target,
@@ -203,9 +368,23 @@ def mask_rows(ids: np.ndarray, seeds: np.ndarray, epoch: int, rule: MaskingRule)
     out_ids = np.empty_like(ids)
     out_labels = np.empty_like(ids)
     counts = np.zeros(4, dtype=np.int64)
-    select_thr = draw_threshold(rule.mlm_probability, DRAW_BITS)
+    if span_lengths is None:
+        span_lengths = np.zeros(rule.max_span + 1, dtype=np.int64)
+    elif span_lengths.shape != (rule.max_span + 1,) or span_lengths.dtype != np.int64:
+        raise TypeError(f"span_lengths must be int64 of shape ({rule.max_span + 1},)")
     mask_thr = draw_threshold(rule.mask_replace_prob, 32)
     random_thr = draw_threshold(min(1.0, rule.mask_replace_prob + rule.random_replace_prob), 32)
+    if rule.unit == UNIT_WORD:
+        _mask_words_kernel(ids, np.ascontiguousarray(seeds), np.uint64(epoch), rule.is_special, rule.is_continuation,
+                           rule.replacement_pool, ids.dtype.type(rule.mask_id),
+                           draw_threshold(rule.mlm_probability, 32), mask_thr, random_thr, out_ids, out_labels, counts)
+        return out_ids, out_labels, counts
+    if rule.unit == UNIT_SPAN:
+        _mask_spans_kernel(ids, np.ascontiguousarray(seeds), np.uint64(epoch), rule.is_special, rule.replacement_pool,
+                           ids.dtype.type(rule.mask_id), rule.mlm_probability, rule.span_p, rule.max_span, mask_thr,
+                           random_thr, out_ids, out_labels, counts, span_lengths)
+        return out_ids, out_labels, counts
+    select_thr = draw_threshold(rule.mlm_probability, DRAW_BITS)
     _mask_rows_kernel(ids, np.ascontiguousarray(seeds), np.uint64(epoch), rule.is_special, rule.replacement_pool,
                       ids.dtype.type(rule.mask_id), select_thr, mask_thr, random_thr, out_ids, out_labels, counts)
     return out_ids, out_labels, counts

@@ -41,7 +41,10 @@ def masking_rule(manifest: dict) -> MaskingRule:
     tok, config = manifest[m.KEY_TOKENIZER], manifest[m.KEY_CONFIG]
     return MaskingRule.from_ids(tok[m.KEY_VOCAB_SIZE], tok[m.KEY_NEVER_SELECTED], tok[m.KEY_NEVER_REPLACEMENT],
                                 tok[m.KEY_SPECIAL_IDS][m.KEY_MASK_ID], config["mlm_probability"],
-                                config["mask_replace_prob"], config["random_replace_prob"])
+                                config["mask_replace_prob"], config["random_replace_prob"],
+                                unit=config.get("masking_unit", "token"),
+                                continuation_ids=tok.get(m.KEY_CONTINUATION, []),
+                                span_p=config.get("span_p", 0.2), max_span=config.get("max_span", 10))
 
 
 def tokenizer_spec(directory: str) -> TokenizerSpec:

@@ -37,6 +37,27 @@ class TokenizerError(ValueError):
     """The tokenizer cannot be loaded or lacks a special token the job needs."""
 
 
+def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
+    token = (config.get("model") or {}).get("unk_token") or "[UNK]"
+    found = tokenizer.token_to_id(token)
+    return -1 if found is None else found
+
+
+def _continuation_rule(config: dict):
+    """Which token strings continue a word: WordPiece's prefix (`##`), else pieces without the
+    word-start marker of byte-level BPE (`Ġ`) or SentencePiece/Metaspace (`▁`)."""
+    model = config.get("model") or {}
+    if model.get("type") == "WordPiece":
+        prefix = model.get("continuing_subword_prefix") or "##"
+        return lambda token: token.startswith(prefix)
+    if model.get("continuing_subword_prefix"):
+        prefix = model["continuing_subword_prefix"]
+        return lambda token: token.startswith(prefix)
+    marker = "\u2581" if "Metaspace" in json.dumps(config.get("pre_tokenizer")) or model.get("type") == "Unigram" \
+        else "\u0120"
+    return lambda token: not token.startswith(marker)
+
+
 def _looks_like_path(name: str) -> bool:
     """A Hub id is `name` or `org/name`; anything else that does not exist is a missing path."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".json") or os.sep != "/" and os.sep in name
@@ -93,6 +114,8 @@ class TokenizerSpec:
     vocab_size: int
     special_ids: tuple[int, ...]
     unused_ids: tuple[int, ...] = field(default=())
+    continuation_ids: tuple[int, ...] = field(default=())
+    unk_id: int = -1
 
     @classmethod
     def from_json(cls, raw: str) -> "TokenizerSpec":
@@ -107,6 +130,8 @@ class TokenizerSpec:
         special = sorted(set(special) | set(ids.values()))
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         unused = sorted(i for tok, i in vocab.items() if _UNUSED.match(tok))
+        is_continuation = _continuation_rule(json.loads(raw))
+        continuation = sorted(i for tok, i in vocab.items() if is_continuation(tok) and i not in special)
         return cls(
             json=raw,
             cls_id=ids["cls"],
@@ -116,6 +141,8 @@ class TokenizerSpec:
             vocab_size=tokenizer.get_vocab_size(with_added_tokens=True),
             special_ids=tuple(special),
             unused_ids=tuple(unused),
+            continuation_ids=tuple(continuation),
+            unk_id=_unk_id(tokenizer, json.loads(raw)),
         )
 
     @cached_property
@@ -126,13 +153,15 @@ class TokenizerSpec:
 
     def layout(self, seq_len: int, min_tokens: int) -> RowLayout:
         return RowLayout(seq_len=seq_len, cls_id=self.cls_id, sep_id=self.sep_id, pad_id=self.pad_id,
-                         min_tokens=min_tokens)
+                         min_tokens=min_tokens, unk_id=self.unk_id)
 
-    def masking_rule(self, mlm_probability: float, mask_replace_prob: float, random_replace_prob: float) -> MaskingRule:
+    def masking_rule(self, mlm_probability: float, mask_replace_prob: float, random_replace_prob: float,
+                     unit: str = "token", span_p: float = 0.2, max_span: int = 10) -> MaskingRule:
         """Special ids are never selected; random replacements come from ordinary ids only
         (not special, not `[unused*]`)."""
         return MaskingRule.from_ids(self.vocab_size, list(self.special_ids), list(self.unused_ids), self.mask_id,
-                                    mlm_probability, mask_replace_prob, random_replace_prob)
+                                    mlm_probability, mask_replace_prob, random_replace_prob, unit=unit,
+                                    continuation_ids=list(self.continuation_ids), span_p=span_p, max_span=max_span)
 
 
 def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
@@ -184,6 +213,22 @@ def _batches(pieces: Iterator[str]) -> Iterator[list[str]]:
             batch, chars = [], 0
     if batch:
         yield batch
+
+
+def tokenize_sentences(tokenizer: Tokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Content ids of one document and the token count of each sentence (int32 arrays)."""
+    from pipeline.sentences import split_sentences
+
+    ids: list[np.ndarray] = []
+    lengths: list[int] = []
+    sentences = (s for paragraph in iter_paragraphs(text) for s in split_sentences(paragraph))
+    for batch in _batches(sentences):
+        encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        lengths.extend(len(e.ids) for e in encodings)
+        ids.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int32))
+    if not ids:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+    return np.concatenate(ids), np.asarray(lengths, dtype=np.int32)
 
 
 def tokenize_text(tokenizer: Tokenizer, text: str) -> np.ndarray:

@@ -67,7 +67,8 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self) -> None:
         c = self._config
-        self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob)
+        self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob,
+                                             c.masking_unit, c.span_p, c.max_span)
 
     def process(self, task: ShardTask):
         result = write_shard(task, self._config, self._rule, _id_dtype(self._spec))
@@ -165,6 +166,7 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
         m.KEY_SPECIAL_IDS: {"cls": spec.cls_id, "sep": spec.sep_id, "pad": spec.pad_id, m.KEY_MASK_ID: spec.mask_id},
         m.KEY_NEVER_SELECTED: list(spec.special_ids),
         m.KEY_NEVER_REPLACEMENT: list(spec.unused_ids),
+        m.KEY_CONTINUATION: list(spec.continuation_ids),
         "id_dtype": _id_dtype(spec).name,
     }
 

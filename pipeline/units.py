@@ -12,11 +12,12 @@ from apache_beam.io.filesystems import FileSystems
 from tokenizers import Tokenizer
 
 from pipeline.arrow_io import read_text, write_part, write_text
-from pipeline.chunking import RowLayout, chunk_tokens, join_documents
-from pipeline.config import PACKING_CONCAT, PreprocessConfig
-from pipeline.hashing import content_digest, digest_to_u64, mask_seeds, row_keys, validation_rows
+from pipeline.chunking import Chunks, RowLayout, chunk_tokens, join_documents, pack_sentences
+from pipeline.config import PACKING_CONCAT, PACKING_SENTENCES, PreprocessConfig
+from pipeline.hashing import (content_digest, digest_to_u64, mask_seeds, row_keys, short_row_targets,
+                              validation_rows)
 from pipeline.readers import FORMAT_HF, WorkUnit, read_unit
-from pipeline.tokenization import tokenize_text
+from pipeline.tokenization import tokenize_sentences, tokenize_text
 from schemas import manifest as m
 
 
@@ -104,8 +105,13 @@ class _Rows:
 
 def _chunk_into(out: _Rows, tokens: np.ndarray, digest: str, layout: RowLayout, dtype: np.dtype,
                 counts: dict[str, int]) -> None:
-    chunks = chunk_tokens(tokens, layout, dtype)
+    _add_chunks(out, chunk_tokens(tokens, layout, dtype), tokens, digest, layout, counts)
+
+
+def _add_chunks(out: _Rows, chunks: Chunks, tokens: np.ndarray, digest: str, layout: RowLayout,
+                counts: dict[str, int]) -> None:
     counts[m.TOKENS] += int(tokens.shape[0])
+    counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
     counts[m.TOKENS_DROPPED] += chunks.dropped_tokens
     counts[m.SHORT_ROWS_DROPPED] += int(chunks.dropped_tokens > 0)
     counts[m.DOCUMENTS_TOO_SHORT] += int(chunks.rows.shape[0] == 0)
@@ -145,15 +151,35 @@ def _process(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: 
     digests = [content_digest(doc) for doc in read.documents]
     counts[m.DOCUMENTS] = len(digests)
     result.key = digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
-    token_streams = [tokenize_text(tokenizer, doc) for doc in read.documents]
+    rows = _pack(read.documents, digests, result.key, tokenizer, layout, id_dtype, config, counts)
+    return _write_parts(rows, unit, layout, id_dtype, config, temp_dir, result)
+
+
+def _pack(documents: list[str], digests: list[str], unit_key: str, tokenizer: Tokenizer, layout: RowLayout,
+          id_dtype: np.dtype, config: PreprocessConfig, counts: dict[str, int]) -> _Rows:
+    """Tokenize and cut the documents of a unit into rows, as `--packing` says."""
     rows = _Rows()
+    if config.packing == PACKING_SENTENCES:
+        for doc, digest in zip(documents, digests):
+            tokens, sentence_lengths = tokenize_sentences(tokenizer, doc)
+            slots = len(sentence_lengths) + tokens.shape[0] // layout.content_len + 2
+            targets = short_row_targets(digest_to_u64(digest), slots, config.short_seq_prob, layout.content_len)
+            chunks = pack_sentences(tokens, sentence_lengths, layout, id_dtype, targets)
+            _add_chunks(rows, chunks, tokens, digest, layout, counts)
+        return rows
+    token_streams = [tokenize_text(tokenizer, doc) for doc in documents]
     if config.packing == PACKING_CONCAT:
-        _chunk_into(rows, join_documents(token_streams, layout.sep_id), result.key, layout, id_dtype, counts)
+        _chunk_into(rows, join_documents(token_streams, layout.sep_id), unit_key, layout, id_dtype, counts)
         counts[m.TOKENS] -= max(0, len(token_streams) - 1)  # separators are not content tokens
     else:
         for tokens, digest in zip(token_streams, digests):
             _chunk_into(rows, tokens, digest, layout, id_dtype, counts)
+    return rows
 
+
+def _write_parts(rows: _Rows, unit: WorkUnit, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig,
+                 temp_dir: str, result: UnitResult) -> UnitResult:
+    """Seeds and the train/validation assignment of every row, then one part file per split."""
     all_rows = np.concatenate(rows.rows) if rows.rows else np.zeros((0, layout.seq_len), id_dtype)
     lengths = np.concatenate(rows.lengths) if rows.lengths else np.zeros(0, np.int32)
     keys = np.concatenate(rows.keys) if rows.keys else np.zeros(0, np.uint64)

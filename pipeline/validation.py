@@ -152,10 +152,13 @@ def validate_output(directory: str) -> dict:
             check_shard(path, _read_checked(path, entry), entry, manifest, rule, totals)
             summary["shards"] += 1
             summary["rows"] += entry[m.KEY_ROWS]
-        p_select = round(config["mlm_probability"] * 2**DRAW_BITS) / 2**DRAW_BITS
         rows = info[m.KEY_ROWS]
-        _check_ratio(split, "selected", totals.selected, totals.eligible, p_select,
-                     slack=totals.forced_expected / max(totals.eligible, 1))
+        if config.get("masking_unit", "token") == "token":
+            p_select = round(config["mlm_probability"] * 2**DRAW_BITS) / 2**DRAW_BITS
+            slack = totals.forced_expected / max(totals.eligible, 1)
+        else:  # words and spans: per-row rounding and at-least-one add up to one token a row
+            p_select, slack = config["mlm_probability"], rows / max(totals.eligible, 1)
+        _check_ratio(split, "selected", totals.selected, totals.eligible, p_select, slack=slack)
         _check_ratio(split, "[MASK]", totals.masked, totals.selected, config["mask_replace_prob"])
         _check_ratio(split, "random", totals.random, totals.selected, config["random_replace_prob"],
                      slack=1 / rule.replacement_pool.size)

@@ -28,6 +28,7 @@ RECORDS_SKIPPED = "records_skipped"
 DOCUMENTS = "documents"
 DOCUMENTS_TOO_SHORT = "documents_too_short"
 TOKENS = "tokens"
+UNK_TOKENS = "unk_tokens"
 ROWS = "rows"
 SHORT_ROWS_DROPPED = "short_rows_dropped"
 TOKENS_DROPPED = "tokens_dropped"
@@ -45,6 +46,7 @@ INPUT_COUNT_NAMES = (
     DOCUMENTS,
     DOCUMENTS_TOO_SHORT,
     TOKENS,
+    UNK_TOKENS,
     ROWS,
     SHORT_ROWS_DROPPED,
     TOKENS_DROPPED,
@@ -76,6 +78,7 @@ RUN_FILE = "run.json"  # the config of a run in progress, in TEMP_DIR (what --re
 KEY_MASK_COUNTS_EPOCH = "mask_counts_epoch"
 KEY_NEVER_SELECTED = "never_selected_ids"
 KEY_NEVER_REPLACEMENT = "never_replacement_ids"
+KEY_CONTINUATION = "word_continuation_ids"
 KEY_MASK_ID = "mask"
 KEY_SPECIAL_IDS = "special_ids"
 KEY_VOCAB_SIZE = "vocab_size"

@@ -1,0 +1,50 @@
+"""Train a tokenizer on the same cleaned text the preprocess job reads.
+
+    python -m jobs.train_tokenizer --input PATTERN [--input ...] --vocab_size 30522 --output DIR
+        [--kind wordpiece|bpe] [--cased]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from pipeline.readers import InputError, expand_inputs
+from pipeline.tokenizer_training import KINDS, iter_training_text, save_tokenizer, train_tokenizer
+
+_log = logging.getLogger("maskbeam.train_tokenizer")
+
+
+def run(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(prog="python -m jobs.train_tokenizer", description=__doc__.split("\n")[0])
+    parser.add_argument("--input", action="append", required=True, metavar="PATTERN")
+    parser.add_argument("--output", required=True, help="folder for tokenizer.json and its configs")
+    parser.add_argument("--vocab_size", type=int, default=30522)
+    parser.add_argument("--kind", choices=KINDS, default="wordpiece", help="wordpiece (BERT) or byte-level bpe")
+    parser.add_argument("--cased", action="store_true", help="keep case (default: lowercase, as bert-base-uncased)")
+    parser.add_argument("--min_frequency", type=int, default=2)
+    parser.add_argument("--text_column", default="text")
+    parser.add_argument("--keep_boilerplate", action="store_true")
+    args = parser.parse_args(argv)
+    if args.vocab_size < 100:
+        parser.error(f"--vocab_size must be >= 100, got {args.vocab_size}")
+    try:
+        units = expand_inputs(args.input)
+    except InputError as error:
+        parser.error(str(error))
+    texts = iter_training_text(units, args.text_column, args.keep_boilerplate)
+    tok = train_tokenizer(texts, args.kind, args.vocab_size, lowercase=not args.cased,
+                          min_frequency=args.min_frequency)
+    save_tokenizer(tok, args.kind, not args.cased, args.output)
+    _log.info("trained a %s tokenizer of %d ids on %d inputs: %s", args.kind, tok.get_vocab_size(), len(units),
+              args.output)
+    return args.output
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    run()
+
+
+if __name__ == "__main__":
+    main()
