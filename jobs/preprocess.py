@@ -8,6 +8,7 @@ Options are parsed as in Beam's wordcount.py: our flags here, everything else to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -20,7 +21,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
 from pipeline.publish import PublishError, build_upload_folder, check_repo_id, upload
-from pipeline.readers import InputError, expand_inputs, hf_units
+from pipeline.readers import InputError, expand_inputs, hf_units, split_large_inputs
 from pipeline.resume import prepare_resume, run_record, start_run
 from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
 from pipeline.transforms import Preprocess
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--push_to_hub", metavar="USER/NAME",
                    help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or login)")
     p.add_argument("--hub_private", action="store_true", help="with --push_to_hub: create the repo private")
+    p.add_argument("--split_bytes", type=int, default=64 * 1024 * 1024,
+                   help="read uncompressed .jsonl files larger than this in byte ranges on many workers")
+    p.add_argument("--dask_local_workers", type=int, metavar="N",
+                   help="start a local Dask cluster of N worker processes and run on it with DaskRunner")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work")
     return p
@@ -87,6 +92,34 @@ def _local_runner_defaults(beam_args: list[str]) -> list[str]:
     if "--default_sdk_harness_log_level" not in given:
         extra.append("--default_sdk_harness_log_level=WARNING")
     return beam_args + extra
+
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def _runner_aliases(beam_args: list[str]) -> list[str]:
+    """`--runner DaskRunner` is short for Beam's dotted path of the Dask runner."""
+    out = list(beam_args)
+    for i, arg in enumerate(out):
+        if arg == "--runner=DaskRunner":
+            out[i] = f"--runner={DASK_RUNNER}"
+        elif arg == "--runner" and i + 1 < len(out) and out[i + 1] == "DaskRunner":
+            out[i + 1] = DASK_RUNNER
+    return out
+
+
+@contextlib.contextmanager
+def _dask_cluster(n_workers: int | None):
+    """With --dask_local_workers N: a local dask.distributed cluster of N worker processes (one
+    thread each) for the run, closed afterwards; yields the Beam flags that point at it."""
+    if not n_workers:
+        yield []
+        return
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        _log.info("local Dask cluster: %d workers at %s", n_workers, cluster.scheduler_address)
+        yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
 
 
 def local_worker_count(options: PipelineOptions) -> int | None:
@@ -127,13 +160,16 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
-    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in _beam_flags(beam_args)]
+    known_flags = _beam_flags(_runner_aliases(beam_args))
+    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not known.output:
         parser.error("--output is required")
     if not known.tokenizer:
         parser.error("--tokenizer is required")
+    if known.dask_local_workers is not None and known.dask_local_workers < 1:
+        parser.error(f"--dask_local_workers must be >= 1, got {known.dask_local_workers}")
     config = PreprocessConfig(
         inputs=tuple(known.input), output=known.output.rstrip("/") or "/", tokenizer=known.tokenizer,
         hf_dataset=known.hf_dataset, hf_split=known.hf_split, text_column=known.text_column,
@@ -144,13 +180,14 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
         validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
         masking_unit="word" if known.whole_word_mask else "span" if known.span_mask else "token",
         span_p=known.span_p, max_span=known.max_span, short_seq_prob=known.short_seq_prob,
+        split_bytes=known.split_bytes,
     )
     try:
         if known.push_to_hub:
             check_repo_id(known.push_to_hub)
         config.validate()
         spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
-        units = expand_inputs(list(config.inputs)) if config.inputs else []
+        units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
         if config.hf_dataset:
             units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
         record = run_record(config, spec.fingerprint)
@@ -164,15 +201,16 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
         parser.error(str(error))
 
-    options = PipelineOptions(_local_runner_defaults(beam_args))
-    runner = options.view_as(StandardOptions).runner
-    workers = local_worker_count(options)
-    _log.info("runner: %s%s; %d inputs; output %s", runner,
-              f" with {workers} worker(s)" if workers else "", len(units), config.output)
-    pipeline = beam.Pipeline(options=options)
-    _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with _dask_cluster(known.dask_local_workers) as dask_args:
+        options = PipelineOptions(_local_runner_defaults(_runner_aliases(beam_args) + dask_args))
+        runner = options.view_as(StandardOptions).runner
+        workers = local_worker_count(options)
+        _log.info("runner: %s%s; %d inputs; output %s", runner,
+                  f" with {workers} worker(s)" if workers else "", len(units), config.output)
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers)
+        result = pipeline.run()
+        result.wait_until_finish()
     _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
     if known.push_to_hub:
         _publish(config.output, known.push_to_hub, known.hub_private, parser)

@@ -40,6 +40,7 @@ class PreprocessConfig:
     span_p: float = 0.2
     max_span: int = 10
     short_seq_prob: float = 0.1  # with --packing sentences: share of rows with a shorter target (BERT)
+    split_bytes: int = 64 * 1024 * 1024  # uncompressed .jsonl files above this are read in byte ranges
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
@@ -72,6 +73,8 @@ class PreprocessConfig:
             raise ValueError(f"masking unit must be token, word or span, got {self.masking_unit!r}")
         if not 0.0 < self.span_p <= 1.0:
             raise ValueError(f"--span_p must be in (0, 1], got {self.span_p}")
+        if self.split_bytes < 1024:
+            raise ValueError(f"--split_bytes must be >= 1024, got {self.split_bytes}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ValueError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         if self.max_span < 1:

@@ -44,10 +44,42 @@ class WorkUnit:
     start: int = 0
     stop: int = 0
     modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
+    path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
 
     @property
     def identity(self) -> str:
         return f"{self.source}|{self.size}|{self.modified}"
+
+
+def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
+    """Cut uncompressed .jsonl files larger than `split_bytes` into byte ranges, so one huge file is
+    read by many workers. A line belongs to the range holding its first byte."""
+    out = []
+    for unit in units:
+        splittable = unit.format == FORMAT_JSONL and not unit.source.lower().endswith(_COMPRESSED_SUFFIXES)
+        if not splittable or unit.size <= split_bytes:
+            out.append(unit)
+            continue
+        for start in range(0, unit.size, split_bytes):
+            stop = min(start + split_bytes, unit.size)
+            out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
+                                start=start, stop=stop, modified=unit.modified, path=unit.source))
+    return out
+
+
+def _read_range(path: str, start: int, stop: int) -> bytes:
+    """The whole lines whose first byte lies in [start, stop)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        if start > 0:
+            handle.seek(start - 1)
+            handle.readline()  # the line holding byte start-1 belongs to the previous range
+        lines = []
+        while handle.tell() < stop:
+            line = handle.readline()
+            if not line:
+                break
+            lines.append(line)
+        return b"".join(lines)
 
 
 @dataclass
@@ -239,7 +271,7 @@ def read_unit(unit: WorkUnit, text_column: str, keep_boilerplate: bool) -> UnitD
             for value in dataset.select(range(unit.start, unit.stop))[text_column]:
                 _add_record(out, value)
             return out
-        data = _read_bytes(unit.source)
+        data = _read_range(unit.path, unit.start, unit.stop) if unit.path else _read_bytes(unit.source)
         if unit.format == FORMAT_JSONL:
             _read_jsonl(data, text_column, out)
         elif unit.format == FORMAT_PARQUET:

@@ -278,3 +278,28 @@ def test_local_datasets_folder_and_parquet_inputs(tmp_path):
     for split in m.SPLITS:
         a = (from_hf / split / "data-00000-of-00001.arrow").read_bytes()
         assert a == (from_parquet / split / "data-00000-of-00001.arrow").read_bytes()
+
+
+def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
+    """A large .jsonl is cut into byte ranges (units any worker can take); every record is read
+    exactly once and the rows equal those of the unsplit file."""
+    import random
+
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over lazy dogs while seven wizards quietly hum".split()
+    records = [{"text": f"Record {i}. " + " ".join(rng.choice(words) for _ in range(rng.randint(60, 300)))}
+               for i in range(3000)]
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert path.stat().st_size > 3_000_000
+    split, whole = tmp_path / "split", tmp_path / "whole"
+    run_preprocess([path], split, "--masking", "dynamic", "--split_bytes", "500000", "--validation_fraction", "0")
+    run_preprocess([path], whole, "--masking", "dynamic", "--validation_fraction", "0")
+    ranges = load_manifest(str(split))[m.KEY_INPUTS]
+    assert len(ranges) == 7 and all("@" in e[m.KEY_PATH] for e in ranges)
+    assert load_manifest(str(split))[m.KEY_COUNTS][m.DOCUMENTS] == 3000
+    a = _split_arrays(split, m.TRAIN, [INPUT_IDS, MASK_SEED])
+    b = _split_arrays(whole, m.TRAIN, [INPUT_IDS, MASK_SEED])
+    order_a, order_b = np.argsort(a[MASK_SEED]), np.argsort(b[MASK_SEED])
+    np.testing.assert_array_equal(a[MASK_SEED][order_a], b[MASK_SEED][order_b])
+    np.testing.assert_array_equal(a[INPUT_IDS][order_a], b[INPUT_IDS][order_b])
