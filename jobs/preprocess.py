@@ -8,28 +8,24 @@ Options are parsed as in Beam's wordcount.py: our flags here, everything else to
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import logging
-import os
 import posixpath
 import tempfile
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
 from pipeline.publish import PublishError, build_upload_folder, check_repo_id, upload
 from pipeline.readers import InputError, expand_inputs, hf_units, split_large_inputs
+from pipeline.runner_options import beam_flags, dask_cluster, local_runner_defaults, local_worker_count, runner_aliases
 from pipeline.resume import prepare_resume, run_record, start_run
 from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
 from pipeline.transforms import Preprocess
 from schemas import manifest as m
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
-LOCAL_RUNNER = "FnApiRunner"
-LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 _log = logging.getLogger("maskbeam.preprocess")
 
 
@@ -78,61 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _local_runner_defaults(beam_args: list[str]) -> list[str]:
-    """Unless the user chose, run locally on the FnApiRunner (never Prism, which downloads a binary)
-    with one worker process per core."""
-    given = " ".join(beam_args)
-    extra = []
-    if "--runner" not in given:
-        extra.append(f"--runner={LOCAL_RUNNER}")
-        if "--direct_num_workers" not in given:
-            extra.append("--direct_num_workers=0")
-        if "--direct_running_mode" not in given:
-            extra.append("--direct_running_mode=multi_processing")
-    if "--default_sdk_harness_log_level" not in given:
-        extra.append("--default_sdk_harness_log_level=WARNING")
-    return beam_args + extra
-
-
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
-
-
-def _runner_aliases(beam_args: list[str]) -> list[str]:
-    """`--runner DaskRunner` is short for Beam's dotted path of the Dask runner."""
-    out = list(beam_args)
-    for i, arg in enumerate(out):
-        if arg == "--runner=DaskRunner":
-            out[i] = f"--runner={DASK_RUNNER}"
-        elif arg == "--runner" and i + 1 < len(out) and out[i + 1] == "DaskRunner":
-            out[i + 1] = DASK_RUNNER
-    return out
-
-
-@contextlib.contextmanager
-def _dask_cluster(n_workers: int | None):
-    """With --dask_local_workers N: a local dask.distributed cluster of N worker processes (one
-    thread each) for the run, closed afterwards; yields the Beam flags that point at it."""
-    if not n_workers:
-        yield []
-        return
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        _log.info("local Dask cluster: %d workers at %s", n_workers, cluster.scheduler_address)
-        yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
-
-
-def local_worker_count(options: PipelineOptions) -> int | None:
-    """Worker processes/threads of a local run (FnApiRunner/DirectRunner), None for other runners."""
-    runner = options.view_as(StandardOptions).runner or ""
-    if runner.rsplit(".", 1)[-1] not in LOCAL_RUNNERS:
-        return None
-    direct = options.view_as(DirectOptions)
-    if direct.direct_running_mode == "in_memory":
-        return 1
-    return direct.direct_num_workers or os.cpu_count() or 1
-
-
 def _prepare_output(output: str, overwrite: bool) -> None:
     """Refuse an existing non-empty output folder unless --overwrite and it is a MaskBeam output."""
     if not FileSystems.exists(output):
@@ -152,7 +93,7 @@ def _prepare_output(output: str, overwrite: bool) -> None:
     FileSystems.delete([path for path in ours if FileSystems.exists(path)])
 
 
-def run(argv: list[str] | None = None, save_main_session: bool = False):
+def run(argv: list[str] | None = None):
     """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
 
     Returns:
@@ -160,7 +101,7 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
-    known_flags = _beam_flags(_runner_aliases(beam_args))
+    known_flags = beam_flags(runner_aliases(beam_args))
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -201,8 +142,8 @@ def run(argv: list[str] | None = None, save_main_session: bool = False):
     except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
         parser.error(str(error))
 
-    with _dask_cluster(known.dask_local_workers) as dask_args:
-        options = PipelineOptions(_local_runner_defaults(_runner_aliases(beam_args) + dask_args))
+    with dask_cluster(known.dask_local_workers) as dask_args:
+        options = PipelineOptions(local_runner_defaults(runner_aliases(beam_args) + dask_args))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("runner: %s%s; %d inputs; output %s", runner,
@@ -225,33 +166,6 @@ def _publish(output: str, repo_id: str, private: bool, parser: argparse.Argument
         except PublishError as error:
             parser.exit(1, f"--push_to_hub: {error} (the output in {output} is complete; "
                            f"retry with python -m jobs.publish {output} --repo_id {repo_id})\n")
-
-
-def _beam_flags(beam_args: list[str]) -> set[str]:
-    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
-    (Beam itself only logs a warning). A runner given as a dotted path is imported first so its
-    own options register."""
-    for i, arg in enumerate(beam_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
-            beam_args[i + 1] if arg == "--runner" and i + 1 < len(beam_args) else "")
-        if "." in value:
-            try:
-                importlib.import_module(value.rsplit(".", 1)[0])
-            except ImportError:
-                pass  # Beam reports an unknown runner itself
-    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
-    pending, seen = [PipelineOptions], set()
-    while pending:
-        cls = pending.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        pending.extend(cls.__subclasses__())
-        try:
-            cls._add_argparse_args(parser)
-        except (argparse.ArgumentError, TypeError, ValueError):
-            continue
-    return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import json
 import lzma
 import os
 import posixpath
+import stat
 import zlib
 from dataclasses import dataclass, field
 
@@ -188,7 +189,15 @@ def _decompress(path: str, data: bytes) -> bytes:
     return data
 
 
+def _check_regular(path: str) -> None:
+    """A local FIFO, socket or device would block or never end: refuse it before opening."""
+    if "://" not in path and os.path.exists(path) and not os.path.isdir(path) \
+            and not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(f"not a regular file (FIFO, socket or device): {path}")
+
+
 def _read_bytes(path: str) -> bytes:
+    _check_regular(path)
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return _decompress(path, handle.read())
 

@@ -21,7 +21,7 @@ from pipeline.finalize import finalize_output
 from pipeline.readers import WorkUnit
 from pipeline.sharding import ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.tokenization import TokenizerSpec, build_tokenizer
-from pipeline.units import UnitResult, mark_duplicates, process_unit
+from pipeline.units import mark_duplicates, process_unit
 from schemas import manifest as m
 from schemas.shard import id_dtype_for_vocab
 

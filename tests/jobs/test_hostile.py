@@ -37,6 +37,7 @@ def hostile(tmp_path_factory):
     data = (d / "truncated.txt.gz").read_bytes()
     (d / "truncated.txt.gz").write_bytes(data[: len(data) // 2])
     os.symlink(d / "does_not_exist.txt", d / "broken_link.txt")
+    os.mkfifo(d / "named_pipe.txt")  # unreadable in practice: opening it would block forever
     (d / "a_directory.txt").mkdir()
     (d / "a_directory.txt" / "inner.txt").write_bytes(book[:5000])
     out = root / "out"
@@ -57,6 +58,7 @@ def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
     # Beam's listing drops these silently; we report them
     assert "FileNotFoundError" in skipped["broken_link.txt"]
     assert "directory" in skipped["a_directory.txt"].lower()
+    assert "not a regular file" in skipped["named_pipe.txt"]
     assert manifest[m.KEY_DUPLICATES] == [{m.KEY_PATH: str(d / "same_book_renamed.txt"),
                                            m.KEY_DUPLICATE_OF: str(d / "book.txt")}]
     assert manifest[m.KEY_COUNTS][m.REPLACED_BYTES] == 3 * 200

@@ -17,7 +17,7 @@ from pipeline.inspection import read_split_rows
 from pipeline.outputs import load_manifest
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
-from tests.conftest import BOOKS, HTML_PAGES, SMALL_BOOKS, TOKENIZER_DIR, binomial_tolerance, run_preprocess
+from tests.conftest import BOOKS, HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, run_preprocess
 
 pytestmark = pytest.mark.slow
 
