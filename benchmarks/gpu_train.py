@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 
 from pipeline.loader import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.training import TrainConfig, autocast, build_model, flops_per_token, peak_flops
+from schemas.shard import INPUT_IDS
 
 
 def main() -> None:
@@ -63,7 +64,7 @@ def main() -> None:
         if step >= args.warmup:
             wait += t1 - t0
             compute += t2 - t1
-            tokens += batch["input_ids"].numel()
+            tokens += batch[INPUT_IDS].numel()
     rate = tokens / (wait + compute)
     peak = peak_flops(device)
     print(json.dumps({

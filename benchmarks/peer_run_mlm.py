@@ -14,6 +14,7 @@ from itertools import chain
 from pathlib import Path
 
 from benchmarks.corpus import corpus_files
+from schemas.shard import INPUT_IDS, LABELS
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
 
     def group_texts(examples):  # run_mlm.py's group_texts, verbatim in behaviour
         concatenated = {k: list(chain(*examples[k])) for k in examples.keys()}
-        total = (len(concatenated["input_ids"]) // args.block_size) * args.block_size
+        total = (len(concatenated[INPUT_IDS]) // args.block_size) * args.block_size
         return {k: [t[i : i + args.block_size] for i in range(0, total, args.block_size)]
                 for k, t in concatenated.items()}
 
@@ -50,10 +51,10 @@ def main() -> None:
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
 
     def mask(batch):
-        inputs = torch.tensor(batch["input_ids"])
+        inputs = torch.tensor(batch[INPUT_IDS])
         special = torch.tensor(batch["special_tokens_mask"], dtype=torch.bool)
         masked, labels = collator.torch_mask_tokens(inputs, special_tokens_mask=special)
-        return {"input_ids": masked.tolist(), "labels": labels.tolist()}
+        return {INPUT_IDS: masked.tolist(), LABELS: labels.tolist()}
 
     masked = grouped.map(mask, batched=True, num_proc=cores, remove_columns=["special_tokens_mask"])
     masked.save_to_disk(args.output)

@@ -57,7 +57,7 @@ def run(argv: list[str] | None = None) -> dict:
           "[MASK]<original> random>random<original> =original (unchanged target)")
     print(round(stats["selected_ratio"], 2), round(stats["mask_ratio"], 2), round(stats["random_ratio"], 2),
           round(stats["unchanged_ratio"], 2))
-    print(stats["labels"] == stats["selected"])
+    print(stats["labelled"] == stats["selected"])
     return stats
 
 

@@ -19,7 +19,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
 from pipeline.publish import PublishError, build_upload_folder, check_repo_id, upload
 from pipeline.readers import InputError, expand_inputs, hf_units, split_large_inputs
-from pipeline.runner_options import beam_flags, dask_cluster, local_runner_defaults, local_worker_count, runner_aliases
+from pipeline.runner_options import (DASK_RUNNER, beam_flags, dask_cluster, dask_defaults, local_runner_defaults, local_worker_count,
+                                     runner_aliases)
 from pipeline.resume import prepare_resume, run_record, start_run
 from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
 from pipeline.transforms import Preprocess
@@ -101,7 +102,7 @@ def run(argv: list[str] | None = None):
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
-    known_flags = beam_flags(runner_aliases(beam_args))
+    known_flags = beam_flags(runner_aliases(beam_args) + ([f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []))
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -143,7 +144,8 @@ def run(argv: list[str] | None = None):
         parser.error(str(error))
 
     with dask_cluster(known.dask_local_workers) as dask_args:
-        options = PipelineOptions(local_runner_defaults(runner_aliases(beam_args) + dask_args))
+        beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, known.dask_local_workers)
+        options = PipelineOptions(local_runner_defaults(beam_args))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("runner: %s%s; %d inputs; output %s", runner,

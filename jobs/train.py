@@ -21,6 +21,7 @@ from pipeline.training import (CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, Train
                                evaluate, flops_per_token, hf_tokenizer, lr_at, peak_flops, plot_metrics, probe,
                                rng_state, save_checkpoint, set_rng_state)
 from schemas import manifest as m
+from schemas.shard import ATTENTION_MASK
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
@@ -94,7 +95,7 @@ def run(argv: list[str] | None = None) -> dict:
             with autocast(device):
                 loss = train_model(**batch).loss / cfg.grad_accum
             loss.backward()
-            tokens += int(batch["attention_mask"].sum())
+            tokens += int(batch[ATTENTION_MASK].sum())
             micro += 1
             if micro % cfg.grad_accum:
                 continue

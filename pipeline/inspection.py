@@ -61,7 +61,7 @@ def mask_statistics(rows: MaskedRows, rule: MaskingRule) -> dict:
     return {
         "eligible": int(eligible.sum()),
         "selected": n_selected,
-        "labels": int((rows.labels != IGNORE_INDEX).sum()),
+        "labelled": int((rows.labels != IGNORE_INDEX).sum()),
         "selected_ratio": n_selected / max(int(eligible.sum()), 1),
         "mask_ratio": int(masked.sum()) / denominator,
         "random_ratio": int(random.sum()) / denominator,

@@ -60,6 +60,16 @@ def dask_cluster(n_workers: int | None):
         yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
 
 
+def dask_defaults(beam_args: list[str], local_workers: int | None) -> list[str]:
+    """For a local Dask cluster of N workers, 2N dask.Bag partitions unless the user chose: Beam's
+    default of 128 elements a partition hands a small corpus to one worker, and one unit (book) a
+    partition costs more in Dask overhead than it gains (measured in benchmarks/README.md)."""
+    given = " ".join(beam_args)
+    if not local_workers or "--dask_npartitions" in given or "--dask_partition_size" in given:
+        return beam_args
+    return beam_args + [f"--dask_npartitions={2 * local_workers}"]
+
+
 def local_worker_count(options: PipelineOptions) -> int | None:
     """Worker processes/threads of a local run (FnApiRunner/DirectRunner), None for other runners."""
     runner = options.view_as(StandardOptions).runner or ""

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn.functional as F
 
-from schemas.shard import IGNORE_INDEX, LABELS
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
 MODEL_SIZES = {  # hidden, layers, heads, intermediate
     "tiny": (128, 2, 2, 512),
@@ -111,7 +111,7 @@ def evaluate(model, loader, device: torch.device, max_batches: int) -> dict:
             break
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast(device):
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            logits = model(input_ids=batch[INPUT_IDS], attention_mask=batch[ATTENTION_MASK]).logits
         labels = batch[LABELS]
         selected = labels != IGNORE_INDEX
         loss_sum += F.cross_entropy(logits[selected].float(), labels[selected], reduction="sum").item()
@@ -159,7 +159,7 @@ def probe(model, tokenizer, path: str, device: torch.device, top_k: int = 5) -> 
             encoded = tokenizer(sentence, return_tensors="pt").to(device)
             with torch.no_grad():
                 logits = model(**encoded).logits[0]
-            where = (encoded["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten().tolist()
+            where = (encoded[INPUT_IDS][0] == tokenizer.mask_token_id).nonzero().flatten().tolist()
             guesses = [tokenizer.convert_ids_to_tokens(logits[i].topk(top_k).indices.tolist()) for i in where]
             lines.append(f"{sentence} -> {guesses}")
     model.train()
