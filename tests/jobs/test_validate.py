@@ -74,11 +74,11 @@ def test_missing_and_unlisted_shards(good, tmp_path, capsys):
 
 def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
     """A shard rewritten with consistent checksums but a special token as a target is still caught."""
-    import numpy as np
+    import hashlib
+
     import pyarrow as pa
 
     from pipeline.arrow_io import fixed_list_array, fixed_list_to_numpy
-    import hashlib
 
     out = _copy(good, tmp_path)
     shard = out / m.TRAIN / "data-00000-of-00002.arrow"
@@ -97,7 +97,6 @@ def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
     (out / m.MANIFEST_FILE).write_text(json.dumps(manifest))
     code, text = _validate(out, capsys)
     assert code == 1 and "special token is a target" in text, text
-    assert np.any(labels)
 
 
 def test_not_an_output(tmp_path, capsys):
