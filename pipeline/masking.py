@@ -37,8 +37,6 @@ MASKING_UNITS = (UNIT_TOKEN, UNIT_WORD, UNIT_SPAN)
 _SPAN_SALT = np.uint64(0x5BA45BA45BA45BA4)
 _S11 = np.uint64(11)
 
-# Indices into the counts array every masking call returns.
-COUNT_SELECTED, COUNT_MASKED, COUNT_RANDOM, COUNT_UNCHANGED = range(4)
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _add_record(out: UnitDocuments, value: object) -> None:
 def _read_jsonl(data: bytes, text_column: str, out: UnitDocuments) -> None:
     cleaned = clean_bytes(data, keep_boilerplate=True)
     out.replaced_bytes += cleaned.replaced_bytes
-    for number, line in enumerate(cleaned.text.split("\n"), start=1):
+    for line in cleaned.text.split("\n"):
         if not line.strip():
             continue
         try:

@@ -196,10 +196,6 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
-def split_paragraphs(text: str) -> list[str]:
-    return list(iter_paragraphs(text))
-
-
 def _batches(pieces: Iterator[str]) -> Iterator[list[str]]:
     """Groups of pieces of at most ENCODE_BATCH pieces and ENCODE_CHARS characters: one encode call
     never holds the Encoding objects of more than about a megabyte of text."""

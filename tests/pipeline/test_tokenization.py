@@ -10,7 +10,7 @@ from pipeline.tokenization import (
     TokenizerSpec,
     build_tokenizer,
     resolve_tokenizer_json,
-    split_paragraphs,
+    iter_paragraphs,
     tokenize_text,
 )
 from tests.conftest import BOOKS, TOKENIZER_DIR
@@ -61,7 +61,7 @@ def test_special_strings_in_text_are_plain_text(spec):
 
 def test_long_paragraphs_are_split_without_changing_ids(spec, bert_fast):
     text = ("lorem ipsum dolor sit amet " * (3 * MAX_PIECE_CHARS // 27)).strip()
-    pieces = split_paragraphs(text)
+    pieces = list(iter_paragraphs(text))
     assert len(pieces) >= 3 and max(map(len, pieces)) <= MAX_PIECE_CHARS
     np.testing.assert_array_equal(tokenize_text(build_tokenizer(spec), text),
                                   bert_fast(text, add_special_tokens=False)["input_ids"])
