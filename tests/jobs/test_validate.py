@@ -102,3 +102,15 @@ def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
 def test_not_an_output(tmp_path, capsys):
     code, text = _validate(tmp_path, capsys)
     assert code == 1 and "manifest.json" in text
+
+
+def test_maskbeam_console_script_dispatches_to_jobs(good, capsys):
+    from jobs.cli import main
+
+    with pytest.raises(SystemExit) as exit_code:
+        main(["validate", str(good / "static")])
+    assert exit_code.value.code is None or exit_code.value.code == 0
+    assert capsys.readouterr().out.startswith("OK:")
+    with pytest.raises(SystemExit) as exit_code:
+        main(["no_such_job"])
+    assert exit_code.value.code == 2
