@@ -27,11 +27,9 @@ from schemas.shard import ATTENTION_MASK
 def parse(argv: list[str] | None) -> TrainConfig:
     parser = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__.split("\n")[0])
     for f in fields(TrainConfig):
-        if f.name == "extra":
-            continue
-        kind = {"bool": "store_true"}.get(str(f.type))
-        if kind:
-            parser.add_argument(f"--{f.name}", action=kind)
+        if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME
+            flag = f"--no_{f.name}" if f.default else f"--{f.name}"
+            parser.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true")
         else:
             cast = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
             parser.add_argument(f"--{f.name}", type=cast, default=f.default, required=f.name in ("data", "output"))

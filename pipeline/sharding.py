@@ -129,8 +129,9 @@ def _range_pieces(begin: int, end: int, per_copy: int) -> Iterator[tuple[int, in
         begin = stop
 
 
-def _rebatch(task: ShardTask, seq_len: int) -> Iterator[tuple[PartRows, int]]:
-    """(rows, copy) pieces of the shard in order, cut at ROWS_PER_RECORD_BATCH boundaries of the shard."""
+def _slices(task: ShardTask, seq_len: int) -> Iterator[tuple[PartRows, int]]:
+    """(rows, copy) of each part slice of the shard, in order; `_batches` re-cuts them into
+    ROWS_PER_RECORD_BATCH-row record batches."""
     cache: dict[str, PartRows] = {}
     for piece in task.slices:
         if piece.path not in cache:
@@ -147,7 +148,7 @@ def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schem
     positions = np.arange(seq_len, dtype=np.int32)
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for rows, copy in _rebatch(task, seq_len):
+    for rows, copy in _slices(task, seq_len):
         # Static: copy k is masked with epoch k. Dynamic: rows stay unmasked; epoch-0 counts are recorded.
         masked, labels, counts = mask_rows(rows.ids, rows.seeds, copy, rule)
         totals += counts

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,6 @@ class TrainConfig:
     probe: str | None = None
     plot: str | None = None
     trim_padding: bool = True
-    extra: dict = field(default_factory=dict)
 
     def save(self, path: str) -> None:
         with open(path, "w") as handle:

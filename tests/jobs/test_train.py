@@ -135,3 +135,13 @@ def test_model_vocabulary_must_match_the_data(data128, tmp_path):
     _tiny_bert(1000).save_pretrained(tmp_path / "small_vocab")
     with pytest.raises(SystemExit, match="vocabulary of 1000 ids but the data was tokenized with 30522"):
         run(["--data", str(data128), "--output", str(tmp_path / "out"), "--model", str(tmp_path / "small_vocab")])
+
+
+def test_flags_keep_the_config_defaults(data128):
+    from jobs.train import parse
+    from pipeline.training import TrainConfig
+
+    cfg = parse(["--data", str(data128), "--output", "unused"])
+    assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False
+    cfg = parse(["--data", str(data128), "--output", "unused", "--no_trim_padding", "--compile"])
+    assert cfg.trim_padding is False and cfg.compile is True
