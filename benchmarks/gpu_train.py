@@ -15,8 +15,8 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.loader import MlmCollator, MlmShardDataset, ResumableSampler
-from pipeline.training import TrainConfig, autocast, build_model, flops_per_token, peak_flops
+from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
+from pipeline.consumers.training import TrainConfig, autocast, build_model, flops_per_token, peak_flops
 from schemas.shard import INPUT_IDS
 
 

@@ -15,7 +15,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.loader import MlmCollator, MlmShardDataset, ResumableSampler
+from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
 
 
 def batches_per_second(data: str, workers: int, n_batches: int, batch_size: int = 256, repeat: int = 3) -> list[float]:

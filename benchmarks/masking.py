@@ -10,8 +10,9 @@ import time
 
 import numpy as np
 
-from pipeline.masking import mask_rows
-from pipeline.tokenization import TokenizerSpec, resolve_tokenizer_json
+from pipeline.kernels.masking import mask_rows
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
 
 ROWS, SEQ = 256, 512
 

@@ -10,21 +10,29 @@ from __future__ import annotations
 import argparse
 import logging
 import posixpath
-import tempfile
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipeline.config import PACKING_DOC, PACKING_MODES, PreprocessConfig
-from pipeline.publish import PublishError, build_upload_folder, check_repo_id, upload
-from pipeline.readers import InputError, expand_inputs, hf_units, split_large_inputs
-from pipeline.runner_options import (DASK_RUNNER, beam_flags, dask_cluster, dask_defaults, local_runner_defaults, local_worker_count,
-                                     runner_aliases)
-from pipeline.resume import prepare_resume, run_record, start_run
-from pipeline.tokenization import TokenizerError, TokenizerSpec, resolve_tokenizer_json
-from pipeline.transforms import Preprocess
+from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
+from pipeline.beam.readers import InputError, expand_inputs, hf_units, split_large_inputs
+from pipeline.beam.resume import prepare_resume, run_record, start_run
+from pipeline.beam.runner_options import (
+    DASK_RUNNER,
+    beam_flags,
+    dask_cluster,
+    dask_defaults,
+    local_runner_defaults,
+    local_worker_count,
+    runner_aliases,
+)
+from pipeline.beam.transforms import Preprocess
+from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec
 from schemas import manifest as m
+from schemas.options import PACKING_DOC, PACKING_MODES, UNIT_SPAN, UNIT_TOKEN, UNIT_WORD
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
 _log = logging.getLogger("maskbeam.preprocess")
@@ -75,25 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    """Refuse an existing non-empty output folder unless --overwrite and it is a MaskBeam output."""
-    if not FileSystems.exists(output):
-        return
-    listing = FileSystems.match([posixpath.join(output, "**")])[0].metadata_list
-    if not listing:
-        return
-    if not overwrite:
-        raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
-    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not FileSystems.exists(
-        posixpath.join(output, m.TEMP_DIR)
-    ):
-        raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
-                              "refusing to delete it even with --overwrite")
-    ours = [posixpath.join(output, name)
-            for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE, m.TEMP_DIR)]
-    FileSystems.delete([path for path in ours if FileSystems.exists(path)])
-
-
 def run(argv: list[str] | None = None):
     """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
 
@@ -102,7 +91,8 @@ def run(argv: list[str] | None = None):
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
-    known_flags = beam_flags(runner_aliases(beam_args) + ([f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []))
+    dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
+    known_flags = beam_flags(runner_aliases(beam_args) + dask_runner)
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -120,7 +110,7 @@ def run(argv: list[str] | None = None):
         mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
         random_replace_prob=known.random_replace_prob, seed=known.seed,
         validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
-        masking_unit="word" if known.whole_word_mask else "span" if known.span_mask else "token",
+        masking_unit=UNIT_WORD if known.whole_word_mask else UNIT_SPAN if known.span_mask else UNIT_TOKEN,
         span_p=known.span_p, max_span=known.max_span, short_seq_prob=known.short_seq_prob,
         split_bytes=known.split_bytes,
     )
@@ -138,7 +128,7 @@ def run(argv: list[str] | None = None):
                 _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
                 return None
         else:
-            _prepare_output(config.output, known.overwrite)
+            prepare_output(config.output, known.overwrite)
             start_run(config.output, record)
     except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
         parser.error(str(error))
@@ -155,19 +145,14 @@ def run(argv: list[str] | None = None):
         result = pipeline.run()
         result.wait_until_finish()
     _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
+    warn_large_boilerplate(config.output)
     if known.push_to_hub:
-        _publish(config.output, known.push_to_hub, known.hub_private, parser)
-    return result
-
-
-def _publish(output: str, repo_id: str, private: bool, parser: argparse.ArgumentParser) -> None:
-    with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
         try:
-            folder = build_upload_folder(output, scratch, repo_id=repo_id)
-            _log.info("published %s", upload(folder, repo_id, token=None, private=private))
+            _log.info("published %s", publish_output(config.output, known.push_to_hub, private=known.hub_private))
         except PublishError as error:
-            parser.exit(1, f"--push_to_hub: {error} (the output in {output} is complete; "
-                           f"retry with python -m jobs.publish {output} --repo_id {repo_id})\n")
+            parser.exit(1, f"--push_to_hub: {error} (the output in {config.output} is complete; "
+                           f"retry with python -m jobs.publish {config.output} --repo_id {known.push_to_hub})\n")
+    return result
 
 
 def main() -> None:

@@ -10,8 +10,8 @@ import argparse
 import logging
 import tempfile
 
-from pipeline.outputs import NotAnOutput
-from pipeline.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, upload
+from pipeline.consumers.outputs import NotAnOutput
+from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, upload
 
 
 def build_parser() -> argparse.ArgumentParser:

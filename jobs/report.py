@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.outputs import NotAnOutput
-from pipeline.report import write_report
+from pipeline.consumers.outputs import NotAnOutput
+from pipeline.consumers.report import write_report
 
 
 def run(argv: list[str] | None = None) -> dict[str, str]:

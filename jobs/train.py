@@ -6,22 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
 from dataclasses import fields
 
-import torch
-from torch.utils.data import DataLoader
-from tqdm import tqdm
-
-from pipeline.loader import MlmCollator, MlmShardDataset, ResumableSampler
-from pipeline.outputs import load_manifest, tokenizer_spec
-from pipeline.training import (CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, TrainConfig, autocast, build_model,
-                               evaluate, flops_per_token, hf_tokenizer, lr_at, peak_flops, plot_metrics, probe,
-                               rng_state, save_checkpoint, set_rng_state)
-from schemas import manifest as m
-from schemas.shard import ATTENTION_MASK
+from pipeline.consumers.outputs import load_manifest
+from pipeline.consumers.train_loop import train
+from pipeline.consumers.training import MODEL_SIZES, TrainConfig
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
@@ -37,6 +26,10 @@ def parse(argv: list[str] | None) -> TrainConfig:
     for name in ("batch_size", "grad_accum", "epochs"):
         if getattr(cfg, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if not cfg.model and cfg.config not in MODEL_SIZES:
+        parser.error(f"--config must be one of {sorted(MODEL_SIZES)}, got {cfg.config!r}")
+    if cfg.model and not _model_exists(cfg.model):
+        parser.error(f"--model {cfg.model!r}: no such folder, and not a Hub id")
     try:
         load_manifest(cfg.data)
     except FileNotFoundError as error:
@@ -44,110 +37,20 @@ def parse(argv: list[str] | None) -> TrainConfig:
     return cfg
 
 
+def _model_exists(name: str) -> bool:
+    """A local folder, or something shaped like a Hub id (`name` or `org/name`)."""
+    import os
+
+    return os.path.isdir(name) or (not name.startswith((".", "/", "~")) and name.count("/") <= 1)
+
+
 def run(argv: list[str] | None = None) -> dict:
+    """Parse and check the options, then train; returns the final validation metrics."""
     cfg = parse(argv)
-    os.makedirs(cfg.output, exist_ok=True)
-    torch.manual_seed(cfg.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    train_ds, val_ds = MlmShardDataset(cfg.data, m.TRAIN), MlmShardDataset(cfg.data, m.VALIDATION)
-    spec = tokenizer_spec(cfg.data)
     try:
-        model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
+        return train(cfg)
     except (ValueError, OSError) as error:
         raise SystemExit(f"jobs.train: {error}") from None
-    sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True)  # the epoch travels with indices
-    collate = MlmCollator(trim_padding=cfg.trim_padding)
-    loader_args = dict(batch_size=cfg.batch_size, collate_fn=collate, num_workers=cfg.num_workers,
-                       pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
-    train_loader = DataLoader(train_ds, sampler=sampler, drop_last=True, **loader_args)
-    val_loader = DataLoader(val_ds, shuffle=False, **loader_args)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda")
-    steps_per_epoch = len(train_ds) // (cfg.batch_size * cfg.grad_accum)
-    total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
-    step, epoch, metrics_path = 0, 0, os.path.join(cfg.output, METRICS_FILE)
-    ckpt_path = os.path.join(cfg.output, CHECKPOINT_FILE)
-    if cfg.resume and os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        sampler.load_state_dict(ckpt["sampler"])
-        set_rng_state(ckpt["rng"])
-        step, epoch = ckpt["step"], ckpt["sampler"]["epoch"]
-        _truncate_metrics(metrics_path, step)
-    else:
-        open(metrics_path, "w").close()
-        cfg.save(os.path.join(cfg.output, CONFIG_FILE))
-    train_model = torch.compile(model) if cfg.compile else model
-    log = _logger(metrics_path)
-    if step == 0:
-        log({"step": 0, **evaluate(model, val_loader, device, cfg.eval_batches)})
-    fpt, peak = flops_per_token(model, train_ds.seq_len), peak_flops(device)
-    bar = tqdm(total=total, initial=step, desc="train", disable=None)
-    while step < total:
-        micro, tokens, started = 0, 0, time.perf_counter()
-        for batch in train_loader:
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            with autocast(device):
-                loss = train_model(**batch).loss / cfg.grad_accum
-            loss.backward()
-            tokens += int(batch[ATTENTION_MASK].sum())
-            micro += 1
-            if micro % cfg.grad_accum:
-                continue
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            sampler.position += cfg.batch_size * cfg.grad_accum
-            rate = tokens / (time.perf_counter() - started)
-            row = {"step": step, "loss": loss.item() * cfg.grad_accum, "lr": scheduler.get_last_lr()[0],
-                   "tokens_per_s": rate}
-            if peak:
-                row["mfu"] = rate * fpt / peak
-            log(row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **({"mfu": f"{row['mfu']:.1%}"} if peak else {}))
-            bar.update()
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                log({"step": step, **evaluate(model, val_loader, device, cfg.eval_batches)})
-            if (cfg.save_every and step % cfg.save_every == 0) or step == total:
-                save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                            "scheduler": scheduler.state_dict(), "sampler": sampler.state_dict(),
-                                            "rng": rng_state(), "step": step, "config": vars(cfg)})
-            if step >= total:
-                break
-        else:
-            epoch += 1
-            sampler.set_epoch(epoch)
-            optimizer.zero_grad(set_to_none=True)  # no partial accumulation leaks into the next epoch
-    bar.close()
-    final = evaluate(model, val_loader, device, cfg.eval_batches)
-    log({"step": step, **final})
-    model.save_pretrained(cfg.output)
-    hf_tokenizer(spec).save_pretrained(cfg.output)
-    if cfg.probe:
-        for line in probe(model, hf_tokenizer(spec), cfg.probe, device):
-            print(line)
-    if cfg.plot:
-        plot_metrics(metrics_path, cfg.plot)
-    return final
-
-
-def _logger(path: str):
-    def log(row: dict) -> None:
-        with open(path, "a") as handle:
-            handle.write(json.dumps(row) + "\n")
-    return log
-
-
-def _truncate_metrics(path: str, step: int) -> None:
-    """On resume, drop rows a killed run logged after its last checkpoint."""
-    rows = [line for line in open(path) if json.loads(line)["step"] <= step] if os.path.exists(path) else []
-    with open(path, "w") as handle:
-        handle.writelines(rows)
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pipeline.readers import InputError, expand_inputs
-from pipeline.tokenizer_training import KINDS, iter_training_text, save_tokenizer, train_tokenizer
+from pipeline.beam.readers import InputError, expand_inputs
+from pipeline.beam.tokenizer_training import KINDS, iter_training_text, save_tokenizer, train_tokenizer
 
 _log = logging.getLogger("maskbeam.train_tokenizer")
 

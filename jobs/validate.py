@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.validation import ValidationError, validate_output
+from pipeline.consumers.validation import ValidationError, validate_output
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -1,4 +1,11 @@
-"""MaskBeam library code: kernels (numpy/numba), Beam transforms, and consumers.
+"""MaskBeam library code, in layers that import only downwards (kept by import-linter, setup.cfg):
+
+    beam/       the Apache Beam layer: readers, units, sharding, transforms, finalize, resume, runner options
+    consumers/  loader, training, validation, inspection, report, publish: never import Beam
+    tokenizer/  the `tokenizers` adapter: tokenizer spec, resolution/download, paragraph encoding
+    storage/    the consumers' filesystem layer: fsspec paths and memory-mapped Arrow files
+    kernels/    pure numpy/numba: hashing, masking, chunking, planning, sentences, cleaning
+    (schemas/, beside this package, holds every name, dtype, key and enum value)
 
 Importing this package has no side effects.
 """

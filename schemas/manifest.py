@@ -34,6 +34,8 @@ SHORT_ROWS_DROPPED = "short_rows_dropped"
 TOKENS_DROPPED = "tokens_dropped"
 REPLACED_BYTES = "replaced_bytes"
 BOILERPLATE_CHARS_REMOVED = "boilerplate_chars_removed"
+CHARACTERS = "characters"  # characters of cleaned text kept
+KEY_BOILERPLATE_SHARE = "boilerplate_share"  # per input: share of its characters cut as header/licence
 SELECTED = "selected"
 MASKED = "masked"
 RANDOM = "random"
@@ -52,6 +54,7 @@ INPUT_COUNT_NAMES = (
     TOKENS_DROPPED,
     REPLACED_BYTES,
     BOILERPLATE_CHARS_REMOVED,
+    CHARACTERS,
 )
 
 # Manifest keys.

@@ -12,10 +12,8 @@ ATTENTION_MASK = "attention_mask"
 LABELS = "labels"
 MASK_SEED = "mask_seed"
 
-# Columns of the intermediate per-input parts (never seen by users).
-PART_INPUT_IDS = INPUT_IDS
+# The intermediate per-input parts (never seen by users) hold INPUT_IDS, PART_LENGTH and MASK_SEED.
 PART_LENGTH = "length"  # number of real tokens in the row, [CLS] and [SEP] included
-PART_MASK_SEED = MASK_SEED
 
 DEFAULT_SEQ_LEN = 512
 MIN_SEQ_LEN = 8
@@ -90,9 +88,9 @@ def part_schema(seq_len: int, id_dtype: np.dtype) -> pa.Schema:
     """Schema of the unmasked per-input parts the shard writers read back."""
     return pa.schema(
         [
-            pa.field(PART_INPUT_IDS, _arrow_type(id_dtype, seq_len)),
+            pa.field(INPUT_IDS, _arrow_type(id_dtype, seq_len)),
             pa.field(PART_LENGTH, _arrow_type(LENGTH_DTYPE, None)),
-            pa.field(PART_MASK_SEED, _arrow_type(MASK_SEED_DTYPE, None)),
+            pa.field(MASK_SEED, _arrow_type(MASK_SEED_DTYPE, None)),
         ]
     )
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.tokenization import TokenizerSpec, resolve_tokenizer_json
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MASKBEAM_SHARED", REPO.parent / "shared"))

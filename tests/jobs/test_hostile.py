@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pipeline.outputs import load_manifest
+from pipeline.consumers.outputs import load_manifest
 from schemas import manifest as m
 from tests.conftest import BOOKS, run_preprocess
 

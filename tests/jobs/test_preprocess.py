@@ -11,10 +11,10 @@ import datasets
 import numpy as np
 import pytest
 
-from pipeline.cleaning import clean_bytes
-from pipeline.hashing import content_digest
-from pipeline.inspection import read_split_rows
-from pipeline.outputs import load_manifest
+from pipeline.consumers.inspection import read_split_rows
+from pipeline.consumers.outputs import load_manifest
+from pipeline.kernels.cleaning import clean_bytes
+from pipeline.kernels.hashing import content_digest
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
 from tests.conftest import BOOKS, HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, run_preprocess
@@ -106,7 +106,7 @@ def test_rows_reassemble_each_book_exactly(dynamic_full, spec, bert_fast):
 
 
 def test_inspect_prints_the_check_line(static_full, dynamic_full, capsys):
-    from jobs.inspect import run
+    from jobs.inspect_output import run
 
     run([str(static_full)])
     lines = capsys.readouterr().out.strip().splitlines()
@@ -286,7 +286,7 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
     import random
 
     rng = random.Random(0)
-    words = "the quick brown fox jumps over lazy dogs while seven wizards quietly hum".split()
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dogs", "while", "seven", "wizards", "quietly", "hum"]
     records = [{"text": f"Record {i}. " + " ".join(rng.choice(words) for _ in range(rng.randint(60, 300)))}
                for i in range(3000)]
     path = tmp_path / "big.jsonl"

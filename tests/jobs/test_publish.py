@@ -14,7 +14,7 @@ import yaml
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from pipeline.publish import PublishError, build_upload_folder, upload, with_retries
+from pipeline.consumers.publish import PublishError, build_upload_folder, upload, with_retries
 from schemas import manifest as m
 from tests.conftest import run_preprocess
 
@@ -131,7 +131,7 @@ def test_token_never_leaks_into_output_or_logs(outputs, tmp_path, capsys, caplog
 
     api = mock.create_autospec(HfApi, instance=True)
     api.upload_folder.side_effect = [_http_error(500), None]
-    with caplog.at_level(logging.DEBUG), mock.patch("pipeline.publish.time.sleep"):
+    with caplog.at_level(logging.DEBUG), mock.patch("pipeline.consumers.publish.time.sleep"):
         run([str(outputs / "dynamic"), "--repo_id", "someone/books", "--token", TOKEN], api=api)
     folder = tmp_path / "dry"
     run([str(outputs / "dynamic"), "--repo_id", "someone/books", "--token", TOKEN, "--dry_run", str(folder)])

@@ -106,7 +106,7 @@ def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
     import datasets
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.loader import MlmCollator, epoch_callback
+    from pipeline.consumers.loader import MlmCollator, epoch_callback
 
     train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
     collator = MlmCollator.for_output(str(data128))
@@ -139,7 +139,7 @@ def test_model_vocabulary_must_match_the_data(data128, tmp_path):
 
 def test_flags_keep_the_config_defaults(data128):
     from jobs.train import parse
-    from pipeline.training import TrainConfig
+    from pipeline.consumers.training import TrainConfig
 
     cfg = parse(["--data", str(data128), "--output", "unused"])
     assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.cleaning import clean_bytes
-from pipeline.outputs import load_manifest
-from pipeline.tokenization import TokenizerSpec, build_tokenizer, resolve_tokenizer_json, tokenize_text
+from pipeline.consumers.outputs import load_manifest
+from pipeline.kernels.cleaning import clean_bytes
+from pipeline.tokenizer.encode import tokenize_text
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
 from tests.conftest import BOOKS, run_preprocess
 

@@ -1,0 +1,80 @@
+"""Print a processed dataset's manifest summary, two decoded rows and the MLM check line.
+
+    python -m jobs.inspect_output DIR [--split train] [--epoch N]
+
+The check line is True when, on the rows read, every target is an ordinary token whose label is
+the original token, nothing else changed, and the ratios are within tolerance of the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pipeline.consumers.inspection import SAMPLE_ROWS, check_rows, decode_row, mask_statistics, read_split_rows
+from pipeline.consumers.outputs import load_manifest, masking_rule, tokenizer_spec
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
+from schemas import manifest as m
+from schemas import options as o
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.inspect_output", description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="output folder of jobs.preprocess")
+    p.add_argument("--split", default=m.TRAIN, choices=m.SPLITS)
+    p.add_argument("--epoch", type=int, default=0, help="epoch to mask dynamic output with (default 0)")
+    p.add_argument("--rows", type=int, default=2, help="rows to decode")
+    p.add_argument("--sample_rows", type=int, default=SAMPLE_ROWS,
+                   help=f"rows to measure, read from the start of the split (default {SAMPLE_ROWS})")
+    p.add_argument("--tokenizer", help="tokenizer to decode with (default: the one in the manifest)")
+    return p
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Returns the statistics printed on the check line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.epoch < 0:
+        parser.error(f"--epoch must be >= 0, got {args.epoch}")
+    try:
+        manifest = load_manifest(args.dir)
+        spec = (TokenizerSpec.from_json(resolve_tokenizer_json(args.tokenizer)) if args.tokenizer
+                else tokenizer_spec(args.dir))
+    except (OSError, ValueError, KeyError) as error:
+        parser.error(str(error))
+    if spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:
+        print("warning: the tokenizer differs from the one the data was made with", file=sys.stderr)
+    config = manifest[m.KEY_CONFIG]
+    print(f"{args.dir}: masking={config[o.MASKING]} max_seq_length={config[o.MAX_SEQ_LENGTH]} "
+          f"seed={config[o.SEED]} tokenizer={manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH]}")
+    print("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
+    for split, info in manifest[m.KEY_SPLITS].items():
+        print(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
+    for skipped in manifest[m.KEY_SKIPPED]:
+        print(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
+
+    rule = masking_rule(manifest)
+    rows = read_split_rows(args.dir, args.split, manifest, rule, args.epoch, max_rows=args.sample_rows)
+    stats = mask_statistics(rows, rule)
+    problems = check_rows(rows, rule, stats, config)
+    for problem in problems:
+        print(f"check failed: {problem}", file=sys.stderr)
+    for i in range(min(args.rows, rows.ids.shape[0])):
+        print(f"row {i}: {decode_row(rows, i, spec)}")
+    print(f"selected={stats['selected']} of {stats['eligible']} eligible tokens in {rows.ids.shape[0]} rows; legend: "
+          "[MASK]<original> random>random<original> =original (unchanged target)")
+    print(round(stats["selected_ratio"], 2), round(stats["mask_ratio"], 2), round(stats["random_ratio"], 2),
+          round(stats["unchanged_ratio"], 2))
+    print(not problems)
+    stats["ok"] = not problems
+    return stats
+
+
+def main() -> None:
+    run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The output folder policy: an existing non-empty folder is refused, and `--overwrite` deletes only
+what a MaskBeam run wrote there (never a folder that is not a MaskBeam output)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.arrow_io import read_text
+from pipeline.kernels.cleaning import LARGE_BOILERPLATE_SHARE
+from schemas import manifest as m
+
+_log = logging.getLogger("maskbeam.preprocess")
+
+
+def prepare_output(output: str, overwrite: bool) -> None:
+    """Refuse an existing non-empty output folder unless --overwrite and it is a MaskBeam output."""
+    if not FileSystems.exists(output):
+        return
+    listing = FileSystems.match([posixpath.join(output, "**")])[0].metadata_list
+    if not listing:
+        return
+    if not overwrite:
+        raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
+    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not FileSystems.exists(
+        posixpath.join(output, m.TEMP_DIR)
+    ):
+        raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
+                              "refusing to delete it even with --overwrite")
+    ours = [posixpath.join(output, name)
+            for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE, m.TEMP_DIR)]
+    FileSystems.delete([path for path in ours if FileSystems.exists(path)])
+
+
+def warn_large_boilerplate(output: str) -> list[str]:
+    """Log every input that lost more than LARGE_BOILERPLATE_SHARE of its text as Gutenberg header
+    and licence (the manifest records each input's share); returns their paths."""
+    manifest = json.loads(read_text(posixpath.join(output, m.MANIFEST_FILE)))
+    large = [entry for entry in manifest[m.KEY_INPUTS]
+             if entry.get(m.KEY_BOILERPLATE_SHARE, 0.0) > LARGE_BOILERPLATE_SHARE]
+    for entry in large:
+        _log.warning("%s: %.0f%% of its text was cut as Project Gutenberg header/licence (see %s in the manifest)",
+                     entry[m.KEY_PATH], 100 * entry[m.KEY_BOILERPLATE_SHARE], m.KEY_BOILERPLATE_SHARE)
+    return [entry[m.KEY_PATH] for entry in large]

@@ -1,0 +1,300 @@
+"""Find inputs through Beam's FileSystems and read each one into documents (no Beam transforms here)."""
+
+from __future__ import annotations
+
+import bz2
+import glob
+import gzip
+import io
+import json
+import lzma
+import os
+import posixpath
+import stat
+import zlib
+from dataclasses import dataclass, field
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.kernels.cleaning import NotText, clean_bytes, clean_text
+
+FORMAT_TEXT = "text"
+FORMAT_JSONL = "jsonl"
+FORMAT_PARQUET = "parquet"
+FORMAT_HF = "hf_dataset"
+_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
+_GLOB_CHARS = set("*?[")
+HF_ROWS_PER_UNIT = 20_000
+PARQUET_BATCH_ROWS = 4096
+
+
+class InputError(ValueError):
+    """An `--input` pattern matched nothing, or an input option is inconsistent."""
+
+
+@dataclass(frozen=True, order=True)
+class WorkUnit:
+    """One element of work: a file, or a row range of a `datasets` dataset."""
+
+    source: str  # a path, or "hf://NAME?split=SPLIT&rows=START-STOP" for dataset ranges
+    format: str
+    size: int = 0
+    hf_name: str = ""
+    hf_split: str = ""
+    start: int = 0
+    stop: int = 0
+    modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
+    path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
+
+    @property
+    def identity(self) -> str:
+        return f"{self.source}|{self.size}|{self.modified}"
+
+
+def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
+    """Cut uncompressed .jsonl files larger than `split_bytes` into byte ranges, so one huge file is
+    read by many workers. A line belongs to the range holding its first byte."""
+    out = []
+    for unit in units:
+        splittable = unit.format == FORMAT_JSONL and not unit.source.lower().endswith(_COMPRESSED_SUFFIXES)
+        if not splittable or unit.size <= split_bytes:
+            out.append(unit)
+            continue
+        for start in range(0, unit.size, split_bytes):
+            stop = min(start + split_bytes, unit.size)
+            out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
+                                start=start, stop=stop, modified=unit.modified, path=unit.source))
+    return out
+
+
+def _read_range(path: str, start: int, stop: int) -> bytes:
+    """The whole lines whose first byte lies in [start, stop)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        if start > 0:
+            handle.seek(start - 1)
+            handle.readline()  # the line holding byte start-1 belongs to the previous range
+        lines = []
+        while handle.tell() < stop:
+            line = handle.readline()
+            if not line:
+                break
+            lines.append(line)
+        return b"".join(lines)
+
+
+@dataclass
+class UnitDocuments:
+    """What reading one unit gave: documents, or the reason the whole unit was skipped."""
+
+    documents: list[str] = field(default_factory=list)
+    skip_reason: str | None = None
+    replaced_bytes: int = 0
+    boilerplate_chars_removed: int = 0
+    records_skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip_record(self, reason: str) -> None:
+        self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
+
+
+def input_format(path: str) -> str:
+    """The format of a file from its name, compression suffix ignored."""
+    name = path.lower()
+    for suffix in _COMPRESSED_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return FORMAT_JSONL
+    if name.endswith(".parquet"):
+        return FORMAT_PARQUET
+    return FORMAT_TEXT
+
+
+def _match(pattern: str) -> list:
+    results = FileSystems.match([pattern])
+    return [m for result in results for m in result.metadata_list]
+
+
+def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
+    """Files named by paths, directories (recursively) and globs, deduplicated and sorted by path.
+
+    Raises:
+        InputError: naming the first pattern that matches no file.
+    """
+    found: dict[str, tuple[int, float]] = {}
+    for pattern in patterns:
+        matches = []
+        if not _GLOB_CHARS & set(pattern):
+            # A literal path: a directory (or object prefix) if anything lies below it, else a file.
+            matches = _match(posixpath.join(pattern.rstrip("/"), "**"))
+        if not matches:
+            try:
+                matches = _match(pattern)
+            except Exception as error:  # Beam raises BeamIOError and others for bad patterns
+                raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
+        unlisted = _unlisted_local_entries(pattern, {meta.path for meta in matches})
+        if not matches and not unlisted:
+            raise InputError(f"--input {pattern!r} matches no file")
+        for meta in matches:
+            found[meta.path] = (meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0))
+        for path in unlisted:  # reading them fails, so they are reported as skipped with the reason
+            found.setdefault(path, (0, 0.0))
+    return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified)
+            for path, (size, modified) in sorted(found.items())]
+
+
+def _unlisted_local_entries(pattern: str, listed: set[str]) -> list[str]:
+    """Local entries Beam's listing leaves out silently (broken symlinks, unstat-able files, and
+    directories a glob matched), so they are reported as skipped instead of lost. Other
+    filesystems list what they hold."""
+    if "://" in pattern:
+        return []
+    user_glob = bool(_GLOB_CHARS & set(pattern))
+    if not user_glob and os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "**", "*")
+    entries = glob.glob(pattern, recursive=True)
+
+    def lost(path: str) -> bool:
+        if os.path.isdir(path):
+            return user_glob
+        return os.path.islink(path) and not os.path.exists(path) or not os.path.exists(path)
+
+    return sorted(p for p in (os.path.abspath(e) for e in entries) if p not in listed and lost(p))
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    """Decompress by suffix with the standard codecs, which (unlike Beam's readers) raise on a
+    truncated stream instead of returning the part they could read."""
+    name = path.lower()
+    if name.endswith(".gz"):
+        return gzip.decompress(data)
+    if name.endswith(".bz2"):
+        return bz2.decompress(data)
+    if name.endswith((".xz", ".lzma")):
+        return lzma.decompress(data)
+    if name.endswith(".deflate"):
+        return zlib.decompress(data)
+    if name.endswith((".zst", ".zstd")):
+        import zstandard
+
+        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            out = decompressor.decompress(data)
+        except zstandard.ZstdError as error:
+            raise ValueError(f"corrupt zstd stream: {error}") from None
+        if not decompressor.eof:
+            raise EOFError("zstd stream ended before its end-of-frame marker (truncated)")
+        return out
+    return data
+
+
+def _check_regular(path: str) -> None:
+    """A local FIFO, socket or device would block or never end: refuse it before opening."""
+    if "://" not in path and os.path.exists(path) and not os.path.isdir(path) \
+            and not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(f"not a regular file (FIFO, socket or device): {path}")
+
+
+def _read_bytes(path: str) -> bytes:
+    _check_regular(path)
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return _decompress(path, handle.read())
+
+
+def _add_record(out: UnitDocuments, value: object) -> None:
+    if not isinstance(value, str):
+        out.skip_record(f"text column is {type(value).__name__}, not a string")
+        return
+    try:
+        out.documents.append(clean_text(value, keep_boilerplate=True).text)
+    except NotText as reason:
+        out.skip_record(str(reason))
+
+
+def _read_jsonl(data: bytes, text_column: str, out: UnitDocuments) -> None:
+    cleaned = clean_bytes(data, keep_boilerplate=True)
+    out.replaced_bytes += cleaned.replaced_bytes
+    for line in cleaned.text.split("\n"):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            out.skip_record("line is not valid JSON")
+            continue
+        if not isinstance(record, dict) or text_column not in record:
+            out.skip_record(f"record has no {text_column!r} field")
+            continue
+        _add_record(out, record[text_column])
+
+
+def _read_parquet(data: bytes, text_column: str, out: UnitDocuments) -> None:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(io.BytesIO(data))
+    if text_column not in parquet.schema_arrow.names:
+        raise NotText(f"parquet file has no column {text_column!r} (columns: {parquet.schema_arrow.names})")
+    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[text_column]):
+        for value in batch.column(0).to_pylist():
+            _add_record(out, value)
+
+
+def load_hf_dataset(name: str, split: str):
+    """A `datasets` Dataset: a local `save_to_disk` folder, else a Hub or local loadable dataset."""
+    import datasets
+
+    if FileSystems.exists(name) and FileSystems.exists(posixpath.join(name, "dataset_dict.json")):
+        return datasets.load_from_disk(name)[split]
+    if FileSystems.exists(posixpath.join(name, "state.json")):
+        return datasets.load_from_disk(name)
+    return datasets.load_dataset(name, split=split)
+
+
+def hf_units(name: str, split: str, text_column: str) -> list[WorkUnit]:
+    """Row ranges of a `datasets` dataset, checked for the text column.
+
+    Raises:
+        InputError: when the dataset cannot be loaded or lacks the column.
+    """
+    try:
+        dataset = load_hf_dataset(name, split)
+    except Exception as error:  # datasets raises many types for missing or unreachable datasets
+        raise InputError(f"--hf_dataset {name!r} split {split!r} cannot be loaded: {error}") from error
+    if text_column not in dataset.column_names:
+        raise InputError(f"--hf_dataset {name!r} has no column {text_column!r} (columns: {dataset.column_names})")
+    return [
+        WorkUnit(source=f"hf://{name}?split={split}&rows={start}-{min(start + HF_ROWS_PER_UNIT, len(dataset))}",
+                 format=FORMAT_HF, hf_name=name, hf_split=split, start=start,
+                 stop=min(start + HF_ROWS_PER_UNIT, len(dataset)))
+        for start in range(0, len(dataset), HF_ROWS_PER_UNIT)
+    ]
+
+
+def read_unit(unit: WorkUnit, text_column: str, keep_boilerplate: bool) -> UnitDocuments:
+    """Read one unit into cleaned documents. Never raises for bad content: the reason is returned."""
+    out = UnitDocuments()
+    try:
+        if unit.format == FORMAT_HF:
+            dataset = load_hf_dataset(unit.hf_name, unit.hf_split)
+            for value in dataset.select(range(unit.start, unit.stop))[text_column]:
+                _add_record(out, value)
+            return out
+        data = _read_range(unit.path, unit.start, unit.stop) if unit.path else _read_bytes(unit.source)
+        if unit.format == FORMAT_JSONL:
+            _read_jsonl(data, text_column, out)
+        elif unit.format == FORMAT_PARQUET:
+            _read_parquet(data, text_column, out)
+        else:
+            cleaned = clean_bytes(data, keep_boilerplate=keep_boilerplate)
+            out.documents.append(cleaned.text)
+            out.replaced_bytes = cleaned.replaced_bytes
+            out.boilerplate_chars_removed = cleaned.boilerplate_chars_removed
+    except NotText as reason:
+        out.skip_reason = str(reason)
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as error:
+        # Unreadable, a directory, truncated compression, corrupt parquet: skipped with the reason.
+        out.skip_reason = f"unreadable: {type(error).__name__}: {error}"
+    if out.skip_reason is None and not out.documents:
+        out.skip_reason = "empty: no documents" if not out.records_skipped else "no usable records"
+    return out

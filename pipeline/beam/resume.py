@@ -1,0 +1,90 @@
+"""--resume: check that an interrupted (or finished) run in the output folder used the same config,
+and seed the temp folder so finished units and shards are reused."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import __version__
+from pipeline.beam.arrow_io import file_sha256, read_text, write_text
+from pipeline.beam.config import PreprocessConfig
+from schemas import manifest as m
+
+_NOT_COMPARED = ("output",)
+
+
+class ResumeMismatch(ValueError):
+    """The output folder holds a run of another config; the message says what differs."""
+
+
+def run_record(config: PreprocessConfig, tokenizer_sha256: str) -> dict:
+    """What decides the output's bytes: compared on --resume."""
+    record = {k: v for k, v in config.to_record().items() if k not in _NOT_COMPARED}
+    return {"config": record, "tokenizer_sha256": tokenizer_sha256, "package_version": __version__}
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+    keys = sorted(set(old["config"]) | set(new["config"]))
+    diffs = [f"--{k}: was {old['config'].get(k)!r}, now {new['config'].get(k)!r}"
+             for k in keys if old["config"].get(k) != new["config"].get(k)]
+    for key in ("tokenizer_sha256", "package_version"):
+        if old.get(key) != new.get(key):
+            diffs.append(f"{key}: was {old.get(key)!r}, now {new.get(key)!r}")
+    return diffs
+
+
+def start_run(output: str, record: dict) -> None:
+    """Record the config of a fresh run in its temp folder."""
+    write_text(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE), json.dumps(record, sort_keys=True))
+
+
+def prepare_resume(output: str, record: dict) -> str:
+    """Check the earlier run's config and return "complete" (all shards check out), or "resume".
+
+    Raises:
+        ResumeMismatch: no earlier run, or one with another config (the message lists the differences).
+    """
+    run_file = posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)
+    manifest_file = posixpath.join(output, m.MANIFEST_FILE)
+    if FileSystems.exists(run_file):
+        old = json.loads(read_text(run_file))
+    elif FileSystems.exists(manifest_file):
+        manifest = json.loads(read_text(manifest_file))
+        old = {"config": {k: v for k, v in manifest[m.KEY_CONFIG].items() if k not in _NOT_COMPARED},
+               "tokenizer_sha256": manifest[m.KEY_TOKENIZER][m.KEY_SHA256],
+               "package_version": manifest[m.KEY_PACKAGE_VERSION]}
+    else:
+        raise ResumeMismatch(f"--resume: {output!r} holds no earlier run to resume")
+    diffs = _differences(old, record)
+    if diffs:
+        raise ResumeMismatch("--resume: the earlier run in the output folder used another config: " + "; ".join(diffs))
+    if FileSystems.exists(manifest_file) and not FileSystems.exists(run_file):
+        return _complete_or_seed(output, json.loads(read_text(manifest_file)), record)
+    return "resume"
+
+
+def _complete_or_seed(output: str, manifest: dict, record: dict) -> str:
+    """A finished output: "complete" when every shard checks out; else seed shard records so the
+    good shards are kept, and resume (the deleted parts are recomputed)."""
+    good, entries = True, []
+    for split, info in manifest[m.KEY_SPLITS].items():
+        for index, entry in enumerate(info[m.KEY_SHARDS]):
+            path = posixpath.join(output, split, entry[m.KEY_FILENAME])
+            ok = FileSystems.exists(path) and file_sha256(path) == entry[m.KEY_SHA256]
+            good &= ok
+            if ok:
+                entries.append((split, index, entry))
+    if good:
+        return "complete"
+    start_run(output, record)
+    for split, index, entry in entries:
+        result = {"split": split, "index": index, "filename": entry[m.KEY_FILENAME], "rows": entry[m.KEY_ROWS],
+                  "bytes": entry[m.KEY_BYTES], "sha256": entry[m.KEY_SHA256], "mask_counts": entry[m.KEY_MASK_COUNTS],
+                  "plan": entry[m.KEY_PLAN]}
+        write_text(posixpath.join(output, m.TEMP_DIR, m.shard_record_name(split, entry[m.KEY_FILENAME])),
+                   json.dumps(result, sort_keys=True))
+    FileSystems.delete([posixpath.join(output, m.MANIFEST_FILE)])
+    return "resume"

@@ -1,0 +1,106 @@
+"""Beam runner options for the jobs: the offline local runner by default, runner aliases, a local
+Dask cluster, and strict flag checking (Beam itself only warns about an unknown flag)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import os
+
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+LOCAL_RUNNER = "FnApiRunner"
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+_log = logging.getLogger("maskbeam.runner")
+
+
+def local_runner_defaults(beam_args: list[str]) -> list[str]:
+    """Unless the user chose, run locally on the FnApiRunner (never Prism, which downloads a binary)
+    with one worker process per core."""
+    given = " ".join(beam_args)
+    extra = []
+    if "--runner" not in given:
+        extra.append(f"--runner={LOCAL_RUNNER}")
+        if "--direct_num_workers" not in given:
+            extra.append("--direct_num_workers=0")
+        if "--direct_running_mode" not in given:
+            extra.append("--direct_running_mode=multi_processing")
+    if "--default_sdk_harness_log_level" not in given:
+        extra.append("--default_sdk_harness_log_level=WARNING")
+    return beam_args + extra
+
+
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def runner_aliases(beam_args: list[str]) -> list[str]:
+    """`--runner DaskRunner` is short for Beam's dotted path of the Dask runner."""
+    out = list(beam_args)
+    for i, arg in enumerate(out):
+        if arg == "--runner=DaskRunner":
+            out[i] = f"--runner={DASK_RUNNER}"
+        elif arg == "--runner" and i + 1 < len(out) and out[i + 1] == "DaskRunner":
+            out[i + 1] = DASK_RUNNER
+    return out
+
+
+@contextlib.contextmanager
+def dask_cluster(n_workers: int | None):
+    """With --dask_local_workers N: a local dask.distributed cluster of N worker processes (one
+    thread each) for the run, closed afterwards; yields the Beam flags that point at it."""
+    if not n_workers:
+        yield []
+        return
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        _log.info("local Dask cluster: %d workers at %s", n_workers, cluster.scheduler_address)
+        yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
+
+
+def dask_defaults(beam_args: list[str], local_workers: int | None) -> list[str]:
+    """For a local Dask cluster of N workers, 2N dask.Bag partitions unless the user chose: Beam's
+    default of 128 elements a partition hands a small corpus to one worker, and one unit (book) a
+    partition costs more in Dask overhead than it gains (measured in benchmarks/README.md)."""
+    given = " ".join(beam_args)
+    if not local_workers or "--dask_npartitions" in given or "--dask_partition_size" in given:
+        return beam_args
+    return beam_args + [f"--dask_npartitions={2 * local_workers}"]
+
+
+def local_worker_count(options: PipelineOptions) -> int | None:
+    """Worker processes/threads of a local run (FnApiRunner/DirectRunner), None for other runners."""
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner.rsplit(".", 1)[-1] not in LOCAL_RUNNERS:
+        return None
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory":
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
+
+
+def beam_flags(beam_args: list[str]) -> set[str]:
+    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
+    (Beam itself only logs a warning). A runner given as a dotted path is imported first so its
+    own options register."""
+    for i, arg in enumerate(beam_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
+            beam_args[i + 1] if arg == "--runner" and i + 1 < len(beam_args) else "")
+        if "." in value:
+            with contextlib.suppress(ImportError):  # Beam reports an unknown runner itself
+                importlib.import_module(value.rsplit(".", 1)[0])
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    pending, seen = [PipelineOptions], set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        pending.extend(cls.__subclasses__())
+        try:
+            cls._add_argparse_args(parser)
+        except (argparse.ArgumentError, TypeError, ValueError):
+            continue
+    return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}

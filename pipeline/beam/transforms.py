@@ -1,0 +1,187 @@
+"""Beam composites of the preprocess job: thin wrappers over the library functions.
+
+    units | TokenizeAndChunk(...) | WriteShards(...)  ->  one manifest dict
+
+Only small records travel between steps (unit and shard results); rows go through part files, so
+no token is ever shuffled through a GroupByKey.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.combiners import ToListCombineFn
+
+from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.finalize import finalize_output
+from pipeline.beam.readers import WorkUnit
+from pipeline.beam.sharding import ShardTask, plan_shards, row_bytes, write_shard
+from pipeline.beam.units import mark_duplicates, process_unit
+from pipeline.kernels.planning import balanced_bins
+from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
+from schemas import manifest as m
+from schemas import options as o
+from schemas.shard import id_dtype_for_vocab
+
+__all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE"]
+
+METRICS_NAMESPACE = "maskbeam"
+
+
+def _id_dtype(spec: TokenizerSpec) -> np.dtype:
+    return id_dtype_for_vocab(spec.vocab_size)
+
+
+class _ProcessUnitFn(beam.DoFn):
+    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+                 tokenizer_threads: int | None) -> None:
+        self._spec = spec
+        self._config = config
+        self._temp_dir = temp_dir
+        self._tokenizer_threads = tokenizer_threads
+        self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
+
+    def setup(self) -> None:
+        if self._tokenizer_threads and "RAYON_NUM_THREADS" not in os.environ:
+            # Set before the tokenizer's first batch starts its thread pool: worker processes
+            # sharing the cores should not each start one thread per core.
+            os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
+        self._tokenizer = build_tokenizer(self._spec)
+        self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
+
+    def process(self, unit: WorkUnit):
+        result = process_unit(unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config,
+                              self._temp_dir)
+        for name, value in result.counts.items():
+            self._counters[name].inc(value)
+        yield result
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig) -> None:
+        self._spec = spec
+        self._config = config
+        self._shards_written = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+
+    def setup(self) -> None:
+        c = self._config
+        self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob,
+                                             c.masking_unit, c.span_p, c.max_span)
+
+    def process(self, task: ShardTask):
+        result = write_shard(task, self._config, self._rule, _id_dtype(self._spec))
+        self._shards_written.inc()
+        yield result
+
+
+class SpreadUnits(beam.PTransform):
+    """Spread work units over workers: evenly by size into `n_bins` groups when the worker count
+    is known (the local runner hands each worker a fixed share of a stage's input, so a random
+    spread leaves one worker finishing alone), else a plain Reshuffle (cloud runners balance
+    dynamically)."""
+
+    def __init__(self, *, n_bins: int | None) -> None:
+        super().__init__()
+        if n_bins is not None and n_bins < 1:
+            raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+        self._n_bins = n_bins
+
+    def expand(self, units):
+        if self._n_bins is None:
+            return units | "Reshuffle" >> beam.Reshuffle()
+        n_bins = self._n_bins
+        return (
+            units
+            | "AllUnits" >> beam.combiners.ToList()
+            | "Bin" >> beam.FlatMap(lambda all_units: enumerate(
+                balanced_bins(all_units, n_bins, size=lambda u: u.size, key=lambda u: u.source)))
+            | "GroupBins" >> beam.GroupByKey()
+            | "Unbin" >> beam.FlatMap(lambda kv: [unit for group in kv[1] for unit in group])
+        )
+
+
+class TokenizeAndChunk(beam.PTransform):
+    """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files."""
+
+    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+                 local_workers: int | None = None) -> None:
+        super().__init__()
+        if not temp_dir:
+            raise ValueError("temp_dir is required")
+        threads = max(1, (os.cpu_count() or 1) // local_workers) if local_workers else None
+        self._fn = _ProcessUnitFn(spec, config, temp_dir, threads)
+        self._local_workers = local_workers
+
+    def expand(self, units):
+        return (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
+                | "ProcessUnits" >> beam.ParDo(self._fn))
+
+
+class WriteShards(beam.PTransform):
+    """UnitResult -> one manifest dict: plan shards, mask and write them in parallel, then finalize."""
+
+    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig) -> None:
+        super().__init__()
+        self._spec = spec
+        self._config = config
+
+    def expand(self, unit_results):
+        spec, config = self._spec, self._config
+        bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
+        units = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
+                 | "MarkDuplicates" >> beam.Map(mark_duplicates, drop=config.dedup))
+        shards = (
+            units
+            | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(spec, config))
+            | "CollectShards" >> beam.CombineGlobally(ToListCombineFn())
+        )
+        tokenizer_info = tokenizer_record(spec, config.tokenizer)
+        return shards | "Finalize" >> beam.Map(
+            lambda shard_results, unit_list: finalize_output(unit_list, shard_results, config, tokenizer_info,
+                                                             _id_dtype(spec), spec.json),
+            unit_list=beam.pvalue.AsSingleton(units),
+        )
+
+
+def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
+    return {
+        m.KEY_NAME_OR_PATH: name,
+        m.KEY_SHA256: spec.fingerprint,
+        m.KEY_VOCAB_SIZE: spec.vocab_size,
+        m.KEY_SPECIAL_IDS: {o.SPECIAL_CLS: spec.cls_id, o.SPECIAL_SEP: spec.sep_id, o.SPECIAL_PAD: spec.pad_id,
+                            m.KEY_MASK_ID: spec.mask_id},
+        m.KEY_NEVER_SELECTED: list(spec.special_ids),
+        m.KEY_NEVER_REPLACEMENT: list(spec.unused_ids),
+        m.KEY_CONTINUATION: list(spec.continuation_ids),
+        o.KEY_ID_DTYPE: _id_dtype(spec).name,
+    }
+
+
+class Preprocess(beam.PTransform):
+    """The whole job from a root: work units to shards and a manifest (a PCollection of one dict)."""
+
+    def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
+                 local_workers: int | None = None) -> None:
+        super().__init__()
+        if not units:
+            raise ValueError("no input units")
+        self._units = units
+        self._spec = spec
+        self._config = config
+        self._local_workers = local_workers
+
+    def expand(self, root):
+        temp_dir = posixpath.join(self._config.output, m.TEMP_DIR)
+        return (
+            root
+            | "ListInputs" >> beam.Create(self._units)
+            | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
+                                                    local_workers=self._local_workers)
+            | "WriteShards" >> WriteShards(spec=self._spec, config=self._config)
+        )

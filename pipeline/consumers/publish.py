@@ -1,0 +1,256 @@
+"""Publish a processed output to the Hugging Face Hub: build the upload folder (Parquet and/or the
+Arrow shards, a dataset card, the manifest), then upload it with huggingface_hub.
+
+The Hub layout `data/{split}-{i:05d}-of-{n:05d}.parquet` is what `push_to_hub` writes and what
+`load_dataset(repo_or_folder)` detects without configuration. Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import __version__
+from pipeline.consumers.outputs import load_manifest, shard_paths
+from schemas import manifest as m
+from schemas import options as o
+from schemas.shard import MASKING_STATIC
+
+FORMATS = ("parquet", "arrow", "both")
+PARQUET_ROWS_PER_GROUP = 1000
+PARQUET_COMPRESSION = "zstd"
+HUB_DATA_TEMPLATE = "data/{split}-{index:05d}-of-{count:05d}.{ext}"
+ARROW_CONFIG_TEMPLATE = "arrow/{split}-{index:05d}-of-{count:05d}.arrow"
+CARD_FILE = "README.md"
+RETRY_STATUS = {429, 500, 502, 503, 504}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+_log = logging.getLogger("maskbeam.publish")
+
+
+class PublishError(RuntimeError):
+    """A publishing problem with a message that says what to do; never contains the token."""
+
+
+def check_repo_id(repo_id: str) -> None:
+    if not _REPO_ID.match(repo_id) or ".." in repo_id or repo_id.endswith((".git", "-", ".")):
+        raise PublishError(f"--repo_id must look like USER/NAME (letters, digits, '-', '_', '.'), got {repo_id!r}")
+
+
+def _write_parquet(source: str, target: Path) -> None:
+    """Stream one Arrow shard into a Parquet file, one ~1000-row group at a time."""
+    with pa.memory_map(source, "r") as handle:
+        reader = pa.ipc.open_stream(handle)
+        with pq.ParquetWriter(target, reader.schema, compression=PARQUET_COMPRESSION) as writer:
+            for batch in reader:
+                writer.write_table(pa.Table.from_batches([batch]), row_group_size=PARQUET_ROWS_PER_GROUP)
+
+
+@dataclass(frozen=True)
+class UploadFolder:
+    path: Path
+    files: tuple[str, ...]  # paths relative to `path`, exactly what is uploaded
+
+
+def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str = "parquet",
+                        license_id: str = "other") -> UploadFolder:
+    """Write the exact Hub layout of a preprocess output into `folder` (which must not exist)."""
+    if fmt not in FORMATS:
+        raise PublishError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    manifest = load_manifest(directory)
+    root = Path(folder)
+    if root.exists() and any(root.iterdir()):
+        raise PublishError(f"{folder!r} exists and is not empty")
+    files: list[str] = []
+    data_files: dict[str, dict[str, list[str]]] = {"default": {}, "arrow": {}}
+    for split in m.SPLITS:
+        paths = shard_paths(directory, manifest, split)
+        for index, source in enumerate(paths):
+            if fmt in ("parquet", "both"):
+                name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(paths), ext="parquet")
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                _write_parquet(source, root / name)
+                files.append(name)
+                data_files["default"].setdefault(split, []).append(name)
+            if fmt in ("arrow", "both"):
+                template = HUB_DATA_TEMPLATE if fmt == "arrow" else ARROW_CONFIG_TEMPLATE
+                name = template.format(split=split, index=index, count=len(paths), ext="arrow")
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, root / name)
+                files.append(name)
+                data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
+    shutil.copyfile(os.path.join(directory, m.MANIFEST_FILE), root / m.MANIFEST_FILE)
+    files.append(m.MANIFEST_FILE)
+    (root / CARD_FILE).write_text(dataset_card(manifest, data_files, repo_id, license_id, root), encoding="utf-8")
+    files.append(CARD_FILE)
+    return UploadFolder(path=root, files=tuple(sorted(files)))
+
+
+def _card_metadata(manifest: dict, data_files: dict, license_id: str, root: Path) -> str:
+    import datasets
+    from huggingface_hub import DatasetCardData
+
+    features = datasets.Features.from_arrow_schema(
+        pa.ipc.open_stream(pa.memory_map(str(root / data_files["default"][m.TRAIN][0]), "r")).schema
+        if data_files["default"][m.TRAIN][0].endswith(".arrow")
+        else pq.read_schema(root / data_files["default"][m.TRAIN][0]))
+    splits = {split: datasets.SplitInfo(name=split, num_examples=manifest[m.KEY_SPLITS][split][m.KEY_ROWS],
+                                        num_bytes=sum(s[m.KEY_BYTES]
+                                                      for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]))
+              for split in m.SPLITS}
+    split_dict = datasets.SplitDict()
+    for split_info in splits.values():
+        split_dict.add(split_info)
+    info = datasets.DatasetInfo(features=features, splits=split_dict)
+    card = DatasetCardData(license=license_id, task_categories=["fill-mask"],
+                           tags=["masked-language-modeling", "bert", "maskbeam", "pretraining"])
+    datasets.info.DatasetInfosDict({"default": info}).to_dataset_card_data(card)
+    # One config: `datasets` picks one builder per repository, so the extra Arrow copy of --format
+    # both (under arrow/) is documented in the card, not declared as a second config.
+    configs = [{"config_name": "default", "default": True,
+                "data_files": [{"split": split, "path": paths} for split, paths in data_files["default"].items()]}]
+    card.configs = configs
+    return card.to_yaml()
+
+
+def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, root: Path) -> str:
+    """A real dataset card: YAML metadata, then what the data is and how to load and train on it."""
+    config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
+    static = config[o.MASKING] == MASKING_STATIC
+    sources = "\n".join(f"| `{os.path.basename(e[m.KEY_PATH])}` | {e[m.TOKENS]:,} | {e[m.KEY_ROWS]:,} |"
+                        for e in manifest[m.KEY_INPUTS][:200])
+    skipped = "\n".join(f"- `{os.path.basename(s[m.KEY_PATH])}`: {s[m.KEY_REASON]}"
+                        for s in manifest[m.KEY_SKIPPED]) or "none"
+    checksums = "\n".join(f"| {split} | `{s[m.KEY_FILENAME]}` | {s[m.KEY_ROWS]:,} | `{s[m.KEY_SHA256]}` |"
+                          for split in m.SPLITS for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS])
+    train_how = ("Static masks: `input_ids` are already masked and `labels` hold the original ids at the targets "
+                 "(-100 elsewhere), so `transformers.default_data_collator` is all a `Trainer` needs."
+                 if static else
+                 "Dynamic masks: rows are unmasked with a 64-bit `mask_seed`; the mask of epoch e is a pure "
+                 "function of (`mask_seed`, e), computed by MaskBeam's collator "
+                 "(`pipeline.consumers.loader.MlmCollator` with `epoch_callback`, `remove_unused_columns=False`).")
+    unchanged = round(1 - config[o.MASK_REPLACE_PROB] - config[o.RANDOM_REPLACE_PROB], 6)
+    arrow_note = ("\nThe MaskBeam Arrow stream shards are also under `arrow/` (memory-mappable with "
+                  "`datasets.Dataset.from_file` after download).\n" if data_files.get("arrow") else "")
+    body = f"""
+# {repo_id}
+
+Masked-language-model pretraining data made with MaskBeam {manifest[m.KEY_PACKAGE_VERSION]}:
+{counts[m.DOCUMENTS]:,} documents from {counts[m.FILES_READ]:,} files ({counts[m.FILES_SKIPPED]:,} skipped),
+{counts[m.TOKENS]:,} tokens in {counts[m.ROWS]:,} rows of {config[o.MAX_SEQ_LENGTH]} tokens
+(`[CLS]` content `[SEP]` `[PAD]`...; packing `{config[o.PACKING]}`).
+
+- tokenizer: `{tok[m.KEY_NAME_OR_PATH]}` (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids)
+- masking: {config[o.MASKING]}, mlm_probability {config[o.MLM_PROBABILITY]}, [MASK] {config[o.MASK_REPLACE_PROB]},
+  random {config[o.RANDOM_REPLACE_PROB]}, unchanged {unchanged};
+  special tokens are never selected nor used as random replacements; seed {config[o.SEED]}
+- selected / [MASK] / random / unchanged positions: {counts[m.SELECTED]:,} / {counts[m.MASKED]:,} /
+  {counts[m.RANDOM]:,} / {counts[m.UNCHANGED]:,}
+
+## Load
+
+```python
+from datasets import load_dataset
+ds = load_dataset("{repo_id}")
+```
+
+## Train
+
+{train_how}
+{arrow_note}
+## Sources
+
+| file | tokens | rows |
+|---|---|---|
+{sources}
+
+Skipped inputs:
+{skipped}
+
+## Checksums (MaskBeam Arrow shards, see manifest.json)
+
+| split | shard | rows | sha256 |
+|---|---|---|---|
+{checksums}
+"""
+    metadata = _card_metadata(manifest, data_files, license_id, root).rstrip("\n")
+    return f"---\n{metadata}\n---\n{body}"
+
+
+def resolve_token(token: str | None) -> str:
+    """--token, else HF_TOKEN, else the stored login."""
+    if token:
+        return token
+    if os.environ.get("HF_TOKEN"):
+        return os.environ["HF_TOKEN"]
+    from huggingface_hub import get_token
+
+    stored = get_token()
+    if not stored:
+        raise PublishError("no Hugging Face token: pass --token, set HF_TOKEN, or run `hf auth login`")
+    return stored
+
+
+def _status(error: Exception) -> int | None:
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _scrub(text: str, token: str) -> str:
+    return text.replace(token, "***") if token else text
+
+
+def with_retries(call: Callable, token: str, *, attempts: int = 5, base_delay: float = 2.0,
+                 sleep: Callable[[float], None] = time.sleep):
+    """Run call(); retry with exponential backoff on HTTP 429 and 5xx only."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except Exception as error:  # huggingface_hub raises HfHubHTTPError and subclasses
+            status = _status(error)
+            message = _scrub(str(error).splitlines()[0] if str(error) else type(error).__name__, token)
+            if status in (401, 403):
+                raise PublishError(f"the Hub refused the token (HTTP {status}): check it has write access "
+                                   "to this repository") from None
+            if status not in RETRY_STATUS or attempt == attempts:
+                raise PublishError(f"upload failed (HTTP {status}): {message}") from None
+            delay = base_delay * 2 ** (attempt - 1)
+            _log.warning("Hub answered HTTP %s; retrying in %.0f s (attempt %d of %d)", status, delay, attempt,
+                         attempts)
+            sleep(delay)
+
+
+def upload(folder: UploadFolder, repo_id: str, *, token: str | None, private: bool, api=None,
+           sleep: Callable[[float], None] = time.sleep) -> str:
+    """create_repo (dataset, exist_ok) then a resumable upload_folder of exactly the layout's files."""
+    check_repo_id(repo_id)
+    secret = resolve_token(token)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    with_retries(lambda: api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
+                                         token=secret), secret, sleep=sleep)
+    with_retries(lambda: api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=str(folder.path),
+                                           allow_patterns=list(folder.files), token=secret,
+                                           commit_message=f"Upload MaskBeam {__version__} dataset"),
+                 secret, sleep=sleep)
+    url = f"https://huggingface.co/datasets/{repo_id}"
+    _log.info("published %s", url)
+    return url
+
+
+def publish_output(directory: str, repo_id: str, *, private: bool, token: str | None = None) -> str:
+    """Build the Hub layout of an output in a scratch folder and upload it; returns the dataset URL."""
+    with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
+        folder = build_upload_folder(directory, os.path.join(scratch, "upload"), repo_id=repo_id)
+        return upload(folder, repo_id, token=token, private=private)

@@ -1,0 +1,174 @@
+"""A one-page report of a processed dataset: plots people look at before they trust data.
+
+Figures: content length of rows, tokens per input, top tokens, the [UNK] rate per input, mask
+ratios per shard, and the share of padding. Static PNGs plus one self-contained HTML page.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import posixpath
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths, tokenizer_spec
+from pipeline.storage.arrow_files import fixed_list_to_numpy, read_table
+from pipeline.tokenizer.spec import build_tokenizer
+from schemas import manifest as m
+from schemas import options as o
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASKING_STATIC
+
+TOP_TOKENS = 30
+TOP_INPUTS = 40
+
+
+@dataclass
+class SplitStats:
+    lengths: list[np.ndarray] = field(default_factory=list)
+    token_counts: np.ndarray | None = None
+    padding: int = 0
+    slots: int = 0
+    shard_eligible: list[int] = field(default_factory=list)
+
+
+def collect(directory: str, split: str = m.TRAIN) -> tuple[dict, SplitStats]:
+    """Stream the shards of a split once: lengths, token frequencies, padding, eligible per shard."""
+    manifest = load_manifest(directory)
+    rule = masking_rule(manifest)
+    seq_len = manifest[m.KEY_CONFIG]["max_seq_length"]
+    static = manifest[m.KEY_CONFIG]["masking"] == MASKING_STATIC
+    stats = SplitStats(token_counts=np.zeros(rule.vocab_size, dtype=np.int64))
+    for path in shard_paths(directory, manifest, split):
+        table: pa.Table = read_table(path)
+        eligible = 0
+        for batch in table.to_batches():
+            ids = fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len)
+            attention = fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len)
+            if static:
+                labels = fixed_list_to_numpy(batch.column(LABELS), seq_len)
+                ids = np.where(labels != IGNORE_INDEX, labels, ids)
+            lengths = attention.sum(axis=1)
+            stats.lengths.append(lengths - 2)
+            stats.padding += int(attention.size - lengths.sum())
+            stats.slots += int(attention.size)
+            real = ids[attention.astype(bool)]
+            stats.token_counts += np.bincount(real, minlength=rule.vocab_size)
+            eligible += int((~rule.is_special[real]).sum())
+        stats.shard_eligible.append(eligible)
+    return manifest, stats
+
+
+def _figure(draw, path: str, size=(8, 4.2)) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    draw(ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _base64(path: str) -> str:
+    with open(path, "rb") as handle:
+        return base64.b64encode(handle.read()).decode()
+
+
+def write_report(directory: str, out_dir: str, html_path: str | None = None) -> dict[str, str]:
+    """Write the PNGs to out_dir (and the HTML page); returns {figure name: png path}."""
+    manifest, stats = collect(directory)
+    spec = tokenizer_spec(directory)
+    tokenizer = build_tokenizer(spec)
+    os.makedirs(out_dir, exist_ok=True)
+    inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: -e[m.TOKENS])[:TOP_INPUTS]
+    names = [posixpath.basename(e[m.KEY_PATH])[:40] for e in inputs]
+    seq_len = manifest[m.KEY_CONFIG]["max_seq_length"]
+    lengths = np.concatenate(stats.lengths) if stats.lengths else np.zeros(0)
+    ordinary = stats.token_counts.copy()
+    ordinary[list(spec.special_ids)] = 0
+    top = np.argsort(ordinary)[::-1][:TOP_TOKENS]
+    shards = manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS]
+    figures = {}
+
+    def lengths_plot(ax):
+        ax.hist(lengths, bins=min(64, seq_len), color="#2a7")
+        ax.set(title=f"Content tokens per row (train, {len(lengths):,} rows, max {seq_len - 2})",
+               xlabel="content tokens", ylabel="rows")
+        ax.set_yscale("log")
+
+    def tokens_plot(ax):
+        ax.barh(names[::-1], [e[m.TOKENS] for e in inputs][::-1], color="#47a")
+        ax.set(title=f"Tokens per input (top {len(inputs)})", xlabel="tokens")
+        ax.tick_params(axis="y", labelsize=6)
+
+    def top_plot(ax):
+        labels = [tokenizer.id_to_token(int(i)) for i in top]
+        ax.bar(range(len(top)), ordinary[top] / max(ordinary.sum(), 1), color="#a74")
+        ax.set_xticks(range(len(top)), labels, rotation=70, fontsize=7)
+        ax.set(title="Top tokens (share of ordinary tokens, train)", ylabel="share")
+
+    def unk_plot(ax):
+        rates = [e.get(m.UNK_TOKENS, 0) / max(e[m.TOKENS], 1) for e in inputs]
+        ax.barh(names[::-1], rates[::-1], color="#c55")
+        ax.set(title="[UNK] rate per input", xlabel="share of tokens")
+        ax.tick_params(axis="y", labelsize=6)
+
+    def mask_plot(ax):
+        x = np.arange(len(shards))
+        selected = np.array([s[m.KEY_MASK_COUNTS][m.SELECTED] for s in shards], dtype=float)
+        eligible = np.maximum(np.array(stats.shard_eligible, dtype=float), 1)
+        for name, color in ((m.MASKED, "#2a7"), (m.RANDOM, "#a74"), (m.UNCHANGED, "#47a")):
+            ax.plot(x, [s[m.KEY_MASK_COUNTS][name] for s in shards] / np.maximum(selected, 1), "o-",
+                    color=color, label=f"{name} / selected")
+        ax.plot(x, selected / eligible, "s-", color="k", label="selected / eligible")
+        ax.set(title="Mask ratios per train shard", xlabel="shard", ylim=(0, 1))
+        ax.legend(fontsize=7)
+
+    def padding_plot(ax):
+        real = stats.slots - stats.padding
+        ax.pie([real, stats.padding], labels=["tokens", "padding"], autopct="%1.1f%%", colors=["#2a7", "#ccc"])
+        ax.set(title="Share of padding (train)")
+
+    for name, draw, size in (("row_lengths", lengths_plot, (8, 4.2)), ("tokens_per_input", tokens_plot, (8, 7)),
+                             ("top_tokens", top_plot, (9, 4.2)), ("unk_rate", unk_plot, (8, 7)),
+                             ("mask_ratios", mask_plot, (8, 4.2)), ("padding", padding_plot, (5, 4))):
+        figures[name] = _figure(draw, os.path.join(out_dir, f"{name}.png"), size)
+    if html_path:
+        write_html(manifest, figures, stats, html_path)
+    return figures
+
+
+def write_html(manifest: dict, figures: dict[str, str], stats: SplitStats, path: str) -> None:
+    """One self-contained page: the summary table and every figure inlined as base64 PNG."""
+    counts = manifest[m.KEY_COUNTS]
+    config = manifest[m.KEY_CONFIG]
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in sorted(counts.items()))
+    skipped = "".join(f"<li>{html.escape(posixpath.basename(s[m.KEY_PATH]))}: {html.escape(s[m.KEY_REASON])}</li>"
+                      for s in manifest[m.KEY_SKIPPED]) or "<li>none</li>"
+    images = "".join(
+        f'<figure><img alt="{name}" src="data:image/png;base64,{_base64(p)}">'
+        f"<figcaption>{name.replace('_', ' ')}</figcaption></figure>" for name, p in figures.items())
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>MaskBeam report</title>
+<style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}td{{padding:2px 12px}}
+figure{{margin:1.5em 0}}img{{max-width:100%}}</style></head><body>
+<h1>MaskBeam dataset report</h1>
+<p>masking {html.escape(config[o.MASKING])}, unit {html.escape(config.get(o.MASKING_UNIT, o.UNIT_TOKEN))},
+max_seq_length {config[o.MAX_SEQ_LENGTH]}, packing {html.escape(config[o.PACKING])}, seed {config[o.SEED]},
+tokenizer {html.escape(manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])};
+padding {stats.padding / max(stats.slots, 1):.1%} of train slots.</p>
+<table>{rows}</table>
+<h2>Skipped inputs</h2><ul>{skipped}</ul>
+{images}
+</body></html>
+"""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(page)

@@ -1,0 +1,118 @@
+"""Turn the bytes of one input into clean text, or say why it is not text (pure Python)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_HTML_START = re.compile(rb"^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<\?xml)", re.IGNORECASE)
+_GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE | re.IGNORECASE)
+_GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Above this share of undecodable bytes or control characters, a file is binary, not text.
+MAX_REPLACED_SHARE = 0.50
+MAX_CONTROL_SHARE = 0.01
+
+# Above this share of a file cut as Gutenberg header/licence, the manifest and the log say so.
+LARGE_BOILERPLATE_SHARE = 0.25
+
+SKIP_EMPTY = "empty: no text after cleaning"
+SKIP_HTML = "not text: an HTML/XML page"
+SKIP_BINARY_NUL = "not text: binary (NUL bytes)"
+SKIP_BINARY_UNDECODABLE = "not text: binary (over half the bytes are not UTF-8)"
+SKIP_BINARY_CONTROL = "not text: binary (over 1% control characters)"
+
+
+class NotText(ValueError):
+    """The input is not text we can train on; the message is the reason recorded in the manifest."""
+
+
+@dataclass(frozen=True)
+class CleanText:
+    text: str
+    replaced_bytes: int
+    boilerplate_chars_removed: int
+
+
+def decode(data: bytes) -> tuple[str, int]:
+    """Decode bytes as UTF-8 (UTF-16 when it has a BOM), replacing invalid bytes; return (text, replaced)."""
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    elif data.startswith(_UTF16_BOMS):
+        text = data.decode("utf-16", errors="replace")
+        return text, text.count("\ufffd")
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        # surrogateescape maps each invalid byte to one lone surrogate: count them, then replace.
+        escaped = data.decode("utf-8", errors="surrogateescape")
+        text, replaced = _ESCAPED_BYTE.subn("\ufffd", escaped)
+        return text, replaced
+
+
+def normalize_newlines(text: str) -> str:
+    """CRLF and lone CR become LF."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def strip_gutenberg(text: str) -> tuple[str, int]:
+    """Keep the body of every Project Gutenberg book in the text: each `*** START OF` line opens a
+    body, which the next `*** END OF` line closes; the header before a start and the licence after
+    an end are dropped. A file holding several books one after another keeps all their bodies. An
+    end marker counts only after a start marker, so a text without one keeps everything (a line
+    that happens to read `*** END OF` does not cut a non-Gutenberg text). Returns (text, chars
+    removed)."""
+    bodies: list[str] = []
+    position = 0
+    while True:
+        start = _GUTENBERG_START.search(text, position)
+        if start is None:
+            break
+        end = _GUTENBERG_END.search(text, start.end())
+        bodies.append(text[start.end(): end.start() if end else len(text)])
+        if end is None:
+            break
+        position = end.end()
+    if not bodies:
+        return text, 0
+    kept = "\n".join(bodies)
+    return kept, len(text) - sum(len(body) for body in bodies)
+
+
+def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
+    """Bytes of one book to clean text.
+
+    Raises:
+        NotText: for HTML pages, binary files and files with no text; the message is the reason.
+    """
+    if _HTML_START.match(data[:4096]):
+        raise NotText(SKIP_HTML)
+    is_utf16 = data.startswith(_UTF16_BOMS)
+    if not is_utf16 and b"\x00" in data:
+        raise NotText(SKIP_BINARY_NUL)
+    text, replaced = decode(data)
+    if data and replaced > MAX_REPLACED_SHARE * len(data):
+        raise NotText(SKIP_BINARY_UNDECODABLE)
+    if text and len(_CONTROL.findall(text)) > MAX_CONTROL_SHARE * len(text):
+        raise NotText(SKIP_BINARY_CONTROL)
+    return clean_text(text, replaced, keep_boilerplate)
+
+
+def clean_text(text: str, replaced_bytes: int = 0, keep_boilerplate: bool = False) -> CleanText:
+    """Normalise newlines and strip Gutenberg boilerplate from decoded text.
+
+    Raises:
+        NotText: when nothing but whitespace is left.
+    """
+    text = normalize_newlines(text)
+    removed = 0
+    if not keep_boilerplate:
+        text, removed = strip_gutenberg(text)
+    if not text.strip():
+        raise NotText(SKIP_EMPTY)
+    return CleanText(text=text, replaced_bytes=replaced_bytes, boilerplate_chars_removed=removed)

@@ -1,0 +1,55 @@
+"""Find a tokenizer the user named: a `tokenizer.json`, a folder holding one, or a Hub id (downloaded
+through the Hugging Face cache). Returns the JSON with truncation and padding switched off."""
+
+from __future__ import annotations
+
+import os
+
+from tokenizers import Tokenizer
+
+from pipeline.tokenizer.spec import TokenizerError
+from schemas.manifest import TOKENIZER_FILE
+
+
+def _looks_like_path(name: str) -> bool:
+    """A Hub id is `name` or `org/name`; anything else that does not exist is a missing path."""
+    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".json")
+            or (os.sep != "/" and os.sep in name))
+
+
+def resolve_tokenizer_json(name_or_path: str) -> str:
+    """Read a `tokenizer.json` from a file, a folder holding one, or the Hub (through the HF cache).
+
+    Raises:
+        TokenizerError: naming the path or Hub id that could not be read.
+    """
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, TOKENIZER_FILE)
+        if not os.path.isfile(path):
+            raise TokenizerError(f"tokenizer folder {name_or_path!r} has no {TOKENIZER_FILE}")
+        name_or_path = path
+    if os.path.isfile(name_or_path):
+        with open(name_or_path, encoding="utf-8") as handle:
+            raw = handle.read()
+    elif _looks_like_path(name_or_path):
+        raise TokenizerError(f"tokenizer path {name_or_path!r} does not exist")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(repo_id=name_or_path, filename=TOKENIZER_FILE)
+        except Exception as error:  # the hub client raises many types; all mean "cannot load"
+            raise TokenizerError(
+                f"cannot load tokenizer {name_or_path!r}: not a local file or folder, and the Hub "
+                f"download failed ({type(error).__name__}: {error})"
+            ) from error
+        with open(path, encoding="utf-8") as handle:
+            raw = handle.read()
+    try:
+        tokenizer = Tokenizer.from_str(raw)
+    except Exception as error:  # tokenizers raises a bare Exception on malformed JSON
+        raise TokenizerError(f"{name_or_path!r} is not a valid tokenizer.json: {error}") from error
+    # Our chunking decides lengths: whatever truncation or padding the file configures is off.
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer.to_str()

@@ -1,0 +1,51 @@
+"""Option values and the config keys of the manifest that consumers read back.
+
+The preprocess job records its whole config under `manifest["config"]`; these are the keys and
+enum values the rest of the code spells only through these constants.
+"""
+
+from __future__ import annotations
+
+# --packing
+PACKING_DOC = "doc"
+PACKING_CONCAT = "concat"
+PACKING_SENTENCES = "sentences"
+PACKING_MODES = (PACKING_DOC, PACKING_CONCAT, PACKING_SENTENCES)
+
+# masking units: token (BERT), word (--whole_word_mask), span (--span_mask)
+UNIT_TOKEN = "token"
+UNIT_WORD = "word"
+UNIT_SPAN = "span"
+MASKING_UNITS = (UNIT_TOKEN, UNIT_WORD, UNIT_SPAN)
+
+# --validation_unit
+VALIDATION_BY_ROW = "row"
+VALIDATION_BY_DOCUMENT = "document"
+VALIDATION_UNITS = (VALIDATION_BY_ROW, VALIDATION_BY_DOCUMENT)
+
+# --tokenizer_backend
+BACKEND_AUTO = "auto"
+BACKEND_FAST = "fast"
+BACKEND_HF = "hf"
+TOKENIZER_BACKENDS = (BACKEND_AUTO, BACKEND_FAST, BACKEND_HF)
+
+# Keys of manifest["config"] that consumers read.
+MAX_SEQ_LENGTH = "max_seq_length"
+MASKING = "masking"
+MASKING_UNIT = "masking_unit"
+MLM_PROBABILITY = "mlm_probability"
+MASK_REPLACE_PROB = "mask_replace_prob"
+RANDOM_REPLACE_PROB = "random_replace_prob"
+SPAN_P = "span_p"
+MAX_SPAN = "max_span"
+PACKING = "packing"
+SEED = "seed"
+
+# Keys of manifest["tokenizer"]["special_ids"] besides KEY_MASK_ID.
+SPECIAL_CLS = "cls"
+SPECIAL_SEP = "sep"
+SPECIAL_PAD = "pad"
+KEY_ID_DTYPE = "id_dtype"
+
+DEFAULT_SPAN_P = 0.2
+DEFAULT_MAX_SPAN = 10

@@ -1,0 +1,82 @@
+import re
+
+import pytest
+
+from pipeline.kernels.cleaning import (
+    SKIP_BINARY_NUL,
+    SKIP_BINARY_UNDECODABLE,
+    SKIP_EMPTY,
+    SKIP_HTML,
+    NotText,
+    clean_bytes,
+    decode,
+    strip_gutenberg,
+)
+from tests.conftest import BOOKS, HTML_PAGES
+
+
+def test_real_gutenberg_book_is_cleaned():
+    raw = (BOOKS / "drama__hamlet.txt").read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
+    cleaned = clean_bytes(raw)
+    assert "\r" not in cleaned.text and not cleaned.text.startswith("\ufeff")
+    assert "Project Gutenberg" not in cleaned.text[:500]
+    assert "*** END OF" not in cleaned.text and "*** START OF" not in cleaned.text
+    assert "Hamlet" in cleaned.text and cleaned.boilerplate_chars_removed > 10_000
+    kept = clean_bytes(raw, keep_boilerplate=True)
+    assert kept.text.startswith("The Project Gutenberg eBook") and kept.boilerplate_chars_removed == 0
+
+
+@pytest.mark.parametrize("name", HTML_PAGES)
+def test_html_pages_are_not_text(name):
+    with pytest.raises(NotText, match=re.escape(SKIP_HTML)):
+        clean_bytes((BOOKS / name).read_bytes())
+
+
+def test_newlines_bom_and_markers():
+    raw = b"\xef\xbb\xbfheader\r\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\r\nbody\rline\r\n*** END OF X ***\r\nlicence"
+    assert clean_bytes(raw).text == "\nbody\nline\n"
+
+
+def test_invalid_utf8_is_replaced_and_counted():
+    text, replaced = decode("caf\u00e9 ok ".encode() + b"\xff\xfe" + b" end")
+    assert replaced == 2 and text.count("\ufffd") == 2 and text.startswith("caf\u00e9")
+    assert clean_bytes(b"fine text " * 50 + b"\xff").replaced_bytes == 1
+
+
+def test_binary_and_empty_are_skipped_with_reasons():
+    with pytest.raises(NotText, match=SKIP_EMPTY):
+        clean_bytes(b"")
+    with pytest.raises(NotText, match=SKIP_EMPTY):
+        clean_bytes(b" \r\n\t \n")
+    with pytest.raises(NotText, match=re.escape(SKIP_BINARY_NUL)):
+        clean_bytes(b"abc\x00def")
+    with pytest.raises(NotText, match="not UTF-8"):
+        clean_bytes(bytes(range(128, 256)) * 10)
+    assert SKIP_BINARY_UNDECODABLE.startswith("not text")
+
+
+def test_utf16_with_bom_is_decoded():
+    raw = "\ufeffHello, world.\r\nSecond line.".encode("utf-16-le")
+    assert clean_bytes(b"\xff\xfe" + raw[2:]).text == "Hello, world.\nSecond line."
+
+
+def _gutenberg_book(title: str, body: str) -> str:
+    return (f"The Project Gutenberg eBook of {title}\nheader text\n"
+            f"*** START OF THE PROJECT GUTENBERG EBOOK {title.upper()} ***\n{body}\n"
+            f"*** END OF THE PROJECT GUTENBERG EBOOK {title.upper()} ***\nlicence text " * 1)
+
+
+def test_every_book_of_a_concatenated_file_is_kept():
+    bodies = [f"Body of book {i}. " * 50 for i in range(6)]
+    text = "".join(_gutenberg_book(f"book {i}", body) for i, body in enumerate(bodies))
+    kept, removed = strip_gutenberg(text)
+    for body in bodies:
+        assert body in kept
+    assert "licence text" not in kept and "header text" not in kept
+    assert removed == len(text) - sum(len(b) + 2 for b in bodies)
+
+
+def test_an_end_marker_without_a_start_marker_cuts_nothing():
+    text = "A story.\n*** END OF the first part ***\nThe second part, which must stay.\n"
+    assert strip_gutenberg(text) == (text, 0)
