@@ -8,8 +8,10 @@ Options are parsed as in Beam's wordcount.py: our flags here, everything else to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import posixpath
+import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -27,12 +29,21 @@ from pipeline.beam.runner_options import (
     local_worker_count,
     runner_aliases,
 )
-from pipeline.beam.transforms import Preprocess
+from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
+from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec
 from schemas import manifest as m
-from schemas.options import PACKING_DOC, PACKING_MODES, UNIT_SPAN, UNIT_TOKEN, UNIT_WORD
+from schemas.options import (
+    BACKEND_AUTO,
+    PACKING_DOC,
+    PACKING_MODES,
+    TOKENIZER_BACKENDS,
+    UNIT_SPAN,
+    UNIT_TOKEN,
+    UNIT_WORD,
+)
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
 _log = logging.getLogger("maskbeam.preprocess")
@@ -78,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read uncompressed .jsonl files larger than this in byte ranges on many workers")
     p.add_argument("--dask_local_workers", type=int, metavar="N",
                    help="start a local Dask cluster of N worker processes and run on it with DaskRunner")
+    p.add_argument("--tokenizer_backend", choices=TOKENIZER_BACKENDS, default=BACKEND_AUTO,
+                   help="fast: MaskBeam's jitted WordPiece (ids identical to the tokenizer's; BERT-style tokenizers "
+                        "only); hf: the `tokenizers` library; auto (default): fast where it is exact, else hf")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work")
     return p
@@ -119,6 +133,8 @@ def run(argv: list[str] | None = None):
             check_repo_id(known.push_to_hub)
         config.validate()
         spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
+        backend, why_not_fast = choose_backend(known.tokenizer_backend, spec.json)
+        config = dataclasses.replace(config, tokenizer_backend=backend)
         units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
         if config.hf_dataset:
             units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
@@ -138,12 +154,19 @@ def run(argv: list[str] | None = None):
         options = PipelineOptions(local_runner_defaults(beam_args))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
+        _log.info("tokenizer backend: %s%s", backend,
+                  f" (the fast path does not cover: {'; '.join(why_not_fast)})" if why_not_fast else "")
         _log.info("runner: %s%s; %d inputs; output %s", runner,
                   f" with {workers} worker(s)" if workers else "", len(units), config.output)
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers)
+        started = time.perf_counter()
         result = pipeline.run()
         result.wait_until_finish()
+        wall = time.perf_counter() - started
+    stages = stage_seconds(result)
+    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
+              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
     _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
     warn_large_boilerplate(config.output)
     if known.push_to_hub:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pipeline.kernels.masking import check_probabilities
-from schemas.options import MASKING_UNITS, PACKING_DOC, PACKING_MODES, UNIT_TOKEN
+from schemas.options import BACKEND_AUTO, MASKING_UNITS, PACKING_DOC, PACKING_MODES, TOKENIZER_BACKENDS, UNIT_TOKEN
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_DYNAMIC, MASKING_MODES, MASKING_STATIC, MIN_SEQ_LEN
 
 
@@ -37,6 +37,7 @@ class PreprocessConfig:
     max_span: int = 10
     short_seq_prob: float = 0.1  # with --packing sentences: share of rows with a shorter target (BERT)
     split_bytes: int = 64 * 1024 * 1024  # uncompressed .jsonl files above this are read in byte ranges
+    tokenizer_backend: str = BACKEND_AUTO  # the launcher records the backend it resolved (fast or hf)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
@@ -75,6 +76,8 @@ class PreprocessConfig:
             raise ValueError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         if self.max_span < 1:
             raise ValueError(f"--max_span must be >= 1, got {self.max_span}")
+        if self.tokenizer_backend not in TOKENIZER_BACKENDS:
+            raise ValueError(f"--tokenizer_backend must be one of {TOKENIZER_BACKENDS}, got {self.tokenizer_backend!r}")
         if not 0 <= self.seed < 2**64:
             raise ValueError(f"--seed must be in [0, 2**64), got {self.seed}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -35,6 +36,8 @@ from schemas.shard import (
     shard_columns,
     shard_schema,
 )
+
+STAGE_SHARDS = "mask_write_shards"
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,8 @@ def _reusable(task: ShardTask) -> ShardResult | None:
     return result
 
 
-def write_shard(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, id_dtype: np.dtype) -> ShardResult:
+def write_shard(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, id_dtype: np.dtype,
+                seconds: dict[str, float] | None = None) -> ShardResult:
     """Gather, mask and write one shard under a temp name, then rename it to its final name.
     A shard finished by an interrupted run with the same plan is kept as it is."""
     reused = _reusable(task)
@@ -174,7 +178,10 @@ def write_shard(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, id
         return reused
     schema = shard_schema(config.masking, config.max_seq_length, id_dtype)
     totals = np.zeros(4, dtype=np.int64)
+    started = time.perf_counter()
     written = write_stream_atomically(task.path, schema, _batches(task, config, rule, schema, totals))
+    if seconds is not None:
+        seconds[STAGE_SHARDS] = seconds.get(STAGE_SHARDS, 0.0) + time.perf_counter() - started
     result = ShardResult(
         split=task.split, index=task.index, filename=posixpath.basename(task.path), rows=written.rows,
         bytes=written.bytes, sha256=written.sha256,

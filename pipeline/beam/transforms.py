@@ -19,17 +19,20 @@ from apache_beam.transforms.combiners import ToListCombineFn
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.finalize import finalize_output
 from pipeline.beam.readers import WorkUnit
-from pipeline.beam.sharding import ShardTask, plan_shards, row_bytes, write_shard
-from pipeline.beam.units import mark_duplicates, process_unit
+from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
+from pipeline.beam.units import STAGE_READ, STAGE_TOKENIZE, STAGE_WRITE_PARTS, StageClock, mark_duplicates, process_unit
 from pipeline.kernels.planning import balanced_bins
+from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
 from schemas import options as o
+from schemas.options import BACKEND_FAST
 from schemas.shard import id_dtype_for_vocab
 
 __all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE"]
 
 METRICS_NAMESPACE = "maskbeam"
+STAGE_MS_PREFIX = "stage_ms_"  # worker milliseconds per stage: read_clean, tokenize_chunk, write_parts, ...
 
 
 def _id_dtype(spec: TokenizerSpec) -> np.dtype:
@@ -44,20 +47,27 @@ class _ProcessUnitFn(beam.DoFn):
         self._temp_dir = temp_dir
         self._tokenizer_threads = tokenizer_threads
         self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
+        self._stage_ms = {stage: Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{stage}")
+                          for stage in (STAGE_READ, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
 
     def setup(self) -> None:
         if self._tokenizer_threads and "RAYON_NUM_THREADS" not in os.environ:
             # Set before the tokenizer's first batch starts its thread pool: worker processes
             # sharing the cores should not each start one thread per core.
             os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
-        self._tokenizer = build_tokenizer(self._spec)
+        tokenizer = build_tokenizer(self._spec)
+        self._tokenizer = (FastTokenizer(tokenizer, self._spec.json) if self._config.tokenizer_backend == BACKEND_FAST
+                           else tokenizer)
         self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
 
     def process(self, unit: WorkUnit):
+        clock = StageClock()
         result = process_unit(unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config,
-                              self._temp_dir)
+                              self._temp_dir, clock)
         for name, value in result.counts.items():
             self._counters[name].inc(value)
+        for stage, seconds in clock.seconds.items():
+            self._stage_ms[stage].inc(int(1000 * seconds))
         yield result
 
 
@@ -66,6 +76,7 @@ class _WriteShardFn(beam.DoFn):
         self._spec = spec
         self._config = config
         self._shards_written = Metrics.counter(METRICS_NAMESPACE, "shards_written")
+        self._shard_ms = Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{STAGE_SHARDS}")
 
     def setup(self) -> None:
         c = self._config
@@ -73,8 +84,10 @@ class _WriteShardFn(beam.DoFn):
                                              c.masking_unit, c.span_p, c.max_span)
 
     def process(self, task: ShardTask):
-        result = write_shard(task, self._config, self._rule, _id_dtype(self._spec))
+        seconds: dict[str, float] = {}
+        result = write_shard(task, self._config, self._rule, _id_dtype(self._spec), seconds)
         self._shards_written.inc()
+        self._shard_ms.inc(int(1000 * seconds.get(STAGE_SHARDS, 0.0)))
         yield result
 
 
@@ -185,3 +198,20 @@ class Preprocess(beam.PTransform):
                                                     local_workers=self._local_workers)
             | "WriteShards" >> WriteShards(spec=self._spec, config=self._config)
         )
+
+
+def stage_seconds(result) -> dict[str, float]:
+    """Worker seconds per stage of a finished run, from its metrics ({} where the runner has none)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    except (AttributeError, KeyError, NotImplementedError):
+        return {}
+    out: dict[str, float] = {}
+    for counter in counters:
+        name = counter.key.metric.name
+        if name.startswith(STAGE_MS_PREFIX):
+            value = counter.committed if counter.committed is not None else counter.attempted
+            out[name[len(STAGE_MS_PREFIX):]] = out.get(name[len(STAGE_MS_PREFIX):], 0.0) + (value or 0) / 1000
+    return out

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import time
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
-from tokenizers import Tokenizer
 
 from pipeline.beam.arrow_io import read_text, write_part, write_text
 from pipeline.beam.config import PreprocessConfig
@@ -23,7 +23,7 @@ from pipeline.kernels.hashing import (
     short_row_targets,
     validation_rows,
 )
-from pipeline.tokenizer.encode import tokenize_sentences, tokenize_text
+from pipeline.tokenizer.encode import AnyTokenizer, tokenize_sentences, tokenize_text
 from schemas import manifest as m
 from schemas.options import PACKING_CONCAT, PACKING_SENTENCES
 
@@ -126,8 +126,29 @@ def _add_chunks(out: _Rows, chunks: Chunks, tokens: np.ndarray, digest: str, lay
     out.add(chunks.rows, chunks.lengths, row_keys(digest_to_u64(digest), chunks.rows.shape[0]))
 
 
-def process_unit(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: np.dtype,
-                 config: PreprocessConfig, temp_dir: str) -> UnitResult:
+STAGE_READ = "read_clean"
+STAGE_TOKENIZE = "tokenize_chunk"
+STAGE_WRITE_PARTS = "write_parts"
+
+
+class StageClock:
+    """Wall seconds spent per stage in this process (reported as Beam metrics, never in the output)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._since = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._since
+        self._since = now
+
+    def restart(self) -> None:
+        self._since = time.perf_counter()
+
+
+def process_unit(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
+                 config: PreprocessConfig, temp_dir: str, clock: StageClock | None = None) -> UnitResult:
     """Read, clean, tokenize and chunk one unit; write its train and validation rows as parts.
 
     A unit finished by an interrupted run of the same config (its result record is in `temp_dir`
@@ -135,16 +156,18 @@ def process_unit(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dty
     done = load_result(temp_dir, unit)
     if done is not None:
         return done
-    result = _process(unit, tokenizer, layout, id_dtype, config, temp_dir)
+    result = _process(unit, tokenizer, layout, id_dtype, config, temp_dir, clock or StageClock())
     save_result(temp_dir, unit, result)
     return result
 
 
-def _process(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: np.dtype,
-             config: PreprocessConfig, temp_dir: str) -> UnitResult:
+def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
+             config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
     result = UnitResult(source=unit.source, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
     counts = result.counts
+    clock.restart()
     read = read_unit(unit, config.text_column, config.keep_boilerplate)
+    clock.lap(STAGE_READ)
     counts[m.FILES_READ] = int(unit.format != FORMAT_HF)
     counts[m.REPLACED_BYTES] = read.replaced_bytes
     counts[m.BOILERPLATE_CHARS_REMOVED] = read.boilerplate_chars_removed
@@ -160,10 +183,13 @@ def _process(unit: WorkUnit, tokenizer: Tokenizer, layout: RowLayout, id_dtype: 
     counts[m.CHARACTERS] = sum(len(doc) for doc in read.documents)
     result.key = digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
     rows = _pack(read.documents, digests, result.key, tokenizer, layout, id_dtype, config, counts)
-    return _write_parts(rows, unit, layout, id_dtype, config, temp_dir, result)
+    clock.lap(STAGE_TOKENIZE)
+    result = _write_parts(rows, unit, layout, id_dtype, config, temp_dir, result)
+    clock.lap(STAGE_WRITE_PARTS)
+    return result
 
 
-def _pack(documents: list[str], digests: list[str], unit_key: str, tokenizer: Tokenizer, layout: RowLayout,
+def _pack(documents: list[str], digests: list[str], unit_key: str, tokenizer: AnyTokenizer, layout: RowLayout,
           id_dtype: np.dtype, config: PreprocessConfig, counts: dict[str, int]) -> _Rows:
     """Tokenize and cut the documents of a unit into rows, as `--packing` says."""
     rows = _Rows()

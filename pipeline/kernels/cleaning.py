@@ -12,6 +12,7 @@ _GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE |
 _GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 # Above this share of undecodable bytes or control characters, a file is binary, not text.
 MAX_REPLACED_SHARE = 0.50
 MAX_CONTROL_SHARE = 0.01
@@ -60,6 +61,21 @@ def normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _find_marker(pattern: re.Pattern, text: str, position: int) -> re.Match | None:
+    """The first line at or after `position` that `pattern` matches. Markers start with `***`:
+    finding those with str.find and matching only their lines is ~20x faster than running the
+    case-insensitive line regex over a whole book."""
+    hit = text.find("***", position)
+    while hit >= 0:
+        line_start = text.rfind("\n", 0, hit) + 1
+        if line_start >= position and not text[line_start:hit].strip(" \t"):
+            match = pattern.match(text, line_start)
+            if match:
+                return match
+        hit = text.find("***", hit + 3)
+    return None
+
+
 def strip_gutenberg(text: str) -> tuple[str, int]:
     """Keep the body of every Project Gutenberg book in the text: each `*** START OF` line opens a
     body, which the next `*** END OF` line closes; the header before a start and the licence after
@@ -70,10 +86,10 @@ def strip_gutenberg(text: str) -> tuple[str, int]:
     bodies: list[str] = []
     position = 0
     while True:
-        start = _GUTENBERG_START.search(text, position)
+        start = _find_marker(_GUTENBERG_START, text, position)
         if start is None:
             break
-        end = _GUTENBERG_END.search(text, start.end())
+        end = _find_marker(_GUTENBERG_END, text, start.end())
         bodies.append(text[start.end(): end.start() if end else len(text)])
         if end is None:
             break
@@ -95,10 +111,15 @@ def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
     is_utf16 = data.startswith(_UTF16_BOMS)
     if not is_utf16 and b"\x00" in data:
         raise NotText(SKIP_BINARY_NUL)
+    if not is_utf16 and b"\r" in data:  # CR and LF never occur inside a multi-byte UTF-8 sequence
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     text, replaced = decode(data)
     if data and replaced > MAX_REPLACED_SHARE * len(data):
         raise NotText(SKIP_BINARY_UNDECODABLE)
-    if text and len(_CONTROL.findall(text)) > MAX_CONTROL_SHARE * len(text):
+    # Control characters are single bytes in UTF-8: count them on the bytes in one C pass.
+    controls = (len(data) - len(data.translate(None, _CONTROL_BYTES)) if not is_utf16
+                else len(_CONTROL.findall(text)))
+    if text and controls > MAX_CONTROL_SHARE * len(text):
         raise NotText(SKIP_BINARY_CONTROL)
     return clean_text(text, replaced, keep_boilerplate)
 
