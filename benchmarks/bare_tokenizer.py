@@ -1,5 +1,5 @@
-"""The limit: bare HF `tokenizers` over the corpus' paragraphs with all cores, nothing else
-(read, decode, split, encode). Prints one JSON line: bytes, tokens, seconds."""
+"""The limit: bare HF `tokenizers` (or the `tokie` peer) over the corpus' paragraphs with all cores,
+nothing else (read, decode, split, encode). Prints one JSON line: bytes, tokens, seconds."""
 
 from __future__ import annotations
 
@@ -20,11 +20,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--tokenizer", required=True)
-    parser.add_argument("--method", choices=["encode_batch", "encode_batch_fast"], default="encode_batch")
+    parser.add_argument("--method", choices=["encode_batch", "encode_batch_fast", "tokie"], default="encode_batch")
     args = parser.parse_args()
     path = Path(args.tokenizer)
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
-    encode = getattr(tokenizer, args.method)
+    file = str(path / "tokenizer.json" if path.is_dir() else path)
+    if args.method == "tokie":  # the Rust peer, all cores, same pieces (its ids include [CLS]/[SEP]: 2 a piece)
+        import tokie
+
+        peer = tokie.Tokenizer.from_json(file)
+
+        def encode(pieces, add_special_tokens=False):
+            return [e.ids[1:-1] for e in peer.encode_batch(pieces)]
+    else:
+        encode = getattr(Tokenizer.from_file(file), args.method)
     start = time.perf_counter()
     n_bytes = n_tokens = 0
     for file in corpus_files(Path(args.corpus)):

@@ -16,6 +16,7 @@ class Measured:
     wall_s: float
     peak_rss_mb: float
     stdout: str
+    stderr: str = ""
 
 
 def _tree_rss(process: psutil.Process) -> int:
@@ -49,4 +50,4 @@ def run_measured(argv: list[str], env: dict | None = None, cwd: str | None = Non
     stdout, stderr = proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])}... exited {proc.returncode}:\n{stderr[-3000:]}")
-    return Measured(wall_s=wall, peak_rss_mb=peak / 2**20, stdout=stdout)
+    return Measured(wall_s=wall, peak_rss_mb=peak / 2**20, stdout=stdout, stderr=stderr)

@@ -7,9 +7,11 @@ masking kernels and our memory, in one run on the same corpus and cores.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -20,21 +22,35 @@ from pathlib import Path
 from benchmarks.corpus import corpus_bytes, scaled_corpus
 from benchmarks.procmon import run_measured
 
-LIMIT_METHODS = ("encode_batch", "encode_batch_fast")
+LIMIT_METHODS = ("encode_batch", "encode_batch_fast", "tokie")
+_STAGE_LINE = re.compile(r"time: ([0-9.]+) s wall; worker seconds per stage: (.*)$", re.MULTILINE)
 
 
 def _median_range(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
-def _step_ours(corpus: Path, tokenizer: str, work: Path) -> dict:
+def _stages(log: str) -> dict:
+    """The job's own account of its time: pipeline wall seconds and worker seconds per stage."""
+    match = _STAGE_LINE.search(log)
+    if not match:
+        return {}
+    stages = {name: float(value) for name, value in (part.rsplit(" ", 1) for part in match.group(2).split(", "))}
+    return {"pipeline_wall_s": float(match.group(1)), **stages}
+
+
+def _step_ours(corpus: Path, tokenizer: str, work: Path, *extra: str) -> dict:
     out = work / "ours"
     shutil.rmtree(out, ignore_errors=True)
     measured = run_measured([sys.executable, "-m", "jobs.preprocess", "--input", str(corpus), "--output", str(out),
-                             "--tokenizer", tokenizer])
+                             "--tokenizer", tokenizer, *extra])
     manifest = json.loads((out / "manifest.json").read_text())
     shutil.rmtree(out)
-    return {"wall_s": measured.wall_s, "peak_rss_mb": measured.peak_rss_mb, "tokens": manifest["counts"]["tokens"]}
+    stages = _stages(measured.stderr)
+    if stages:  # what is left of the wall time: interpreter, imports, listing, Beam set-up and shut-down
+        stages["launcher_and_beam_s"] = measured.wall_s - stages["pipeline_wall_s"]
+    return {"wall_s": measured.wall_s, "peak_rss_mb": measured.peak_rss_mb, "tokens": manifest["counts"]["tokens"],
+            "stages": stages}
 
 
 def _step_limit(corpus: Path, tokenizer: str, method: str) -> dict:
@@ -55,6 +71,12 @@ def _step_peer(corpus: Path, tokenizer: str, work: Path) -> dict:
     for folder in (out, cache):
         shutil.rmtree(folder, ignore_errors=True)
     return {"wall_s": measured.wall_s, "peak_rss_mb": measured.peak_rss_mb, "tokens": result["tokens"]}
+
+
+def _step_name(method: str) -> str:
+    if method == "tokie":
+        return "limit: tokie.encode_batch"
+    return f"limit: tokenizers.{method}" if method in LIMIT_METHODS else method
 
 
 def _summarise(name: str, runs: list[dict], n_bytes: int) -> dict:
@@ -88,18 +110,24 @@ def run(argv: list[str] | None = None) -> dict:
     base = Path(args.corpus)
     corpus = scaled_corpus(base, args.scale, work / "corpus")
     n_bytes = corpus_bytes(corpus)
-    runs: dict[str, list[dict]] = {name: [] for name in (*LIMIT_METHODS, "ours", "peer_run_mlm")}
+    limits = [m for m in LIMIT_METHODS if m != "tokie" or importlib.util.find_spec("tokie")]
+    runs: dict[str, list[dict]] = {name: [] for name in (*limits, "ours", "peer_run_mlm")}
     for _ in range(args.repeat):  # interleaved, so machine noise hits every step alike
-        for method in LIMIT_METHODS:
+        for method in limits:
             runs[method].append(_step_limit(corpus, args.tokenizer, method))
         runs["ours"].append(_step_ours(corpus, args.tokenizer, work))
         runs["peer_run_mlm"].append(_step_peer(corpus, args.tokenizer, work))
-    steps = [_summarise(f"limit: tokenizers.{m}" if m in LIMIT_METHODS else m, r, n_bytes) for m, r in runs.items()]
+    steps = [_summarise(_step_name(m), r, n_bytes) for m, r in runs.items()]
     memory_1x = _step_ours(base, args.tokenizer, work) if args.scale != 1 else None
     memory_4x = _step_ours(scaled_corpus(base, 4, work / "corpus4"), args.tokenizer, work) if args.scale != 4 else None
     by_name = {s["step"]: s for s in steps}
     ours = by_name["ours"]
-    limit = max((by_name[f"limit: tokenizers.{m}"] for m in LIMIT_METHODS), key=lambda s: s["mb_per_s"][0])
+    limit = max((by_name[_step_name(m)] for m in limits if m != "tokie"), key=lambda s: s["mb_per_s"][0])
+    tokenize = json.loads(run_measured([sys.executable, "-m", "benchmarks.tokenize", "--corpus", str(base),
+                                        "--tokenizer", args.tokenizer, "--repeat", str(max(3, args.repeat))]
+                                       ).stdout.strip().splitlines()[-1])
+    stage_runs = [r["stages"] for r in runs["ours"] if r.get("stages")]
+    stages = {name: statistics.median(s[name] for s in stage_runs) for name in (stage_runs[0] if stage_runs else {})}
     rss_1x = memory_1x["peak_rss_mb"] if memory_1x else ours["peak_rss_mb"]
     rss_4x = memory_4x["peak_rss_mb"] if memory_4x else ours["peak_rss_mb"]
     masking = json.loads(run_measured([sys.executable, "-m", "benchmarks.masking", "--tokenizer", args.tokenizer,
@@ -112,11 +140,19 @@ def run(argv: list[str] | None = None) -> dict:
         "masking_m_tokens_per_s": {k: v for k, v in masking.items() if not k.endswith("_all")},
         "masking_runs": {k: v for k, v in masking.items() if k.endswith("_all")},
         "memory": {"ours_1x_peak_rss_mb": rss_1x, "ours_4x_peak_rss_mb": rss_4x},
+        "tokenize_one_thread": tokenize,
+        "ours_stages_s": stages,
         "ratios": {
             "ours_vs_limit": ours["mb_per_s"][0] / limit["mb_per_s"][0],
             "limit_used": limit["step"],
             "ours_vs_limit_encode_batch": ours["mb_per_s"][0] / by_name["limit: tokenizers.encode_batch"]["mb_per_s"][0],
             "ours_vs_run_mlm": ours["mb_per_s"][0] / by_name["peer_run_mlm"]["mb_per_s"][0],
+            "ours_vs_tokie_all_cores": (ours["mb_per_s"][0] / by_name[_step_name("tokie")]["mb_per_s"][0]
+                                        if "tokie" in limits else None),
+            "tokenize_vs_encode_batch_fast_one_thread": tokenize["vs_encode_batch_fast"]["maskbeam fast"],
+            "tokenize_vs_tokie_one_thread": (tokenize["mb_per_s"]["maskbeam fast"][0]
+                                             / tokenize["mb_per_s"]["tokie encode_batch"][0]
+                                             if "tokie encode_batch" in tokenize["mb_per_s"] else None),
             "masking_vs_collator_torch": masking["ours"] / masking["collator_torch"],
             "masking_vs_collator_numpy": masking["ours"] / masking["collator_numpy"],
             "rss_4x_vs_1x": rss_4x / rss_1x,
@@ -147,7 +183,16 @@ def format_report(report: dict) -> str:
     mem = report["memory"]
     lines.append(f"peak RSS of ours (process tree): 1x {mem['ours_1x_peak_rss_mb']:.0f} MB, "
                  f"4x {mem['ours_4x_peak_rss_mb']:.0f} MB")
+    tok = report["tokenize_one_thread"]["mb_per_s"]
+    lines.append("tokenization alone, one thread (MB/s): " + ", ".join(f"{k} {v[0]:.1f}" for k, v in tok.items()))
+    if report.get("ours_stages_s"):
+        lines.append("ours, where the time goes (s; stages are summed worker seconds): "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in report["ours_stages_s"].items()))
     r = report["ratios"]
+    lines.append(f"ratios: ours/limit(encode_batch) {r['ours_vs_limit_encode_batch']:.2f}, ours/tokie all cores "
+                 f"{(r['ours_vs_tokie_all_cores'] or float('nan')):.2f}, tokenize one thread vs encode_batch_fast "
+                 f"{r['tokenize_vs_encode_batch_fast_one_thread']:.1f}x, vs tokie "
+                 f"{(r['tokenize_vs_tokie_one_thread'] or float('nan')):.2f}x")
     lines.append(f"ratios: ours/limit {r['ours_vs_limit']:.2f} (vs {r['limit_used']}; "
                  f"{r['ours_vs_limit_encode_batch']:.2f} vs encode_batch), "
                  f"ours/run_mlm {r['ours_vs_run_mlm']:.2f}, masking ours/collator torch "
@@ -164,10 +209,11 @@ def plot_report(report: dict, path: str) -> None:
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     steps = report["steps"]
-    names = [s["step"].replace("limit: tokenizers.", "limit\n") for s in steps]
+    names = [s["step"].replace("limit: tokenizers.", "limit\n").replace("limit: tokie.", "tokie\n") for s in steps]
     medians = [s["mb_per_s"][0] for s in steps]
     errors = [[s["mb_per_s"][0] - s["mb_per_s"][1] for s in steps], [s["mb_per_s"][2] - s["mb_per_s"][0] for s in steps]]
-    left.bar(names, medians, yerr=errors, capsize=4, color=["#999", "#999", "#2a7", "#c55"][: len(steps)])
+    colours = ["#2a7" if s["step"] == "ours" else "#c55" if "peer" in s["step"] else "#999" for s in steps]
+    left.bar(names, medians, yerr=errors, capsize=4, color=colours)
     left.set_ylabel("MB/s (median, min-max)")
     left.set_title(f"End to end, {report['corpus_mb']:.0f} MB corpus")
     mk = report["masking_m_tokens_per_s"]

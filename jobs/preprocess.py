@@ -14,7 +14,7 @@ import posixpath
 import time
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
@@ -28,6 +28,7 @@ from pipeline.beam.runner_options import (
     local_runner_defaults,
     local_worker_count,
     runner_aliases,
+    tokenizer_threads,
 )
 from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
@@ -37,8 +38,10 @@ from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec
 from schemas import manifest as m
 from schemas.options import (
     BACKEND_AUTO,
+    BACKEND_FAST,
     PACKING_DOC,
     PACKING_MODES,
+    PACKING_SENTENCES,
     TOKENIZER_BACKENDS,
     UNIT_SPAN,
     UNIT_TOKEN,
@@ -151,15 +154,18 @@ def run(argv: list[str] | None = None):
 
     with dask_cluster(known.dask_local_workers) as dask_args:
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, known.dask_local_workers)
-        options = PipelineOptions(local_runner_defaults(beam_args))
+        threads_suit = backend == BACKEND_FAST and config.packing != PACKING_SENTENCES  # the GIL is released
+        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("tokenizer backend: %s%s", backend,
                   f" (the fast path does not cover: {'; '.join(why_not_fast)})" if why_not_fast else "")
+        mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
         _log.info("runner: %s%s; %d inputs; output %s", runner,
-                  f" with {workers} worker(s)" if workers else "", len(units), config.output)
+                  f" with {workers} worker(s), {mode}" if workers else "", len(units), config.output)
         pipeline = beam.Pipeline(options=options)
-        _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers)
+        _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers,
+                                                  tokenizer_threads=tokenizer_threads(options))
         started = time.perf_counter()
         result = pipeline.run()
         result.wait_until_finish()

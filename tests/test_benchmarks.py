@@ -21,14 +21,21 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
                   "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
     saved = json.loads((tmp_path / "b.json").read_text())
     assert [s["step"] for s in saved["steps"]] == [
-        "limit: tokenizers.encode_batch", "limit: tokenizers.encode_batch_fast", "ours", "peer_run_mlm"]
+        "limit: tokenizers.encode_batch", "limit: tokenizers.encode_batch_fast", "limit: tokie.encode_batch", "ours",
+        "peer_run_mlm"]
     steps = {s["step"]: s for s in report["steps"]}
     # every step saw the same corpus: ours counts the limit's tokens less the Gutenberg boilerplate
     # (about a third of this short book)
     ours_tokens = steps["ours"]["runs"][0]["tokens"]
     limit_tokens = steps["limit: tokenizers.encode_batch"]["runs"][0]["tokens"]
     assert limit_tokens == steps["limit: tokenizers.encode_batch_fast"]["runs"][0]["tokens"]
+    assert limit_tokens == steps["limit: tokie.encode_batch"]["runs"][0]["tokens"]  # the peer's ids, specials cut
     assert 0.5 * limit_tokens < ours_tokens < limit_tokens
     assert all(s["mb_per_s"][0] > 0 and s["peak_rss_mb"] > 0 for s in report["steps"])
     assert set(report["ratios"]) >= {"ours_vs_limit", "ours_vs_run_mlm", "masking_vs_collator_torch", "rss_4x_vs_1x"}
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    # the job says where its time went, and tokenization alone was timed on one thread against the peers
+    assert {"read_clean", "tokenize_chunk", "write_parts", "mask_write_shards", "launcher_and_beam_s"} <= set(
+        report["ours_stages_s"])
+    assert set(report["tokenize_one_thread"]["mb_per_s"]) == {
+        "hf encode_batch", "hf encode_batch_fast", "maskbeam fast", "tokie encode_batch"}

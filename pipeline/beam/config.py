@@ -8,6 +8,10 @@ from pipeline.kernels.masking import check_probabilities
 from schemas.options import BACKEND_AUTO, MASKING_UNITS, PACKING_DOC, PACKING_MODES, TOKENIZER_BACKENDS, UNIT_TOKEN
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_DYNAMIC, MASKING_MODES, MASKING_STATIC, MIN_SEQ_LEN
 
+# Options recorded in the manifest that do not decide a byte of the shards: where the output goes,
+# and which tokenizer backend produced the (identical) ids.
+NOT_IN_THE_BYTES = ("output", "tokenizer_backend")
+
 
 @dataclass(frozen=True)
 class PreprocessConfig:

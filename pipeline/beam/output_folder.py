@@ -14,6 +14,7 @@ from pipeline.kernels.cleaning import LARGE_BOILERPLATE_SHARE
 from schemas import manifest as m
 
 _log = logging.getLogger("maskbeam.preprocess")
+LOGGED_LARGE_BOILERPLATE = 5
 
 
 def prepare_output(output: str, overwrite: bool) -> None:
@@ -41,7 +42,10 @@ def warn_large_boilerplate(output: str) -> list[str]:
     manifest = json.loads(read_text(posixpath.join(output, m.MANIFEST_FILE)))
     large = [entry for entry in manifest[m.KEY_INPUTS]
              if entry.get(m.KEY_BOILERPLATE_SHARE, 0.0) > LARGE_BOILERPLATE_SHARE]
-    for entry in large:
+    for entry in large[:LOGGED_LARGE_BOILERPLATE]:
         _log.warning("%s: %.0f%% of its text was cut as Project Gutenberg header/licence (see %s in the manifest)",
                      entry[m.KEY_PATH], 100 * entry[m.KEY_BOILERPLATE_SHARE], m.KEY_BOILERPLATE_SHARE)
+    if len(large) > LOGGED_LARGE_BOILERPLATE:
+        _log.warning("... and %d more inputs (%s in the manifest)", len(large) - LOGGED_LARGE_BOILERPLATE,
+                     m.KEY_BOILERPLATE_SHARE)
     return [entry[m.KEY_PATH] for entry in large]

@@ -19,7 +19,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.arrow_io import PartRows, file_sha256, read_part, read_text, write_stream_atomically, write_text
-from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
 from pipeline.beam.units import UnitResult
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.kernels.planning import range_pieces, shard_count
@@ -86,7 +86,7 @@ def row_bytes(seq_len: int, id_dtype: np.dtype, masking: str) -> int:
 def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_row: int) -> list[ShardTask]:
     """Every shard of every split, with the part slices it is made of."""
     ordered = sorted(results, key=lambda r: r.sort_key)
-    config_key = json.dumps({k: v for k, v in config.to_record().items() if k not in ("output", "inputs")},
+    config_key = json.dumps({k: v for k, v in config.to_record().items() if k not in (*NOT_IN_THE_BYTES, "inputs")},
                             sort_keys=True)
     tasks = []
     for split in m.SPLITS:

@@ -121,12 +121,11 @@ class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
-                 local_workers: int | None = None) -> None:
+                 local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
-        threads = max(1, (os.cpu_count() or 1) // local_workers) if local_workers else None
-        self._fn = _ProcessUnitFn(spec, config, temp_dir, threads)
+        self._fn = _ProcessUnitFn(spec, config, temp_dir, tokenizer_threads)
         self._local_workers = local_workers
 
     def expand(self, units):
@@ -180,7 +179,7 @@ class Preprocess(beam.PTransform):
     """The whole job from a root: work units to shards and a manifest (a PCollection of one dict)."""
 
     def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
-                 local_workers: int | None = None) -> None:
+                 local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
         super().__init__()
         if not units:
             raise ValueError("no input units")
@@ -188,6 +187,7 @@ class Preprocess(beam.PTransform):
         self._spec = spec
         self._config = config
         self._local_workers = local_workers
+        self._tokenizer_threads = tokenizer_threads
 
     def expand(self, root):
         temp_dir = posixpath.join(self._config.output, m.TEMP_DIR)
@@ -195,7 +195,8 @@ class Preprocess(beam.PTransform):
             root
             | "ListInputs" >> beam.Create(self._units)
             | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
-                                                    local_workers=self._local_workers)
+                                                    local_workers=self._local_workers,
+                                                    tokenizer_threads=self._tokenizer_threads)
             | "WriteShards" >> WriteShards(spec=self._spec, config=self._config)
         )
 

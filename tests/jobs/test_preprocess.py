@@ -303,3 +303,43 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
     order_a, order_b = np.argsort(a[MASK_SEED]), np.argsort(b[MASK_SEED])
     np.testing.assert_array_equal(a[MASK_SEED][order_a], b[MASK_SEED][order_b])
     np.testing.assert_array_equal(a[INPUT_IDS][order_a], b[INPUT_IDS][order_b])
+
+
+def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
+    """The fast tokenizer is used by default and changes nothing but the recorded backend, on real
+    books plus a file of every Unicode trap (tests/tokenizer/test_fast.py)."""
+    from tests.tokenizer.test_fast import HOSTILE
+
+    inputs = tmp_path / "in"
+    shutil.copytree(small_books, inputs)
+    (inputs / "hostile.txt").write_text(HOSTILE.replace("\x00", "") * 40, encoding="utf-8")  # NUL: binary
+    outputs = {}
+    for backend, extra in (("fast", ["--direct_running_mode", "multi_processing"]), ("hf", []), ("auto", [])):
+        outputs[backend] = tmp_path / backend
+        run_preprocess([inputs], outputs[backend], "--tokenizer_backend", backend, "--num_shards", "2", *extra)
+    manifests = {name: json.loads((out / m.MANIFEST_FILE).read_text()) for name, out in outputs.items()}
+    assert manifests["auto"][m.KEY_CONFIG]["tokenizer_backend"] == "fast"  # auto picks fast for BERT
+    assert manifests["hf"][m.KEY_CONFIG]["tokenizer_backend"] == "hf"
+    hashes = {name: {k: v for k, v in _file_hashes(out).items() if k != m.MANIFEST_FILE}
+              for name, out in outputs.items()}
+    assert hashes["fast"] == hashes["hf"] == hashes["auto"]
+    for manifest in manifests.values():
+        manifest[m.KEY_CONFIG].pop("tokenizer_backend")
+        manifest[m.KEY_CONFIG]["output"] = ""
+    assert manifests["fast"] == manifests["hf"] == manifests["auto"]
+    assert not any(s[m.KEY_PATH].endswith("hostile.txt") for s in manifests["hf"][m.KEY_SKIPPED])
+    assert manifests["hf"][m.KEY_COUNTS][m.UNK_TOKENS] > 0  # the traps reached the tokenizers
+
+
+def test_fast_backend_on_an_unsupported_tokenizer_is_refused_and_auto_falls_back(small_books, tmp_path, capsys):
+    config = json.loads((TOKENIZER_DIR / "tokenizer.json").read_text())
+    config["pre_tokenizer"] = {"type": "Whitespace"}
+    tok = tmp_path / "whitespace.json"
+    tok.write_text(json.dumps(config))
+    with pytest.raises(SystemExit) as exit_info:
+        run_preprocess([small_books], tmp_path / "refused", "--tokenizer_backend", "fast", tokenizer=tok)
+    assert exit_info.value.code == 2
+    assert "pre-tokenizer Whitespace" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()
+    run_preprocess([small_books], tmp_path / "auto", tokenizer=tok)
+    assert json.loads((tmp_path / "auto" / m.MANIFEST_FILE).read_text())[m.KEY_CONFIG]["tokenizer_backend"] == "hf"
