@@ -42,6 +42,8 @@ from schemas.options import (
     PACKING_DOC,
     PACKING_MODES,
     PACKING_SENTENCES,
+    SCRIPT_NAMES,
+    SCRIPT_OTHER,
     TOKENIZER_BACKENDS,
     UNIT_SPAN,
     UNIT_TOKEN,
@@ -84,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--validation_fraction", type=float, default=0.01)
     p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
     p.add_argument("--dedup", action="store_true", help="drop inputs whose content equals an earlier input's")
+    p.add_argument("--near_dedup", type=float, metavar="J",
+                   help="drop the later inputs (by path) of each cluster of near duplicates at estimated word-bigram "
+                        "similarity >= J (e.g. 0.8); pairs >= 0.5 are always reported in the manifest")
+    p.add_argument("--max_unk_fraction", type=float, default=0.1,
+                   help="skip inputs whose share of [UNK] among their tokens exceeds this "
+                        "(default 0.1; 1 turns it off)")
+    p.add_argument("--scripts", metavar="NAMES",
+                   help=f"keep only inputs whose dominant Unicode script is listed, comma-separated "
+                        f"({', '.join((*SCRIPT_NAMES, SCRIPT_OTHER))})")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier MaskBeam output in --output")
     p.add_argument("--push_to_hub", metavar="USER/NAME",
                    help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or login)")
@@ -129,7 +140,8 @@ def run(argv: list[str] | None = None):
         validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
         masking_unit=UNIT_WORD if known.whole_word_mask else UNIT_SPAN if known.span_mask else UNIT_TOKEN,
         span_p=known.span_p, max_span=known.max_span, short_seq_prob=known.short_seq_prob,
-        split_bytes=known.split_bytes,
+        split_bytes=known.split_bytes, max_unk_fraction=known.max_unk_fraction, near_dedup=known.near_dedup,
+        scripts=tuple(s.strip() for s in known.scripts.split(",") if s.strip()) if known.scripts else (),
     )
     try:
         if known.push_to_hub:

@@ -77,6 +77,12 @@ KEY_MASK_COUNTS = "mask_counts"
 KEY_PLAN = "plan_sha256"
 KEY_DUPLICATES = "duplicates"
 KEY_DUPLICATE_OF = "duplicate_of"
+KEY_NEAR_DUPLICATES = "near_duplicates"  # [{path, near_duplicate_of, similarity}], similarity >= 0.5
+KEY_NEAR_DUPLICATE_OF = "near_duplicate_of"
+KEY_SIMILARITY = "similarity"
+KEY_UNK_FRACTION = "unk_fraction"  # per input: share of [UNK] among its content tokens
+KEY_SCRIPTS = "scripts"  # per input: share of its letters per Unicode script
+KEY_DOMINANT_SCRIPT = "dominant_script"
 RUN_FILE = "run.json"  # the config of a run in progress, in TEMP_DIR (what --resume compares)
 KEY_MASK_COUNTS_EPOCH = "mask_counts_epoch"
 KEY_NEVER_SELECTED = "never_selected_ids"

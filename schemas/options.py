@@ -29,6 +29,11 @@ BACKEND_FAST = "fast"
 BACKEND_HF = "hf"
 TOKENIZER_BACKENDS = (BACKEND_AUTO, BACKEND_FAST, BACKEND_HF)
 
+# Scripts of the per-input script mix (--scripts); letters of other scripts count as "Other".
+SCRIPT_NAMES = ("Latin", "Greek", "Cyrillic", "Hebrew", "Arabic", "Devanagari", "Thai", "Hangul", "Hiragana",
+                "Katakana", "Han")
+SCRIPT_OTHER = "Other"
+
 # Keys of manifest["config"] that consumers read.
 MAX_SEQ_LENGTH = "max_seq_length"
 MASKING = "masking"

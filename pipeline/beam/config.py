@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from pipeline.kernels.masking import check_probabilities
-from schemas.options import BACKEND_AUTO, MASKING_UNITS, PACKING_DOC, PACKING_MODES, TOKENIZER_BACKENDS, UNIT_TOKEN
+from schemas.options import (
+    BACKEND_AUTO,
+    MASKING_UNITS,
+    PACKING_DOC,
+    PACKING_MODES,
+    SCRIPT_NAMES,
+    SCRIPT_OTHER,
+    TOKENIZER_BACKENDS,
+    UNIT_TOKEN,
+)
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_DYNAMIC, MASKING_MODES, MASKING_STATIC, MIN_SEQ_LEN
 
 # Options recorded in the manifest that do not decide a byte of the shards: where the output goes,
@@ -42,6 +51,9 @@ class PreprocessConfig:
     short_seq_prob: float = 0.1  # with --packing sentences: share of rows with a shorter target (BERT)
     split_bytes: int = 64 * 1024 * 1024  # uncompressed .jsonl files above this are read in byte ranges
     tokenizer_backend: str = BACKEND_AUTO  # the launcher records the backend it resolved (fast or hf)
+    max_unk_fraction: float = 0.1  # inputs with more [UNK] among their tokens are skipped (1 turns it off)
+    near_dedup: float | None = None  # drop the later member of near-duplicate clusters at this similarity
+    scripts: tuple[str, ...] = ()  # keep only inputs whose dominant script is listed (empty: all)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
@@ -80,6 +92,14 @@ class PreprocessConfig:
             raise ValueError(f"--short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         if self.max_span < 1:
             raise ValueError(f"--max_span must be >= 1, got {self.max_span}")
+        if not 0.0 <= self.max_unk_fraction <= 1.0:
+            raise ValueError(f"--max_unk_fraction must be in [0, 1], got {self.max_unk_fraction}")
+        if self.near_dedup is not None and not 0.0 < self.near_dedup <= 1.0:
+            raise ValueError(f"--near_dedup must be in (0, 1], got {self.near_dedup}")
+        unknown = [s for s in self.scripts if s not in (*SCRIPT_NAMES, SCRIPT_OTHER)]
+        if unknown:
+            raise ValueError(f"--scripts: unknown script(s) {', '.join(unknown)}; "
+                             f"choose from {', '.join((*SCRIPT_NAMES, SCRIPT_OTHER))}")
         if self.tokenizer_backend not in TOKENIZER_BACKENDS:
             raise ValueError(f"--tokenizer_backend must be one of {TOKENIZER_BACKENDS}, got {self.tokenizer_backend!r}")
         if not 0 <= self.seed < 2**64:
@@ -94,4 +114,5 @@ class PreprocessConfig:
         """The config as recorded in the manifest: inputs sorted, so input order changes nothing."""
         record = asdict(self)
         record["inputs"] = sorted(self.inputs)
+        record["scripts"] = list(self.scripts)
         return record

@@ -24,6 +24,10 @@ def reason_kind(reason: str) -> str:
     page'; 'unreadable: EOFError: ...' -> 'unreadable: EOFError'; 'duplicate of X' -> 'duplicate'."""
     if reason.startswith("duplicate of"):
         return "duplicate"
+    if reason.startswith("near duplicate of"):
+        return "near duplicate"
+    if reason.startswith(("[UNK] gate:", "script:")):
+        return reason.split(":")[0]
     if reason.startswith("unreadable:"):
         return ":".join(reason.split(":")[:2])
     return reason
@@ -35,8 +39,13 @@ def boilerplate_share(counts: dict[str, int]) -> float:
     return round(removed / max(removed + counts.get(m.CHARACTERS, 0), 1), 4)
 
 
+def _quality(u: UnitResult) -> dict:
+    """The per-input quality figures of the manifest: [UNK] fraction, script mix, dominant script."""
+    return {m.KEY_UNK_FRACTION: u.unk_fraction, m.KEY_SCRIPTS: u.scripts, m.KEY_DOMINANT_SCRIPT: u.dominant_script}
+
+
 def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
-                   tokenizer_info: dict) -> dict:
+                   tokenizer_info: dict, near_duplicates: list[dict] | None = None) -> dict:
     """The manifest: config, tokenizer, counts, skipped inputs, and every shard with its checksum."""
     units = sorted(units, key=lambda u: u.sort_key)
     counts = {name: sum(u.counts.get(name, 0) for u in units) for name in m.INPUT_COUNT_NAMES}
@@ -54,8 +63,8 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         }
     for name in m.MASK_COUNT_NAMES:
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
-    skipped = [{m.KEY_PATH: u.source, m.KEY_REASON: u.skip_reason} for u in sorted(units, key=lambda u: u.source)
-               if u.skip_reason is not None]
+    skipped = [{m.KEY_PATH: u.source, m.KEY_REASON: u.skip_reason, **_quality(u)}
+               for u in sorted(units, key=lambda u: u.source) if u.skip_reason is not None]
     by_reason: dict[str, int] = {}
     for entry in skipped:
         kind = reason_kind(entry[m.KEY_REASON])
@@ -66,13 +75,14 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),
          m.RECORDS_SKIPPED: u.records_skipped,
          m.BOILERPLATE_CHARS_REMOVED: u.counts.get(m.BOILERPLATE_CHARS_REMOVED, 0),
-         m.KEY_BOILERPLATE_SHARE: boilerplate_share(u.counts)}
+         m.KEY_BOILERPLATE_SHARE: boilerplate_share(u.counts), **_quality(u)}
         for u in sorted(units, key=lambda u: u.source) if u.skip_reason is None
     ]
     duplicates = [{m.KEY_PATH: u.source, m.KEY_DUPLICATE_OF: u.duplicate_of}
                   for u in sorted(units, key=lambda u: u.source) if u.duplicate_of]
     return {
         m.KEY_DUPLICATES: duplicates,
+        m.KEY_NEAR_DUPLICATES: sorted(near_duplicates or [], key=lambda e: (e[m.KEY_PATH], e[m.KEY_NEAR_DUPLICATE_OF])),
         m.KEY_VERSION: m.MANIFEST_VERSION,
         m.KEY_PACKAGE_VERSION: __version__,
         m.KEY_CONFIG: config.to_record(),
@@ -87,7 +97,8 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
 
 
 def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
-                    tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str) -> dict:
+                    tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str,
+                    near_duplicates: list[dict] | None = None) -> dict:
     """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer,
     then manifest.json; drop temp parts."""
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
@@ -99,7 +110,7 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
         write_text(posixpath.join(folder, m.STATE_FILE), m.dumps(state))
     write_text(posixpath.join(config.output, m.DATASET_DICT_FILE), m.dumps(m.dataset_dict()))
     write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
-    manifest = build_manifest(units, shards, config, tokenizer_info)
+    manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
     temp_dir = posixpath.join(config.output, m.TEMP_DIR)
     if FileSystems.exists(temp_dir):

@@ -18,9 +18,18 @@ from apache_beam.transforms.combiners import ToListCombineFn
 
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.finalize import finalize_output
+from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
 from pipeline.beam.readers import WorkUnit
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
-from pipeline.beam.units import STAGE_READ, STAGE_TOKENIZE, STAGE_WRITE_PARTS, StageClock, mark_duplicates, process_unit
+from pipeline.beam.units import (
+    STAGE_QUALITY,
+    STAGE_READ,
+    STAGE_TOKENIZE,
+    STAGE_WRITE_PARTS,
+    StageClock,
+    mark_duplicates,
+    process_unit,
+)
 from pipeline.kernels.planning import balanced_bins
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -48,7 +57,7 @@ class _ProcessUnitFn(beam.DoFn):
         self._tokenizer_threads = tokenizer_threads
         self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
         self._stage_ms = {stage: Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{stage}")
-                          for stage in (STAGE_READ, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
+                          for stage in (STAGE_READ, STAGE_QUALITY, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
 
     def setup(self) -> None:
         if self._tokenizer_threads and "RAYON_NUM_THREADS" not in os.environ:
@@ -144,8 +153,13 @@ class WriteShards(beam.PTransform):
     def expand(self, unit_results):
         spec, config = self._spec, self._config
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
-        units = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
-                 | "MarkDuplicates" >> beam.Map(mark_duplicates, drop=config.dedup))
+        pairs = unit_results | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
+        marked = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
+                  | "MarkDuplicates" >> beam.Map(mark_duplicates, drop=config.dedup)
+                  | "MarkNearDuplicates" >> beam.Map(mark_near_duplicates, pairs=beam.pvalue.AsSingleton(pairs),
+                                                     threshold=config.near_dedup))
+        units = marked | "Units" >> beam.Map(lambda pair: pair[0])
+        near_report = marked | "NearDuplicateReport" >> beam.Map(lambda pair: pair[1])
         shards = (
             units
             | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
@@ -155,9 +169,9 @@ class WriteShards(beam.PTransform):
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
         return shards | "Finalize" >> beam.Map(
-            lambda shard_results, unit_list: finalize_output(unit_list, shard_results, config, tokenizer_info,
-                                                             _id_dtype(spec), spec.json),
-            unit_list=beam.pvalue.AsSingleton(units),
+            lambda shard_results, unit_list, near: finalize_output(unit_list, shard_results, config, tokenizer_info,
+                                                                   _id_dtype(spec), spec.json, near),
+            unit_list=beam.pvalue.AsSingleton(units), near=beam.pvalue.AsSingleton(near_report),
         )
 
 

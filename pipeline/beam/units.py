@@ -23,6 +23,7 @@ from pipeline.kernels.hashing import (
     short_row_targets,
     validation_rows,
 )
+from pipeline.kernels.quality import dominant_script, minhash_signature, script_letter_counts, script_shares
 from pipeline.tokenizer.encode import AnyTokenizer, tokenize_sentences, tokenize_text
 from schemas import manifest as m
 from schemas.options import PACKING_CONCAT, PACKING_SENTENCES
@@ -39,6 +40,15 @@ class UnitResult:
     records_skipped: dict[str, int] = field(default_factory=dict)
     parts: dict[str, tuple[str, int]] = field(default_factory=dict)  # split -> (part path, rows)
     duplicate_of: str | None = None  # the first input (by path) with the same content
+    unk_fraction: float | None = None  # share of [UNK] among its content tokens (None: not tokenized)
+    scripts: dict[str, float] = field(default_factory=dict)  # share of its letters per Unicode script
+    signature: str = ""  # MinHash signature of its word bigrams, hex (near-duplicate detection)
+    near_duplicate_of: str | None = None  # the earliest input (by path) of its near-duplicate cluster
+    similarity: float | None = None  # estimated similarity to near_duplicate_of
+
+    @property
+    def dominant_script(self) -> str:
+        return dominant_script(self.scripts)
 
     @property
     def sort_key(self) -> tuple[str, str]:
@@ -127,6 +137,8 @@ def _add_chunks(out: _Rows, chunks: Chunks, tokens: np.ndarray, digest: str, lay
 
 
 STAGE_READ = "read_clean"
+STAGE_QUALITY = "quality"  # script mix and MinHash signature
+SIGNATURE_SEED = 0x4D696E48  # fixed: near-duplicate pairs do not depend on --seed
 STAGE_TOKENIZE = "tokenize_chunk"
 STAGE_WRITE_PARTS = "write_parts"
 
@@ -182,10 +194,42 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     counts[m.DOCUMENTS] = len(digests)
     counts[m.CHARACTERS] = sum(len(doc) for doc in read.documents)
     result.key = digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
+    _measure_quality(read.documents, result)
+    clock.lap(STAGE_QUALITY)
+    if config.scripts and result.dominant_script not in config.scripts:
+        return _gated(result, f"script: mostly {result.dominant_script or 'no letters'} "
+                              f"({', '.join(f'{k} {v:.0%}' for k, v in result.scripts.items()) or 'no letters'}), "
+                              f"not in --scripts {','.join(config.scripts)}")
     rows = _pack(read.documents, digests, result.key, tokenizer, layout, id_dtype, config, counts)
     clock.lap(STAGE_TOKENIZE)
+    result.unk_fraction = round(counts[m.UNK_TOKENS] / counts[m.TOKENS], 4) if counts[m.TOKENS] else 0.0
+    if counts[m.TOKENS] and counts[m.UNK_TOKENS] / counts[m.TOKENS] > config.max_unk_fraction:
+        return _gated(result, f"[UNK] gate: {counts[m.UNK_TOKENS] / counts[m.TOKENS]:.1%} of its "
+                              f"{counts[m.TOKENS]:,} tokens are [UNK] for tokenizer {config.tokenizer} "
+                              f"(--max_unk_fraction {config.max_unk_fraction})")
     result = _write_parts(rows, unit, layout, id_dtype, config, temp_dir, result)
     clock.lap(STAGE_WRITE_PARTS)
+    return result
+
+
+def _measure_quality(documents: list[str], result: UnitResult) -> None:
+    """Script mix and MinHash signature of a unit's text (all its documents together)."""
+    letters = None
+    encoded = [doc.encode("utf-8", "surrogatepass") for doc in documents]
+    for data in encoded:
+        letters = script_letter_counts(data, letters)
+    result.scripts = script_shares(letters) if letters is not None else {}
+    joined = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
+    result.signature = minhash_signature(joined, seed=SIGNATURE_SEED).tobytes().hex()
+
+
+def _gated(result: UnitResult, reason: str) -> UnitResult:
+    """A unit a quality gate keeps out: skipped with the reason, contributing no rows or tokens."""
+    kept = (m.FILES_READ, m.DOCUMENTS, m.CHARACTERS, m.REPLACED_BYTES, m.BOILERPLATE_CHARS_REMOVED,
+            m.RECORDS_SKIPPED)
+    result.counts = {name: (value if name in kept else 0) for name, value in result.counts.items()}
+    result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
+    result.skip_reason = reason
     return result
 
 

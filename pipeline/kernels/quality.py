@@ -1,0 +1,252 @@
+"""What goes into training: the Unicode script mix of a text, and MinHash signatures of its word
+shingles for near-duplicate detection (numba, over UTF-8 bytes).
+
+Shingles are word bigrams taken as a multiset (the k-th occurrence of a bigram is its own
+element), so the estimated similarity is the weighted Jaccard similarity of the bigram counts: two
+editions of a book that differ in 5% of their words score about 0.95**2 / (2 - 0.95**2) = 0.82,
+two books by one author about 0.1-0.3.
+
+MinHash here is one-permutation hashing with optimal densification (Shrivastava, 2017): every
+shingle is hashed once and lands in one of `NUM_PERM` bins, each bin keeps its minimum, and an
+empty bin borrows the value of the next non-empty bin found by a seeded probe. The probability
+that two signatures agree in a bin is the Jaccard similarity of the two shingle sets, as with
+`NUM_PERM` independent permutations, at the cost of one hash a shingle instead of `NUM_PERM`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.kernels.hashing import mix64
+from pipeline.kernels.jit import kernel
+from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
+
+NUM_PERM = 256  # signature length: the similarity estimate has a standard deviation of at most 0.03
+BANDS = 64  # 64 bands of 4 values: a pair becomes a candidate with p 0.98 at J 0.5, 0.41 at 0.3, 0.006 at 0.1
+MAX_TABLE_BITS = 23  # the occurrence table of one input: at most 8M slots (64 MB)
+_EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_SHINGLE_SALT = np.uint64(0x5A1D5A1D5A1D5A1D)
+_DENSIFY_SALT = np.uint64(0xDE45DE45DE45DE45)
+_S32 = np.uint64(32)
+_S44 = np.uint64(44)
+_S60 = np.uint64(60)
+# Bigrams whose hash's top 4 bits are below this take part (4/16: a quarter, chosen by content, so
+# the same bigrams in every text): the estimate stays unbiased, each signature costs a quarter of
+# the table probes and hashes, and a book still has tens of thousands of sampled bigrams.
+SAMPLE_SIXTEENTHS = 4
+_GOLDEN_ODD = np.uint64(0x9E3779B97F4A7C15)
+
+# Unicode blocks per script (start, stop exclusive, index into SCRIPT_NAMES); anything else that is
+# a letter counts as "Other", digits, punctuation, symbols and spaces count for no script.
+_SCRIPT_RANGES = (
+    (0x0041, 0x005B, "Latin"), (0x0061, 0x007B, "Latin"), (0x00C0, 0x0250, "Latin"), (0x1E00, 0x1F00, "Latin"),
+    (0x0370, 0x0400, "Greek"), (0x1F00, 0x2000, "Greek"),
+    (0x0400, 0x0530, "Cyrillic"),
+    (0x0590, 0x0600, "Hebrew"),
+    (0x0600, 0x0700, "Arabic"), (0x0750, 0x0780, "Arabic"),
+    (0x0900, 0x0980, "Devanagari"),
+    (0x0E00, 0x0E80, "Thai"),
+    (0x1100, 0x1200, "Hangul"), (0xAC00, 0xD7B0, "Hangul"),
+    (0x3040, 0x30A0, "Hiragana"), (0x30A0, 0x3100, "Katakana"),
+    (0x3400, 0x4DC0, "Han"), (0x4E00, 0xA000, "Han"), (0xF900, 0xFB00, "Han"), (0x20000, 0x30000, "Han"),
+)
+SCRIPT_TABLE_SIZE = 0x30000
+# The byte a word hashes for each input byte (ASCII letters lower-cased), 0 for a word boundary.
+_WORD_BYTE = np.array([b | 32 if chr(b).isalpha() and b < 0x80 else b if (b >= 0x80 or chr(b).isdigit()) else 0
+                       for b in range(256)], dtype=np.uint8)
+OTHER_LETTER = len(SCRIPT_NAMES)  # the "Other" slot, after the named scripts
+NO_SCRIPT = OTHER_LETTER + 1
+
+
+def script_table() -> np.ndarray:
+    """uint8, shape (SCRIPT_TABLE_SIZE,): the script index of each code point, NO_SCRIPT for
+    characters of no script, OTHER_LETTER for letters of unlisted scripts."""
+    import unicodedata
+
+    table = np.full(SCRIPT_TABLE_SIZE, NO_SCRIPT, dtype=np.uint8)
+    for cp in range(SCRIPT_TABLE_SIZE):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        if unicodedata.category(chr(cp)).startswith("L"):
+            table[cp] = OTHER_LETTER
+    for start, stop, name in _SCRIPT_RANGES:
+        letters = table[start:stop] != NO_SCRIPT
+        table[start:stop][letters] = SCRIPT_NAMES.index(name)
+    return table
+
+
+_TABLE: np.ndarray | None = None
+
+
+@kernel()
+def _script_counts(text, table, counts):
+    n = text.shape[0]
+    i = 0
+    while i < n:
+        b0 = np.int64(text[i])
+        if b0 < 0x80:
+            cp, width = b0, 1
+        elif b0 >= 0xF0 and i + 3 < n:
+            cp = ((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | \
+                ((np.int64(text[i + 2]) & 0x3F) << 6) | (np.int64(text[i + 3]) & 0x3F)
+            width = 4
+        elif b0 >= 0xE0 and i + 2 < n:
+            cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
+            width = 3
+        elif b0 >= 0xC0 and i + 1 < n:
+            cp = ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F)
+            width = 2
+        else:
+            cp, width = -1, 1
+        if 0 <= cp < table.shape[0]:
+            counts[table[cp]] += 1
+        elif cp >= 0:
+            counts[OTHER_LETTER] += 1
+        i += width
+
+
+def script_letter_counts(data: bytes, counts: np.ndarray | None = None) -> np.ndarray:
+    """int64, shape (NO_SCRIPT + 1,): letters of UTF-8 `data` per script (added to `counts` if given)."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = script_table()
+    if counts is None:
+        counts = np.zeros(NO_SCRIPT + 1, dtype=np.int64)
+    _script_counts(np.frombuffer(data, dtype=np.uint8), _TABLE, counts)
+    return counts
+
+
+def script_shares(counts: np.ndarray) -> dict[str, float]:
+    """Share of the letters in each script that occurs ("Other" for letters of scripts not listed
+    in SCRIPT_NAMES), rounded to 4 digits; {} without letters."""
+    letters = int(counts[:NO_SCRIPT].sum())
+    names = (*SCRIPT_NAMES, SCRIPT_OTHER)
+    return {names[k]: round(int(counts[k]) / letters, 4) for k in range(NO_SCRIPT) if counts[k]} if letters else {}
+
+
+def script_mix(data: bytes) -> dict[str, float]:
+    """Share of the letters of UTF-8 `data` in each script (see script_shares)."""
+    return script_shares(script_letter_counts(data))
+
+
+def dominant_script(mix: dict[str, float]) -> str:
+    """The script with the largest share ("" for a text without letters); ties by name."""
+    return max(sorted(mix), key=lambda name: mix[name]) if mix else ""
+
+
+@kernel()
+def _signature(text, word_byte, seed, num_perm, out, table, sample_below):
+    """OPH MinHash of the multiset of word bigrams of text (ASCII letters lower-cased, words split
+    at ASCII whitespace and punctuation; other bytes belong to words): the k-th occurrence of a
+    bigram is its own element, so the estimate is the weighted (multiset) Jaccard similarity.
+    Returns the number of bigrams."""
+    fill = 0
+    max_fill = table.shape[0] * 3 // 4
+    table_mask = np.uint64(table.shape[0] - 1)
+    table_index_mask = table.shape[0] - 1
+    previous = np.uint64(0)
+    bin_mask = np.uint64(num_perm - 1)
+    n_words = 0
+    n_shingles = 0
+    h = _FNV_OFFSET
+    in_word = False
+    n = text.shape[0]
+    for i in range(n + 1):
+        b = word_byte[text[i]] if i < n else np.uint8(0)
+        if b != 0:
+            h = (h ^ np.uint64(b)) * _FNV_PRIME
+            in_word = True
+            continue
+        if not in_word:
+            continue
+        word = h
+        h = _FNV_OFFSET
+        in_word = False
+        n_words += 1
+        if n_words == 1:
+            previous = word
+            continue
+        shingle = mix64((previous * _GOLDEN_ODD) ^ word ^ seed) | np.uint64(1)
+        previous = word
+        if (shingle >> _S60) >= sample_below:  # a fixed, content-based sample of the bigrams
+            continue  # never 0, the empty slot of the occurrence table
+        # Its occurrence number: a slot packs 20 bits of the bigram's hash and a 12-bit count, so the
+        # table is small enough to stay in cache (a count saturates at 4095; a 20-bit key clash within
+        # one probe run merges two bigrams' counts: rare, and the same for every run).
+        key = np.uint32((shingle >> _S44) | np.uint64(1))
+        slot_t = np.int64(shingle & table_mask)
+        occurrence = np.uint32(1)
+        while True:
+            entry = table[slot_t]
+            if entry == 0:
+                if fill < max_fill:
+                    table[slot_t] = (key << np.uint32(12)) | np.uint32(1)
+                    fill += 1
+                break
+            if (entry >> np.uint32(12)) == key:
+                count = entry & np.uint32(0xFFF)
+                if count < np.uint32(0xFFF):
+                    count += np.uint32(1)
+                    table[slot_t] = entry + np.uint32(1)
+                occurrence = count
+                break
+            slot_t = (slot_t + 1) & table_index_mask
+        value = mix64(shingle ^ (np.uint64(occurrence) * _GOLDEN_ODD)) if occurrence > 1 else mix64(shingle)
+        bin_index = np.int64(value & bin_mask)
+        hashed = value >> _S32 | (value << _S32)
+        if hashed < out[bin_index]:
+            out[bin_index] = hashed
+        n_shingles += 1
+    if n_shingles == 0:
+        return 0
+    # Optimal densification: an empty bin copies the first originally non-empty bin that its own
+    # seeded sequence of probes finds.
+    filled = out != _EMPTY
+    for j in range(num_perm):
+        if filled[j]:
+            continue
+        attempt = np.uint64(0)
+        while True:
+            probe = np.int64(mix64(seed ^ _DENSIFY_SALT ^ (np.uint64(j) << _S32) ^ attempt) % np.uint64(num_perm))
+            if filled[probe]:
+                out[j] = out[probe]
+                break
+            attempt += np.uint64(1)
+    return n_shingles
+
+
+def minhash_signature(data: bytes, seed: int = 0, num_perm: int = NUM_PERM) -> np.ndarray:
+    """uint64, shape (num_perm,): the MinHash signature of the word bigrams of UTF-8 `data`
+    (all 2**64-1 when the text has fewer than two words)."""
+    if num_perm < 1 or num_perm & (num_perm - 1):
+        raise ValueError(f"num_perm must be a power of two, got {num_perm}")
+    out = np.full(num_perm, _EMPTY, dtype=np.uint64)
+    slots = 1 << min(MAX_TABLE_BITS, max(12, (len(data) // 24).bit_length()))  # 1-2 slots a sampled bigram
+    table = np.zeros(slots, dtype=np.uint32)
+    _signature(np.frombuffer(data, dtype=np.uint8), _WORD_BYTE, np.uint64(seed ^ _SHINGLE_SALT), num_perm, out, table,
+               np.uint64(SAMPLE_SIXTEENTHS))
+    return out
+
+
+def signature_similarity(a: np.ndarray, b: np.ndarray) -> float:
+    """The estimated Jaccard similarity of two signatures: the share of equal values."""
+    if a.shape != b.shape:
+        raise ValueError(f"signatures of different lengths: {a.shape} and {b.shape}")
+    return float(np.mean(a == b))
+
+
+def band_hashes(signature: np.ndarray, bands: int = BANDS) -> list[int]:
+    """One 64-bit hash per band of `signature`: two signatures share a band's hash when they agree
+    on all its values (the locality-sensitive hashing candidates)."""
+    if signature.shape[0] % bands:
+        raise ValueError(f"{signature.shape[0]} values do not split into {bands} bands")
+    rows = signature.reshape(bands, -1)
+    out = []
+    for band in range(bands):
+        h = np.uint64(band)
+        for value in rows[band]:
+            h = mix64(np.uint64(h ^ value))
+        out.append(int(h))
+    return out
