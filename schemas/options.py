@@ -45,6 +45,9 @@ SPAN_P = "span_p"
 MAX_SPAN = "max_span"
 PACKING = "packing"
 SEED = "seed"
+MAX_UNK_FRACTION = "max_unk_fraction"
+NEAR_DEDUP = "near_dedup"
+SCRIPTS = "scripts"
 
 # Keys of manifest["tokenizer"]["special_ids"] besides KEY_MASK_ID.
 SPECIAL_CLS = "cls"

@@ -114,10 +114,35 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
         ax.set_xticks(range(len(top)), labels, rotation=70, fontsize=7)
         ax.set(title="Top tokens (share of ordinary tokens, train)", ylabel="share")
 
+    gate = manifest[m.KEY_CONFIG].get(o.MAX_UNK_FRACTION)
+    measured = sorted((e for e in (*manifest[m.KEY_INPUTS], *manifest[m.KEY_SKIPPED])
+                       if e.get(m.KEY_UNK_FRACTION) is not None), key=lambda e: -e[m.KEY_UNK_FRACTION])[:TOP_INPUTS]
+
     def unk_plot(ax):
-        rates = [e.get(m.UNK_TOKENS, 0) / max(e[m.TOKENS], 1) for e in inputs]
-        ax.barh(names[::-1], rates[::-1], color="#c55")
-        ax.set(title="[UNK] rate per input", xlabel="share of tokens")
+        labels = [posixpath.basename(e[m.KEY_PATH])[:40] for e in measured]
+        rates = [e[m.KEY_UNK_FRACTION] for e in measured]
+        colors = ["#c55" if m.KEY_REASON in e else "#47a" for e in measured]
+        ax.barh(labels[::-1], rates[::-1], color=colors[::-1])
+        if gate is not None and gate < 1:
+            ax.axvline(gate, color="k", linestyle="--", label=f"[UNK] gate {gate:g} (red: skipped)")
+            ax.legend(fontsize=7)
+        ax.set(title=f"[UNK] rate per input (top {len(measured)} of {len(manifest[m.KEY_INPUTS])} kept "
+                     f"and {len(manifest[m.KEY_SKIPPED])} skipped)", xlabel="share of tokens")
+        ax.tick_params(axis="y", labelsize=6)
+
+    mixed = [e for e in (*manifest[m.KEY_INPUTS], *manifest[m.KEY_SKIPPED]) if e.get(m.KEY_SCRIPTS)]
+    mixed = sorted(mixed, key=lambda e: (e[m.KEY_SCRIPTS].get("Latin", 0), e[m.KEY_PATH]))[:TOP_INPUTS]
+
+    def scripts_plot(ax):
+        labels = [posixpath.basename(e[m.KEY_PATH])[:40] for e in mixed][::-1]
+        left = np.zeros(len(mixed))
+        for script in sorted({s for e in mixed for s in e[m.KEY_SCRIPTS]}):
+            shares = np.array([e[m.KEY_SCRIPTS].get(script, 0.0) for e in mixed][::-1])
+            ax.barh(labels, shares, left=left, label=script)
+            left += shares
+        ax.set(title=f"Script mix of the letters per input (the {len(mixed)} least Latin)", xlabel="share of letters",
+               xlim=(0, 1))
+        ax.legend(fontsize=7, loc="lower right")
         ax.tick_params(axis="y", labelsize=6)
 
     def mask_plot(ax):
@@ -138,6 +163,7 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
 
     for name, draw, size in (("row_lengths", lengths_plot, (8, 4.2)), ("tokens_per_input", tokens_plot, (8, 7)),
                              ("top_tokens", top_plot, (9, 4.2)), ("unk_rate", unk_plot, (8, 7)),
+                             ("script_mix", scripts_plot, (8, 7)),
                              ("mask_ratios", mask_plot, (8, 4.2)), ("padding", padding_plot, (5, 4))):
         figures[name] = _figure(draw, os.path.join(out_dir, f"{name}.png"), size)
     if html_path:
@@ -153,6 +179,16 @@ def write_html(manifest: dict, figures: dict[str, str], stats: SplitStats, path:
                    for k, v in sorted(counts.items()))
     skipped = "".join(f"<li>{html.escape(posixpath.basename(s[m.KEY_PATH]))}: {html.escape(s[m.KEY_REASON])}</li>"
                       for s in manifest[m.KEY_SKIPPED]) or "<li>none</li>"
+    near = "".join(f"<tr><td>{html.escape(posixpath.basename(e[m.KEY_PATH]))}</td>"
+                   f"<td>{html.escape(posixpath.basename(e[m.KEY_NEAR_DUPLICATE_OF]))}</td>"
+                   f"<td>{e[m.KEY_SIMILARITY]:.2f}</td></tr>" for e in manifest.get(m.KEY_NEAR_DUPLICATES, []))
+    near_table = (f"<table><tr><th>input</th><th>near duplicate of</th><th>similarity</th></tr>{near}</table>"
+                  if near else "<p>none (word-bigram similarity of every pair below 0.5)</p>")
+    near_dedup = config.get(o.NEAR_DEDUP)
+    dropping = f"dropped at similarity {near_dedup:g}" if near_dedup else "reported, not dropped"
+    kept_scripts = f"; scripts kept: {html.escape(', '.join(config[o.SCRIPTS]))}" if config.get(o.SCRIPTS) else ""
+    gates = (f"<p>[UNK] gate: inputs with more than {config.get(o.MAX_UNK_FRACTION, 1):g} of their tokens [UNK] "
+             f"are skipped; near duplicates are {dropping}{kept_scripts}.</p>")
     images = "".join(
         f'<figure><img alt="{name}" src="data:image/png;base64,{_base64(p)}">'
         f"<figcaption>{name.replace('_', ' ')}</figcaption></figure>" for name, p in figures.items())
@@ -167,6 +203,8 @@ tokenizer {html.escape(manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])};
 padding {stats.padding / max(stats.slots, 1):.1%} of train slots.</p>
 <table>{rows}</table>
 <h2>Skipped inputs</h2><ul>{skipped}</ul>
+<h2>Quality gates</h2>{gates}
+<h3>Near-duplicate inputs</h3>{near_table}
 {images}
 </body></html>
 """

@@ -40,9 +40,11 @@ def test_full_corpus_static_loads_and_reports(static_full, spec):
     assert list(dd[m.TRAIN].features) == [INPUT_IDS, ATTENTION_MASK, LABELS]
     assert dd[m.TRAIN].num_rows == manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_ROWS] > 10_000
     counts = manifest[m.KEY_COUNTS]
-    assert counts[m.FILES_READ] == 49 and counts[m.FILES_SKIPPED] == 3
-    assert sorted(s[m.KEY_PATH].rsplit("/", 1)[1] for s in manifest[m.KEY_SKIPPED]) == sorted(HTML_PAGES)
-    assert all("HTML" in s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED])
+    assert counts[m.FILES_READ] == 49 and counts[m.FILES_SKIPPED] == 4
+    skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
+    assert sorted(skipped) == sorted((*HTML_PAGES, "classics__shen_yin_yu.txt"))
+    assert all("HTML" in skipped[name] for name in HTML_PAGES)
+    assert skipped["classics__shen_yin_yu.txt"].startswith("[UNK] gate: 57.9% of its")  # the Chinese novel
     assert counts[m.ROWS] == dd[m.TRAIN].num_rows + dd[m.VALIDATION].num_rows
     assert counts[m.SELECTED] == counts[m.MASKED] + counts[m.RANDOM] + counts[m.UNCHANGED]
     n_val = dd[m.VALIDATION].num_rows

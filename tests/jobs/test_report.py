@@ -11,13 +11,15 @@ def test_report_renders_pngs_and_a_self_contained_page(small_books, tmp_path):
     data = tmp_path / "data"
     run_preprocess([small_books], data, "--num_shards", "3", "--max_seq_length", "128")
     figures = run([str(data), "--html", str(tmp_path / "report.html")])
-    assert set(figures) == {"row_lengths", "tokens_per_input", "top_tokens", "unk_rate", "mask_ratios", "padding"}
+    assert set(figures) == {"row_lengths", "tokens_per_input", "top_tokens", "unk_rate", "script_mix", "mask_ratios",
+                            "padding"}
     for path in figures.values():
         with open(path, "rb") as handle:
             assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     page = (tmp_path / "report.html").read_text()
-    assert page.count('src="data:image/png;base64,') == 6 and "http" not in page.split("<body>")[1]
+    assert page.count('src="data:image/png;base64,') == 7 and "http" not in page.split("<body>")[1]
     assert "humphry_clinker" in page  # the skipped HTML page is listed
+    assert "Quality gates" in page and "[UNK] gate: inputs with more than 0.1" in page
 
 
 def test_report_refuses_a_folder_without_output(tmp_path):
@@ -25,3 +27,23 @@ def test_report_refuses_a_folder_without_output(tmp_path):
 
     with pytest.raises(SystemExit):
         run([str(tmp_path)])
+
+
+def test_report_shows_the_gates(tmp_path):
+    """A gated input and a near-duplicate pair appear in the report's page and plots."""
+    import shutil
+
+    from jobs.report import run
+    from tests.conftest import BOOKS
+    from tests.jobs.test_quality import _edition, _text
+
+    books = tmp_path / "books"
+    books.mkdir()
+    shutil.copy(BOOKS / "classics__shen_yin_yu.txt", books)
+    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", books / "a.txt")
+    (books / "b.txt").write_text(_edition(_text("classics__yellow_wallpaper.txt")), encoding="utf-8")
+    run_preprocess([books], tmp_path / "data", "--max_seq_length", "128")
+    run([str(tmp_path / "data"), "--html", str(tmp_path / "report.html")])
+    page = (tmp_path / "report.html").read_text()
+    assert "shen_yin_yu.txt: [UNK] gate: " in page
+    assert "<td>b.txt</td><td>a.txt</td>" in page  # the near-duplicate table
