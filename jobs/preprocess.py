@@ -8,40 +8,22 @@ Options are parsed as in Beam's wordcount.py: our flags here, everything else to
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
-import posixpath
-import time
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
-from pipeline.beam.readers import InputError, expand_inputs, hf_units, split_large_inputs
-from pipeline.beam.resume import prepare_resume, run_record, start_run
+from pipeline.beam.job import prepare_run, run_pipeline
+from pipeline.beam.readers import InputError
 from pipeline.beam.runner_options import (
     DASK_RUNNER,
     beam_flags,
-    dask_cluster,
-    dask_defaults,
-    local_runner_defaults,
-    local_worker_count,
     runner_aliases,
-    tokenizer_threads,
 )
-from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
-from pipeline.tokenizer.fast import choose_backend
-from pipeline.tokenizer.resolve import resolve_tokenizer_json
-from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec
-from schemas import manifest as m
+from pipeline.tokenizer.spec import TokenizerError
 from schemas.options import (
     BACKEND_AUTO,
-    BACKEND_FAST,
     PACKING_DOC,
     PACKING_MODES,
-    PACKING_SENTENCES,
     SCRIPT_NAMES,
     SCRIPT_OTHER,
     TOKENIZER_BACKENDS,
@@ -146,47 +128,13 @@ def run(argv: list[str] | None = None):
     try:
         if known.push_to_hub:
             check_repo_id(known.push_to_hub)
-        config.validate()
-        spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
-        backend, why_not_fast = choose_backend(known.tokenizer_backend, spec.json)
-        config = dataclasses.replace(config, tokenizer_backend=backend)
-        units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
-        if config.hf_dataset:
-            units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
-        record = run_record(config, spec.fingerprint)
-        if known.resume:
-            if prepare_resume(config.output, record) == "complete":
-                _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
-                return None
-        else:
-            prepare_output(config.output, known.overwrite)
-            start_run(config.output, record)
+        prepared = prepare_run(config, known.tokenizer_backend, resume=known.resume, overwrite=known.overwrite)
     except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
         parser.error(str(error))
-
-    with dask_cluster(known.dask_local_workers) as dask_args:
-        beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, known.dask_local_workers)
-        threads_suit = backend == BACKEND_FAST and config.packing != PACKING_SENTENCES  # the GIL is released
-        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
-        runner = options.view_as(StandardOptions).runner
-        workers = local_worker_count(options)
-        _log.info("tokenizer backend: %s%s", backend,
-                  f" (the fast path does not cover: {'; '.join(why_not_fast)})" if why_not_fast else "")
-        mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
-        _log.info("runner: %s%s; %d inputs; output %s", runner,
-                  f" with {workers} worker(s), {mode}" if workers else "", len(units), config.output)
-        pipeline = beam.Pipeline(options=options)
-        _ = pipeline | "Preprocess" >> Preprocess(units=units, spec=spec, config=config, local_workers=workers,
-                                                  tokenizer_threads=tokenizer_threads(options))
-        started = time.perf_counter()
-        result = pipeline.run()
-        result.wait_until_finish()
-        wall = time.perf_counter() - started
-    stages = stage_seconds(result)
-    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
-              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
-    _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
-    warn_large_boilerplate(config.output)
+    if prepared is None:
+        _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
+        return None
+    result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers)
     if known.push_to_hub:
         try:
             _log.info("published %s", publish_output(config.output, known.push_to_hub, private=known.hub_private))

@@ -118,9 +118,9 @@ def train(cfg: TrainConfig) -> dict:
     final = evaluate(model, val_loader, device, cfg.eval_batches)
     log({"step": step, **final})
     model.save_pretrained(cfg.output)
-    hf_tokenizer(spec).save_pretrained(cfg.output)
+    hf_tokenizer(spec, model.config.max_position_embeddings).save_pretrained(cfg.output)
     if cfg.probe:
-        for line in probe(model, hf_tokenizer(spec), cfg.probe, device):
+        for line in probe(model, hf_tokenizer(spec, model.config.max_position_embeddings), cfg.probe, device):
             print(line)
     if cfg.plot:
         plot_metrics(metrics_path, cfg.plot)

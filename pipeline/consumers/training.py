@@ -166,8 +166,10 @@ def probe(model, tokenizer, path: str, device: torch.device, top_k: int = 5) -> 
     return lines
 
 
-def hf_tokenizer(spec):
-    """A transformers fast tokenizer from the tokenizer copy stored with the data."""
+def hf_tokenizer(spec, model_max_length: int):
+    """A transformers fast tokenizer from the tokenizer copy stored with the data, with the model's
+    length: saved with the model, `AutoTokenizer` and `pipeline("fill-mask")` then truncate long
+    texts to the positions the model has instead of overflowing them."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -176,7 +178,7 @@ def hf_tokenizer(spec):
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token=unk, cls_token=tok.id_to_token(spec.cls_id),
         sep_token=tok.id_to_token(spec.sep_id), pad_token=tok.id_to_token(spec.pad_id),
-        mask_token=tok.id_to_token(spec.mask_id),
+        mask_token=tok.id_to_token(spec.mask_id), model_max_length=model_max_length,
     )
 
 

@@ -21,6 +21,10 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 _S11 = np.uint64(11)
 
+# FNV-1a over bytes: what the WordPiece vocabulary table and the MinHash word hashes key on.
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+
 SEED_SALT = np.uint64(0x5EED5EED5EED5EED)
 SPLIT_SALT = np.uint64(0x5B117A55A1A7E5EE)
 UNIT_INTERVAL_BITS = 53  # uniform draws use the top 53 bits of a hash

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hashing import mix64
+from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME, mix64
 from pipeline.kernels.jit import kernel
 from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
 
@@ -25,8 +25,8 @@ NUM_PERM = 256  # signature length: the similarity estimate has a standard devia
 BANDS = 64  # 64 bands of 4 values: a pair becomes a candidate with p 0.98 at J 0.5, 0.41 at 0.3, 0.006 at 0.1
 MAX_TABLE_BITS = 23  # the occurrence table of one input: at most 8M slots (64 MB)
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_FNV_OFFSET = FNV_OFFSET
+_FNV_PRIME = FNV_PRIME
 _SHINGLE_SALT = np.uint64(0x5A1D5A1D5A1D5A1D)
 _DENSIFY_SALT = np.uint64(0xDE45DE45DE45DE45)
 _S32 = np.uint64(32)

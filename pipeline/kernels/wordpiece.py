@@ -31,12 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
 
 CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE, OTHER = 0, 1, 2, 3, 4
 BMP = 0x10000
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_FNV_OFFSET = FNV_OFFSET
+_FNV_PRIME = FNV_PRIME
 _HIGH_BITS = np.uint64(0xFFFFFFFFFFFF0000)  # a cache key is the hash's high bits and the word length
 CACHE_SLOTS = 1 << 16  # words (not single vocabulary entries) remembered per tokenizer: about 6 MB
 CACHE_WORD_BYTES = 32

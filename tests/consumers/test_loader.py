@@ -121,3 +121,48 @@ def test_epoch_tagged_indices_reach_persistent_workers(outputs):
         expected = ds.__getitems__(list(range(len(ds))))["labels"]
         np.testing.assert_array_equal(per_epoch[epoch].numpy(), expected)
     assert not torch.equal(per_epoch[0], per_epoch[1])
+
+
+def test_static_output_over_several_epochs_repeats_the_stored_masks(outputs):
+    """Epoch-tagged indices (the sampler's tag_epoch, used by jobs.train) on static output: every
+    epoch gets the stored rows; it used to stop at epoch 1 with an IndexError."""
+    ds = MlmShardDataset(str(outputs / "static"))
+    sampler = ResumableSampler(len(ds), seed=0, tag_epoch=True)
+    loader = DataLoader(ds, batch_size=16, sampler=sampler, collate_fn=MlmCollator())
+    seen = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        labels = torch.cat([batch["labels"] for batch in loader])
+        seen.append(labels[torch.argsort(torch.as_tensor(sampler.order()))])
+    assert torch.equal(seen[0], seen[1]) and torch.equal(seen[1], seen[2])
+    stored = ds.__getitems__(list(range(len(ds))))["labels"]
+    np.testing.assert_array_equal(seen[2].numpy(), stored.astype(np.int64))
+
+
+def test_inspect_check_line_turns_false_on_a_corrupted_output(outputs, tmp_path, capsys):
+    import json
+    import shutil
+
+    from jobs.inspect_output import run
+
+    assert run([str(outputs / "static")])["ok"]
+    broken = tmp_path / "broken"
+    shutil.copytree(outputs / "static", broken)
+    manifest = json.loads((broken / m.MANIFEST_FILE).read_text())
+    manifest[m.KEY_CONFIG]["mask_replace_prob"] = 0.5  # the stored masks were made with 0.8
+    (broken / m.MANIFEST_FILE).write_text(json.dumps(manifest))
+    stats = run([str(broken)])
+    captured = capsys.readouterr()
+    assert not stats["ok"] and captured.out.strip().splitlines()[-1] == "False"
+    assert "check failed: [MASK] ratio" in captured.err
+
+
+def test_saved_tokenizer_truncates_to_the_model_length(spec, tmp_path):
+    from transformers import AutoTokenizer
+
+    from pipeline.consumers.training import hf_tokenizer
+
+    hf_tokenizer(spec, 512).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded.model_max_length == 512
+    assert len(loaded("word " * 2000, truncation=True)["input_ids"]) == 512

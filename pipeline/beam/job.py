@@ -1,0 +1,102 @@
+"""The preprocess job as library code: check and prepare a run (tokenizer, backend, inputs, output
+folder or resume), then build and run the Beam pipeline and report where the time went.
+`jobs/preprocess.py` only parses the command line around these two calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+import time
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
+from pipeline.beam.readers import WorkUnit, expand_inputs, hf_units, split_large_inputs
+from pipeline.beam.resume import prepare_resume, run_record, start_run
+from pipeline.beam.runner_options import (
+    dask_cluster,
+    dask_defaults,
+    local_runner_defaults,
+    local_worker_count,
+    runner_aliases,
+    tokenizer_threads,
+)
+from pipeline.beam.transforms import Preprocess, stage_seconds
+from pipeline.tokenizer.fast import choose_backend
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
+from schemas import manifest as m
+from schemas.options import BACKEND_FAST, PACKING_SENTENCES
+
+_log = logging.getLogger("maskbeam.preprocess")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A checked run: its config (with the tokenizer backend resolved), tokenizer and work units."""
+
+    config: PreprocessConfig
+    spec: TokenizerSpec
+    units: list[WorkUnit]
+    why_not_fast: list[str]
+
+
+def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
+                overwrite: bool) -> PreparedRun | None:
+    """Validate everything and get the output folder ready, before any data moves.
+
+    Returns:
+        The prepared run, or None when `resume` finds the output already complete.
+
+    Raises:
+        ValueError, TokenizerError, InputError, FileExistsError: naming the bad option or input.
+    """
+    config.validate()
+    spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
+    backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
+    config = dataclasses.replace(config, tokenizer_backend=backend)
+    units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
+    if config.hf_dataset:
+        units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
+    record = run_record(config, spec.fingerprint)
+    if resume:
+        if prepare_resume(config.output, record) == "complete":
+            return None
+    else:
+        prepare_output(config.output, overwrite)
+        start_run(config.output, record)
+    return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
+
+
+def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None):
+    """Build and run the pipeline on the runner `beam_args` name (the local FnApiRunner by default:
+    threads for the fast tokenizer, processes otherwise); returns the finished PipelineResult."""
+    config = run.config
+    with dask_cluster(dask_local_workers) as dask_args:
+        beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
+        threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
+        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
+        runner = options.view_as(StandardOptions).runner
+        workers = local_worker_count(options)
+        _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
+                  f" (the fast path does not cover: {'; '.join(run.why_not_fast)})" if run.why_not_fast else "")
+        mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
+        _log.info("runner: %s%s; %d inputs; output %s", runner,
+                  f" with {workers} worker(s), {mode}" if workers else "", len(run.units), config.output)
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | "Preprocess" >> Preprocess(units=run.units, spec=run.spec, config=config,
+                                                  local_workers=workers, tokenizer_threads=tokenizer_threads(options))
+        started = time.perf_counter()
+        result = pipeline.run()
+        result.wait_until_finish()
+        wall = time.perf_counter() - started
+    stages = stage_seconds(result)
+    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
+              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
+    _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
+    warn_large_boilerplate(config.output)
+    return result
