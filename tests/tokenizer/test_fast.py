@@ -144,3 +144,20 @@ def test_unsupported_tokenizers_are_named(spec, trained_tokenizers):
     config["added_tokens"].append({"id": 5, "content": "foo", "special": False, "single_word": False,
                                    "lstrip": False, "rstrip": False, "normalized": True})
     assert "non-special added tokens" in fast_support(config)[0][0]
+
+
+@pytest.mark.parametrize("lowercase, strip_accents, chinese, max_chars", [
+    (True, None, True, 100), (True, False, True, 100), (True, True, False, 100),
+    (False, None, True, 100), (False, True, True, 100), (False, False, False, 12),
+])
+def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accents, chinese, max_chars):
+    """Every BertNormalizer setting (lowercase, strip_accents on/off/unset, handle_chinese_chars) and
+    a small max_input_chars_per_word, on the bert-base vocabulary, over the traps and a book."""
+    config = json.loads(spec.json)
+    config["normalizer"].update(lowercase=lowercase, strip_accents=strip_accents, handle_chinese_chars=chinese)
+    config["model"]["max_input_chars_per_word"] = max_chars
+    real, fast = _pair(json.dumps(config))
+    _assert_same(real, fast, HOSTILE)
+    book = clean_bytes((BOOKS / "classics__don_quixote.txt").read_bytes()).text[:300_000]
+    _assert_same(real, fast, book)
+    _assert_same(real, fast, "Ca\u00f1\u00f3n \u00c9COLE na\u00efve \u6f22\u5b57 ".join(["x"] * 50))
