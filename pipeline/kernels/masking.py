@@ -132,20 +132,18 @@ def _row_streams(seed, epoch_key):
 
 
 @kernel()
-def _target(j, t, category_stream, row_ids, row_labels, pool, mask_id, mask_thr, random_thr):
-    """Make position j (original id t) a target: label t, then the 80/10/10 draw. Returns the
-    category: 1 [MASK], 2 random ordinary token, 3 unchanged. The one copy of the rule every
-    masking unit uses, so all of them stay bit-identical to each other."""
-    row_labels[j] = t
+def _draw_category(category_stream, j, mask_thr, random_thr, pool_size):
+    """The 80/10/10 draw of target position j: (1 [MASK], 2 random ordinary token, 3 unchanged;
+    the index of the random token in the pool). The one copy of the rule every masking unit uses,
+    so all of them stay bit-identical to each other. Scalars only: a helper taking the row arrays
+    cost the token kernel two thirds of its speed (numba reference-counts array arguments)."""
     h = mix64(category_stream + np.uint64(j))
     u = h >> _S32  # top 32 bits decide the category, the low 32 bits pick the random token
     if u < mask_thr:
-        row_ids[j] = mask_id
-        return 1
+        return 1, 0
     if u < random_thr:
-        row_ids[j] = pool[((h & _LOW32) * np.uint64(pool.shape[0])) >> _S32]
-        return 2
-    return 3
+        return 2, np.int64(((h & _LOW32) * pool_size) >> _S32)
+    return 3, 0
 
 
 @kernel()
@@ -160,6 +158,7 @@ def _mask_rows_kernel(ids, seeds, epoch_key, is_special, pool, mask_id, select_t
                       out_ids, out_labels, counts):
     n_rows, seq_len = ids.shape
     n_blocks = seq_len // LANES
+    pool_size = np.uint64(pool.shape[0])
     n_total = 0
     n_masked = 0
     n_random = 0
@@ -190,9 +189,14 @@ def _mask_rows_kernel(ids, seeds, epoch_key, is_special, pool, mask_id, select_t
                 if is_special[t]:
                     continue
                 n_selected += 1
-                category = _target(j, t, category_stream, row_ids, row_labels, pool, mask_id, mask_thr, random_thr)
-                n_masked += category == 1
-                n_random += category == 2
+                row_labels[j] = t
+                category, pick = _draw_category(category_stream, j, mask_thr, random_thr, pool_size)
+                if category == 1:
+                    row_ids[j] = mask_id
+                    n_masked += 1
+                elif category == 2:
+                    row_ids[j] = pool[pick]
+                    n_random += 1
             if n_selected or attempt:
                 break
             # No target: take the k-th eligible position instead (at least one target per row).
@@ -225,20 +229,13 @@ def _word_end(row_in, j, is_special, is_continuation):
 
 
 @kernel()
-def _target_range(start, stop, row_in, category_stream, row_ids, row_labels, pool, mask_id, mask_thr, random_thr,
-                  counts):
-    for k in range(start, stop):
-        counts[_target(k, row_in[k], category_stream, row_ids, row_labels, pool, mask_id, mask_thr, random_thr)] += 1
-    return stop - start
-
-
-@kernel()
 def _mask_words_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool, mask_id, word_thr, mask_thr,
                        random_thr, out_ids, out_labels, counts):
     """Whole words: a word starts at a non-special id that is not a continuation (or right after a
     special) and runs over its continuation pieces; each word is selected with probability p, all
     its pieces become targets, and the 80/10/10 rule applies per piece."""
     n_rows, seq_len = ids.shape
+    pool_size = np.uint64(pool.shape[0])
     for row in range(n_rows):
         row_in, row_ids, row_labels = ids[row], out_ids[row], out_labels[row]
         stream, category_stream = _row_streams(seeds[row], epoch_key)
@@ -252,8 +249,12 @@ def _mask_words_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool,
             end = _word_end(row_in, j, is_special, is_continuation)
             n_words += 1
             if (mix64(stream + np.uint64(j)) >> _S32) < word_thr:
-                n_selected += _target_range(j, end, row_in, category_stream, row_ids, row_labels, pool, mask_id,
-                                            mask_thr, random_thr, counts)
+                for k in range(j, end):
+                    row_labels[k] = row_in[k]
+                    category, pick = _draw_category(category_stream, k, mask_thr, random_thr, pool_size)
+                    row_ids[k] = mask_id if category == 1 else pool[pick] if category == 2 else row_in[k]
+                    counts[category] += 1
+                n_selected += end - j
             j = end
         if n_selected == 0 and n_words > 0:
             pick = _forced_pick(stream, n_words)
@@ -265,8 +266,12 @@ def _mask_words_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool,
                     continue
                 end = _word_end(row_in, j, is_special, is_continuation)
                 if seen == pick:
-                    n_selected += _target_range(j, end, row_in, category_stream, row_ids, row_labels, pool, mask_id,
-                                                mask_thr, random_thr, counts)
+                    for k in range(j, end):
+                        row_labels[k] = row_in[k]
+                        category, chosen = _draw_category(category_stream, k, mask_thr, random_thr, pool_size)
+                        row_ids[k] = mask_id if category == 1 else pool[chosen] if category == 2 else row_in[k]
+                        counts[category] += 1
+                    n_selected += end - j
                     break
                 seen += np.uint64(1)
                 j = end
@@ -293,6 +298,7 @@ def _mask_spans_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool,
     least one), and as in SpanBERT the span that reaches it stops there. span_lengths[k] counts the
     placed spans whose drawn length was k words."""
     n_rows, seq_len = ids.shape
+    pool_size = np.uint64(pool.shape[0])
     eligible = np.empty(seq_len, dtype=np.int64)
     q = 1.0 - span_p
     q_max = q ** max_span
@@ -331,8 +337,10 @@ def _mask_spans_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool,
                     and row_labels[stop] == IGNORE_INDEX:
                 end = _word_end(row_in, stop, is_special, is_continuation)
                 while stop < end and row_labels[stop] == IGNORE_INDEX and n_selected < budget:
-                    counts[_target(stop, row_in[stop], category_stream, row_ids, row_labels, pool, mask_id,
-                                   mask_thr, random_thr)] += 1
+                    row_labels[stop] = row_in[stop]
+                    category, pick = _draw_category(category_stream, stop, mask_thr, random_thr, pool_size)
+                    row_ids[stop] = mask_id if category == 1 else pool[pick] if category == 2 else row_in[stop]
+                    counts[category] += 1
                     n_selected += 1
                     stop += 1
                 taken += 1
@@ -341,8 +349,10 @@ def _mask_spans_kernel(ids, seeds, epoch_key, is_special, is_continuation, pool,
             span_lengths[words] += 1
         if n_selected == 0:  # every attempt collided: one target, as in the other modes
             j = eligible[_forced_pick(stream, n_eligible)]
-            counts[_target(j, row_in[j], category_stream, row_ids, row_labels, pool, mask_id, mask_thr,
-                           random_thr)] += 1
+            row_labels[j] = row_in[j]
+            category, pick = _draw_category(category_stream, j, mask_thr, random_thr, pool_size)
+            row_ids[j] = mask_id if category == 1 else pool[pick] if category == 2 else row_in[j]
+            counts[category] += 1
             n_selected = 1
             span_lengths[1] += 1
         counts[0] += n_selected
