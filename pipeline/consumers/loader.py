@@ -115,11 +115,14 @@ class MlmShardDataset(Dataset):
         attention = np.empty((index.size, self.seq_len), dtype=np.int8)
         third = np.empty((index.size, self.seq_len) if self.static else index.size,
                          dtype=ids.dtype if self.static else np.uint64)
-        for b in np.unique(which):
-            rows = which == b
-            ids[rows] = blocks[b].ids[local[rows]]
-            attention[rows] = blocks[b].attention[local[rows]]
-            third[rows] = blocks[b].labels_or_seeds[local[rows]]
+        order = np.argsort(which, kind="stable")  # rows grouped by record batch, one gather each
+        starts = np.flatnonzero(np.diff(which[order], prepend=-1))
+        for start, stop in zip(starts, [*starts[1:], order.size]):
+            rows = order[start:stop]
+            block, at = blocks[which[rows[0]]], local[rows]
+            ids[rows] = block.ids[at]
+            attention[rows] = block.attention[at]
+            third[rows] = block.labels_or_seeds[at]
         if self.static:
             labels = third
         else:
