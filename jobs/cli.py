@@ -16,9 +16,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0 if args and args[0] in ("-h", "--help") else 2)
     job = importlib.import_module(f"jobs.{args[0].replace('-', '_')}")
     sys.argv = [f"maskbeam {args[0]}", *args[1:]]
-    result = job.run(args[1:])
-    if isinstance(result, int) and not isinstance(result, bool):
-        raise SystemExit(result)
+    job.main(args[1:])  # the job's own entry point: its logging, exit code and Ctrl-C handling
 
 
 if __name__ == "__main__":

@@ -72,8 +72,8 @@ def run(argv: list[str] | None = None) -> dict:
     return stats
 
 
-def main() -> None:
-    run()
+def main(argv: list[str] | None = None) -> None:
+    run(argv)
 
 
 if __name__ == "__main__":

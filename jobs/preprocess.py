@@ -1,6 +1,7 @@
 """Raw books to masked 512-token Arrow shards on Apache Beam.
 
     python -m jobs.preprocess --input PATTERN [--input ...] --output DIR --tokenizer NAME_OR_PATH [options]
+    python -m jobs.preprocess --output DIR      # the embedded sample: 3 books, bert-base-uncased
 
 Options are parsed as in Beam's wordcount.py: our flags here, everything else to PipelineOptions.
 """
@@ -18,7 +19,16 @@ from pipeline.beam.runner_options import (
     beam_flags,
     runner_aliases,
 )
+from pipeline.console import (
+    LOG_LEVELS,
+    Interrupted,
+    exit_interrupted,
+    quiet_worker_output,
+    setup_logging,
+    stderr_is_terminal,
+)
 from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
+from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 from pipeline.tokenizer.spec import TokenizerError
 from schemas.options import (
     BACKEND_AUTO,
@@ -39,12 +49,14 @@ _log = logging.getLogger("maskbeam.preprocess")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jobs.preprocess", description=__doc__.split("\n")[0])
     p.add_argument("--input", action="append", default=[], metavar="PATTERN",
-                   help="file, directory (recursive) or glob; repeatable; any Beam filesystem (gs://, s3://)")
+                   help="file, directory (recursive) or glob; repeatable; any Beam filesystem (gs://, s3://); "
+                        "default: the embedded sample of 3 books")
     p.add_argument("--hf_dataset", help="a Hub dataset id or a local `datasets` folder")
     p.add_argument("--hf_split", default="train", help="split of --hf_dataset (default train)")
     p.add_argument("--text_column", default="text", help="text field of .jsonl/.parquet/--hf_dataset rows")
     p.add_argument("--output", required=False, help="output folder (refused if it exists, unless --overwrite)")
-    p.add_argument("--tokenizer", required=False, help="tokenizer.json, a folder holding one, or a Hub name")
+    p.add_argument("--tokenizer", required=False,
+                   help="tokenizer.json, a folder holding one, or a Hub name; default: the embedded bert-base-uncased")
     p.add_argument("--keep_boilerplate", action="store_true", help="keep Project Gutenberg header and licence")
     p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN)
     p.add_argument("--min_tokens", type=int, default=64, help="content tokens a final short row needs to be kept")
@@ -90,17 +102,29 @@ def build_parser() -> argparse.ArgumentParser:
                         "only); hf: the `tokenizers` library; auto (default): fast where it is exact, else hf")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work")
+    p.add_argument("--log_level", choices=LOG_LEVELS,
+                   help="also show Beam's and its workers' logs from this level (default: only warnings; "
+                        "MaskBeam's own progress and summary are always shown)")
+    p.add_argument("--progress_seconds", type=float, default=10.0,
+                   help="when stderr is not a terminal, one progress line every this many seconds (default 10); "
+                        "a terminal gets a progress bar")
     return p
 
 
-def run(argv: list[str] | None = None):
+def run(argv: list[str] | None = None, *, command_line: bool = False):
     """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
+
+    With `command_line` (as `main` calls it): set up the console logging from --log_level, and let
+    Ctrl-C/SIGTERM stop the workers and exit 130 with a one-line message.
 
     Returns:
         The Beam PipelineResult, or None when --resume finds the output already complete.
     """
     parser = build_parser()
     known, beam_args = parser.parse_known_args(argv)
+    terminal = stderr_is_terminal()
+    if command_line:
+        setup_logging(known.log_level)
     dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
     known_flags = beam_flags(runner_aliases(beam_args) + dask_runner)
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
@@ -108,8 +132,13 @@ def run(argv: list[str] | None = None):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not known.output:
         parser.error("--output is required")
+    if not known.input and not known.hf_dataset:
+        known.input = [str(SAMPLE_BOOKS)]
+        _log.info("no --input: using the embedded sample, %d public-domain books in %s",
+                  len(list(SAMPLE_BOOKS.glob("*.txt"))), SAMPLE_BOOKS)
     if not known.tokenizer:
-        parser.error("--tokenizer is required")
+        known.tokenizer = str(SAMPLE_TOKENIZER)
+        _log.info("no --tokenizer: using the embedded bert-base-uncased in %s", SAMPLE_TOKENIZER)
     if known.dask_local_workers is not None and known.dask_local_workers < 1:
         parser.error(f"--dask_local_workers must be >= 1, got {known.dask_local_workers}")
     config = PreprocessConfig(
@@ -134,7 +163,15 @@ def run(argv: list[str] | None = None):
     if prepared is None:
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
         return None
-    result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers)
+    quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
+    try:
+        with quiet_worker_output(quiet):
+            result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers,
+                                  progress_every=known.progress_seconds, handle_signals=command_line,
+                                  terminal=terminal)
+    except Interrupted as stop:
+        exit_interrupted(f"interrupted ({stop}) after {stop.done} of {stop.total} inputs; rerun the same "
+                         f"command with --resume to continue")
     if known.push_to_hub:
         try:
             _log.info("published %s", publish_output(config.output, known.push_to_hub, private=known.hub_private))
@@ -144,10 +181,11 @@ def run(argv: list[str] | None = None):
     return result
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("maskbeam").setLevel(logging.INFO)
-    run()
+def main(argv: list[str] | None = None) -> None:
+    try:
+        run(argv, command_line=True)
+    except KeyboardInterrupt:  # before the workers started: nothing to resume yet
+        exit_interrupted("interrupted before any input was processed")
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import tempfile
 
+from pipeline.console import setup_logging
 from pipeline.consumers.outputs import NotAnOutput
 from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, upload
 
@@ -47,9 +47,9 @@ def run(argv: list[str] | None = None, api=None) -> str:
     return url
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    run()
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    run(argv)
 
 
 if __name__ == "__main__":

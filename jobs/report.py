@@ -1,6 +1,6 @@
 """A one-page report of a processed dataset: PNG plots and a self-contained HTML page.
 
-    python -m jobs.report DIR [--html FILE] [--out_dir DIR]
+    python -m jobs.report DIR [--html FILE] [--out_dir DIR]     (PNGs beside the page, never inside DIR)
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pipeline.consumers.report import write_report
 def run(argv: list[str] | None = None) -> dict[str, str]:
     parser = argparse.ArgumentParser(prog="python -m jobs.report", description=__doc__.split("\n")[0])
     parser.add_argument("dir", help="output folder of jobs.preprocess")
-    parser.add_argument("--html", help="write the page here (default: DIR/report/report.html)")
-    parser.add_argument("--out_dir", help="folder for the PNGs (default: DIR/report)")
+    parser.add_argument("--html", help="write the page here (default: DIR-report/report.html, beside the dataset)")
+    parser.add_argument("--out_dir", help="folder for the PNGs (default: the folder of the --html page)")
     args = parser.parse_args(argv)
-    out_dir = args.out_dir or os.path.join(args.dir, "report")
-    html_path = args.html or os.path.join(out_dir, "report.html")
+    # Never inside the dataset folder: a report there would travel with the data it describes.
+    html_path = args.html or os.path.join(f"{args.dir.rstrip('/')}-report", "report.html")
+    out_dir = args.out_dir or os.path.dirname(os.path.abspath(html_path))
     try:
         figures = write_report(args.dir, out_dir, html_path)
     except NotAnOutput as error:
@@ -28,8 +29,8 @@ def run(argv: list[str] | None = None) -> dict[str, str]:
     return figures
 
 
-def main() -> None:
-    run()
+def main(argv: list[str] | None = None) -> None:
+    run(argv)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from pipeline.console import setup_logging
 from pipeline.consumers.outputs import load_manifest
 from pipeline.consumers.train_loop import train
 from pipeline.consumers.training import MODEL_SIZES, TrainConfig
@@ -53,8 +54,9 @@ def run(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"jobs.train: {error}") from None
 
 
-def main() -> None:
-    run()
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    run(argv)
 
 
 if __name__ == "__main__":

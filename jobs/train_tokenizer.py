@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
+from collections.abc import Iterator
 
 from pipeline.beam.readers import InputError, expand_inputs
 from pipeline.beam.tokenizer_training import KINDS, iter_training_text, save_tokenizer, train_tokenizer
+from pipeline.console import human_bytes, human_seconds, setup_logging
 
 _log = logging.getLogger("maskbeam.train_tokenizer")
 
@@ -32,18 +35,33 @@ def run(argv: list[str] | None = None) -> str:
         units = expand_inputs(args.input)
     except InputError as error:
         parser.error(str(error))
-    texts = iter_training_text(units, args.text_column, args.keep_boilerplate)
-    tok = train_tokenizer(texts, args.kind, args.vocab_size, lowercase=not args.cased,
+    started = time.perf_counter()
+    counted = _Counted(iter_training_text(units, args.text_column, args.keep_boilerplate))
+    tok = train_tokenizer(counted, args.kind, args.vocab_size, lowercase=not args.cased,
                           min_frequency=args.min_frequency)
     save_tokenizer(tok, args.kind, not args.cased, args.output)
-    _log.info("trained a %s tokenizer of %d ids on %d inputs: %s", args.kind, tok.get_vocab_size(), len(units),
-              args.output)
+    _log.info("trained a %s %s tokenizer of %d ids (asked %d) on %d inputs, %s of text, in %s",
+              "cased" if args.cased else "uncased", args.kind, tok.get_vocab_size(), args.vocab_size, len(units),
+              human_bytes(counted.chars), human_seconds(time.perf_counter() - started))
+    _log.info("saved to %s (tokenizer.json and its configs); use it with --tokenizer %s", args.output, args.output)
     return args.output
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    run()
+class _Counted:
+    """The training texts, counting their characters as the trainer reads them."""
+
+    def __init__(self, texts: Iterator[str]) -> None:
+        self._texts, self.chars = texts, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self._texts:
+            self.chars += len(text)
+            yield text
+
+
+def main(argv: list[str] | None = None) -> None:
+    setup_logging()
+    run(argv)
 
 
 if __name__ == "__main__":

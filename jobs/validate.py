@@ -28,8 +28,8 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def main() -> None:
-    sys.exit(run())
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
 
 
 if __name__ == "__main__":

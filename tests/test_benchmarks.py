@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import BOOKS, TOKENIZER_DIR
+from tests.conftest import TOKENIZER_DIR, corpus_book
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +16,7 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
 
     corpus = tmp_path / "books"
     corpus.mkdir()
-    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", corpus)
+    shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), corpus)
     report = run(["--corpus", str(corpus), "--tokenizer", str(TOKENIZER_DIR), "--repeat", "1", "--scale", "2",
                   "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
     saved = json.loads((tmp_path / "b.json").read_text())

@@ -5,6 +5,7 @@ folder or resume), then build and run the Beam pipeline and report where the tim
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import posixpath
 import time
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
+from pipeline.beam.progress import UnitProgress
 from pipeline.beam.readers import WorkUnit, expand_inputs, hf_units, split_large_inputs
 from pipeline.beam.resume import prepare_resume, run_record, start_run
 from pipeline.beam.runner_options import (
@@ -25,7 +28,9 @@ from pipeline.beam.runner_options import (
     runner_aliases,
     tokenizer_threads,
 )
+from pipeline.beam.summary import summary_lines
 from pipeline.beam.transforms import Preprocess, stage_seconds
+from pipeline.console import Interrupted, run_interruptible
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -72,9 +77,40 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
 
 
-def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None):
+def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None,
+                 progress_every: float = 10.0, handle_signals: bool = False,
+                 terminal: bool | None = None):
     """Build and run the pipeline on the runner `beam_args` name (the local FnApiRunner by default:
-    threads for the fast tokenizer, processes otherwise); returns the finished PipelineResult."""
+    threads for the fast tokenizer, processes otherwise), showing progress; returns the finished
+    PipelineResult.
+
+    With `handle_signals` (the command line), Ctrl-C/SIGTERM stop every worker and raise
+    Interrupted carrying `done` and `total` inputs.
+    """
+    config = run.config
+    started = time.perf_counter()
+    progress = UnitProgress(run.units, posixpath.join(config.output, m.TEMP_DIR), every=progress_every,
+                           terminal=terminal)
+    try:
+        with progress:
+            go = (lambda: _run_beam(run, beam_args, dask_local_workers))
+            result = run_interruptible(go) if handle_signals else go()
+    except Interrupted as stop:
+        progress.refresh()
+        stop.done, stop.total = progress.done, len(run.units)
+        raise
+    wall = time.perf_counter() - started
+    stages = stage_seconds(result)
+    _log.info("worker seconds per stage: %s",
+              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
+    manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
+    for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
+        _log.info(line)
+    warn_large_boilerplate(config.output)
+    return result
+
+
+def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
     config = run.config
     with dask_cluster(dask_local_workers) as dask_args:
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
@@ -87,16 +123,12 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
         mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
         _log.info("runner: %s%s; %d inputs; output %s", runner,
                   f" with {workers} worker(s), {mode}" if workers else "", len(run.units), config.output)
+        if not workers:
+            _log.info("progress below comes from the finished work in %s; the runner's own UI shows each stage",
+                      posixpath.join(config.output, m.TEMP_DIR))
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "Preprocess" >> Preprocess(units=run.units, spec=run.spec, config=config,
                                                   local_workers=workers, tokenizer_threads=tokenizer_threads(options))
-        started = time.perf_counter()
         result = pipeline.run()
         result.wait_until_finish()
-        wall = time.perf_counter() - started
-    stages = stage_seconds(result)
-    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
-              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
-    _log.info("done: %s", posixpath.join(config.output, m.MANIFEST_FILE))
-    warn_large_boilerplate(config.output)
     return result

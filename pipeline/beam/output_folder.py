@@ -25,6 +25,9 @@ def prepare_output(output: str, overwrite: bool) -> None:
     if not listing:
         return
     if not overwrite:
+        if FileSystems.exists(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)):
+            raise FileExistsError(f"--output {output!r} holds an unfinished MaskBeam run: rerun the same command with "
+                                  "--resume to continue it, or pass --overwrite to start over")
         raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
     if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not FileSystems.exists(
         posixpath.join(output, m.TEMP_DIR)

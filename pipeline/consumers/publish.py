@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline import __version__
 from pipeline.consumers.outputs import load_manifest, shard_paths
+from pipeline.consumers.public_manifest import public_manifest
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import MASKING_STATIC
@@ -66,7 +67,7 @@ def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str =
     """Write the exact Hub layout of a preprocess output into `folder` (which must not exist)."""
     if fmt not in FORMATS:
         raise PublishError(f"--format must be one of {FORMATS}, got {fmt!r}")
-    manifest = load_manifest(directory)
+    manifest = public_manifest(load_manifest(directory))
     root = Path(folder)
     if root.exists() and any(root.iterdir()):
         raise PublishError(f"{folder!r} exists and is not empty")
@@ -88,7 +89,7 @@ def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str =
                 shutil.copyfile(source, root / name)
                 files.append(name)
                 data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
-    shutil.copyfile(os.path.join(directory, m.MANIFEST_FILE), root / m.MANIFEST_FILE)
+    (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
     files.append(m.MANIFEST_FILE)
     (root / CARD_FILE).write_text(dataset_card(manifest, data_files, repo_id, license_id, root), encoding="utf-8")
     files.append(CARD_FILE)

@@ -146,15 +146,25 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
         ax.tick_params(axis="y", labelsize=6)
 
     def mask_plot(ax):
-        x = np.arange(len(shards))
+        x = np.arange(len(shards), dtype=float)
         selected = np.array([s[m.KEY_MASK_COUNTS][m.SELECTED] for s in shards], dtype=float)
         eligible = np.maximum(np.array(stats.shard_eligible, dtype=float), 1)
-        for name, color in ((m.MASKED, "#2a7"), (m.RANDOM, "#a74"), (m.UNCHANGED, "#47a")):
-            ax.plot(x, [s[m.KEY_MASK_COUNTS][name] for s in shards] / np.maximum(selected, 1), "o-",
-                    color=color, label=f"{name} / selected")
-        ax.plot(x, selected / eligible, "s-", color="k", label="selected / eligible")
-        ax.set(title="Mask ratios per train shard", xlabel="shard", ylim=(0, 1))
-        ax.legend(fontsize=7)
+        series = [(f"{name} / selected", np.array([s[m.KEY_MASK_COUNTS][name] for s in shards]) / np.maximum(
+            selected, 1), color, marker) for name, color, marker in
+                  ((m.MASKED, "#2a7", "o"), (m.RANDOM, "#a74", "^"), (m.UNCHANGED, "#47a", "v"))]
+        series.append(("selected / eligible", selected / eligible, "k", "s"))
+        # Random and unchanged sit on the same 0.1: each series is dodged sideways and drawn with its
+        # own marker, and with few shards every value is written next to its point.
+        for k, (label, values, color, marker) in enumerate(series):
+            xs = x + (k - 1.5) * 0.12
+            ax.plot(xs, values, marker=marker, linestyle="-" if len(shards) > 1 else "", color=color, label=label)
+            if len(shards) <= 4:
+                for xi, v in zip(xs, values):
+                    ax.annotate(f"{v:.3f}", (xi, v), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.set(title=f"Mask ratios per train shard ({len(shards)} shard{'s' if len(shards) != 1 else ''})",
+               xlabel="train shard", ylabel="ratio", ylim=(0, 1), xlim=(-0.6, max(len(shards) - 0.4, 0.6)))
+        ax.set_xticks(x if len(shards) <= 20 else np.linspace(0, len(shards) - 1, 11).round())
+        ax.legend(fontsize=7, loc="center right")
 
     def padding_plot(ax):
         real = stats.slots - stats.padding
@@ -175,8 +185,11 @@ def write_html(manifest: dict, figures: dict[str, str], stats: SplitStats, path:
     """One self-contained page: the summary table and every figure inlined as base64 PNG."""
     counts = manifest[m.KEY_COUNTS]
     config = manifest[m.KEY_CONFIG]
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
-                   for k, v in sorted(counts.items()))
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,}</td></tr>"
+                   for k, v in sorted(counts.items()) if isinstance(v, int))
+    by_reason = counts.get(m.FILES_SKIPPED_BY_REASON) or {}
+    reasons = "".join(f"<tr><td>{html.escape(reason)}</td><td>{n:,}</td></tr>" for reason, n in by_reason.items())
+    reason_table = (f"<table><tr><th>reason</th><th>inputs</th></tr>{reasons}</table>" if reasons else "")
     skipped = "".join(f"<li>{html.escape(posixpath.basename(s[m.KEY_PATH]))}: {html.escape(s[m.KEY_REASON])}</li>"
                       for s in manifest[m.KEY_SKIPPED]) or "<li>none</li>"
     near = "".join(f"<tr><td>{html.escape(posixpath.basename(e[m.KEY_PATH]))}</td>"
@@ -202,7 +215,7 @@ max_seq_length {config[o.MAX_SEQ_LENGTH]}, packing {html.escape(config[o.PACKING
 tokenizer {html.escape(manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])};
 padding {stats.padding / max(stats.slots, 1):.1%} of train slots.</p>
 <table>{rows}</table>
-<h2>Skipped inputs</h2><ul>{skipped}</ul>
+<h2>Skipped inputs</h2>{reason_table}<ul>{skipped}</ul>
 <h2>Quality gates</h2>{gates}
 <h3>Near-duplicate inputs</h3>{near_table}
 {images}

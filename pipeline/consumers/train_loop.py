@@ -6,13 +6,16 @@ One seed call, a resumable sampler, gradient accumulation, evaluation and atomic
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 
 import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from pipeline.console import human_seconds
 from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.consumers.outputs import tokenizer_spec
 from pipeline.consumers.training import (
@@ -35,6 +38,8 @@ from pipeline.consumers.training import (
 )
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK
+
+_log = logging.getLogger("maskbeam.train")
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -73,9 +78,15 @@ def train(cfg: TrainConfig) -> dict:
     train_model = torch.compile(model) if cfg.compile else model
     log = _logger(metrics_path)
     if step == 0:
-        log({"step": 0, **evaluate(model, val_loader, device, cfg.eval_batches)})
+        log({"step": 0, **evaluate(model, val_loader, device, cfg.eval_batches)}, announce=True)
     fpt, peak = flops_per_token(model, train_ds.seq_len), peak_flops(device)
     bar = tqdm(total=total, initial=step, desc="train", disable=None)
+    # Without a terminal (a batch job, a notebook log) tqdm is off: progress goes to the log instead.
+    log_lines = cfg.log_every if not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()) else 0
+    _log.info("training %s on %s: %d steps of %d x %d rows (%d rows per epoch), device %s",
+              cfg.model or f"a {cfg.config} BERT from scratch", cfg.data, total, cfg.batch_size, cfg.grad_accum,
+              len(train_ds), device)
+    run_started, first_step = time.perf_counter(), step
     while step < total:
         micro, tokens, started = 0, 0, time.perf_counter()
         for batch in train_loader:
@@ -102,8 +113,12 @@ def train(cfg: TrainConfig) -> dict:
             extra = {"mfu": f"{row['mfu']:.1%}"} if peak else {}
             bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **extra)
             bar.update()
+            if log_lines and (step % log_lines == 0 or step == total):
+                per_step = (time.perf_counter() - run_started) / (step - first_step)
+                _log.info("step %d/%d  loss %.4f  lr %.2e  tokens/s %s  ETA %s", step, total, row["loss"], row["lr"],
+                          f"{rate:,.0f}", human_seconds(per_step * (total - step)))
             if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                log({"step": step, **evaluate(model, val_loader, device, cfg.eval_batches)})
+                log({"step": step, **evaluate(model, val_loader, device, cfg.eval_batches)}, announce=True)
             if (cfg.save_every and step % cfg.save_every == 0) or step == total:
                 save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                             "scheduler": scheduler.state_dict(), "sampler": sampler.state_dict(),
@@ -116,9 +131,10 @@ def train(cfg: TrainConfig) -> dict:
             optimizer.zero_grad(set_to_none=True)  # no partial accumulation leaks into the next epoch
     bar.close()
     final = evaluate(model, val_loader, device, cfg.eval_batches)
-    log({"step": step, **final})
+    log({"step": step, **final}, announce=True)
     model.save_pretrained(cfg.output)
     hf_tokenizer(spec, model.config.max_position_embeddings).save_pretrained(cfg.output)
+    _log.info("saved the model and its tokenizer to %s (metrics: %s)", cfg.output, metrics_path)
     if cfg.probe:
         for line in probe(model, hf_tokenizer(spec, model.config.max_position_embeddings), cfg.probe, device):
             print(line)
@@ -128,9 +144,12 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _logger(path: str):
-    def log(row: dict) -> None:
+    def log(row: dict, announce: bool = False) -> None:
         with open(path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
+        if announce:  # evaluations always reach the log
+            _log.info("eval at step %d: %s", row["step"],
+                      "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step" and isinstance(v, float)))
     return log
 
 

@@ -52,6 +52,7 @@ class TrainConfig:
     probe: str | None = None
     plot: str | None = None
     trim_padding: bool = True
+    log_every: int = 10  # steps between progress lines in the log when stdout is not a terminal (0: none)
 
     def save(self, path: str) -> None:
         with open(path, "w") as handle:

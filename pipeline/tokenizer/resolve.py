@@ -11,7 +11,7 @@ from pipeline.tokenizer.spec import TokenizerError
 from schemas.manifest import TOKENIZER_FILE
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """A Hub id is `name` or `org/name`; anything else that does not exist is a missing path."""
     return (name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".json")
             or (os.sep != "/" and os.sep in name))
@@ -31,7 +31,7 @@ def resolve_tokenizer_json(name_or_path: str) -> str:
     if os.path.isfile(name_or_path):
         with open(name_or_path, encoding="utf-8") as handle:
             raw = handle.read()
-    elif _looks_like_path(name_or_path):
+    elif looks_like_path(name_or_path):
         raise TokenizerError(f"tokenizer path {name_or_path!r} does not exist")
     else:
         try:

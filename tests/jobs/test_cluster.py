@@ -17,9 +17,9 @@ import time
 import pytest
 
 from schemas import manifest as m
-from tests.conftest import BOOKS, REPO, run_preprocess
+from tests.conftest import REPO, corpus_book, run_preprocess
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.corpus]
 CLUSTER_BOOKS = ("classics__yellow_wallpaper.txt", "drama__hamlet.txt", "classics__great_gatsby.txt",
                  "philosophy__the_prince.txt", "poetry__spoon_river_anthology.txt")
 
@@ -69,7 +69,7 @@ class Processes:
 def books(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cluster_books")
     for name in CLUSTER_BOOKS:
-        shutil.copy(BOOKS / name, folder / name)
+        shutil.copy(corpus_book(name), folder / name)
     return folder
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.consumers.outputs import load_manifest
 from schemas import manifest as m
-from tests.conftest import BOOKS, run_preprocess
+from tests.conftest import corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def hostile(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     d = root / "in"
     d.mkdir()
-    book = (BOOKS / "classics__yellow_wallpaper.txt").read_bytes()
+    book = (corpus_book("classics__yellow_wallpaper.txt")).read_bytes()
     (d / "book.txt").write_bytes(book)
     (d / "same_book_renamed.txt").write_bytes(book)
     (d / "invalid_utf8.txt").write_bytes(b"Some text \xff\xfe\xc3 more text. " * 200)
@@ -77,7 +77,7 @@ def test_output_of_hostile_input_validates(hostile, capsys):
 def test_no_path_is_built_from_input_names(tmp_path):
     d = tmp_path / "in"
     d.mkdir()
-    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", d / "..%2f..%2fescape.txt")
+    shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), d / "..%2f..%2fescape.txt")
     out = tmp_path / "out"
     run_preprocess([d], out)
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*")}

@@ -17,7 +17,7 @@ from pipeline.kernels.cleaning import clean_bytes
 from pipeline.kernels.hashing import content_digest
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
-from tests.conftest import BOOKS, HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, run_preprocess
+from tests.conftest import HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +167,7 @@ def test_truncating_tokenizer_json_does_not_truncate(tmp_path):
     tok = tmp_path / "truncating.json"
     tok.write_text(json.dumps(config))
     out = tmp_path / "out"
-    run_preprocess([BOOKS / "classics__yellow_wallpaper.txt"], out, "--masking", "dynamic", tokenizer=tok)
+    run_preprocess([corpus_book("classics__yellow_wallpaper.txt")], out, "--masking", "dynamic", tokenizer=tok)
     arrays = _split_arrays(out, m.TRAIN, [ATTENTION_MASK])
     assert (arrays[ATTENTION_MASK].sum(axis=1) == 512).sum() >= 10
 
@@ -175,13 +175,13 @@ def test_truncating_tokenizer_json_does_not_truncate(tmp_path):
 def test_bad_files_are_counted_not_fatal(tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()
-    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", inputs / "book.txt")
+    shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), inputs / "book.txt")
     (inputs / "empty.txt").write_bytes(b"")
     (inputs / "latin1.txt").write_bytes(("Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e. " * 400).encode("latin-1"))
     (inputs / "binary.txt").write_bytes(bytes(range(256)) * 50)
     (inputs / "nested").mkdir()
     with gzip.open(inputs / "nested" / "book.txt.gz", "wb") as handle:
-        handle.write((BOOKS / "drama__doctor_faustus.txt").read_bytes())
+        handle.write((corpus_book("drama__doctor_faustus.txt")).read_bytes())
     out = tmp_path / "out"
     run_preprocess([inputs], out)
     manifest = load_manifest(str(out))
@@ -214,7 +214,7 @@ def test_jsonl_documents_with_concat_packing(tmp_path):
 
 def test_existing_output_is_refused_without_overwrite(tmp_path):
     out = tmp_path / "out"
-    book = BOOKS / "classics__yellow_wallpaper.txt"
+    book = corpus_book("classics__yellow_wallpaper.txt")
     run_preprocess([book], out)
     with pytest.raises(SystemExit) as error:
         run_preprocess([book], out)
@@ -247,7 +247,7 @@ def test_bad_options_fail_cleanly_before_writing(tmp_path, capsys, extra, messag
     from jobs.preprocess import run
 
     out = tmp_path / "out"
-    argv = ["--input", str(BOOKS / "classics__yellow_wallpaper.txt"), "--output", str(out),
+    argv = ["--input", str(corpus_book("classics__yellow_wallpaper.txt")), "--output", str(out),
             "--tokenizer", str(TOKENIZER_DIR)]
     for flag, value in zip(extra[::2], extra[1::2]):
         if flag in argv:

@@ -3,7 +3,9 @@ autospec HfApi (the Hub's servers cannot exist here)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from unittest import mock
 
 import datasets
@@ -16,7 +18,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from pipeline.consumers.publish import PublishError, build_upload_folder, upload, with_retries
 from schemas import manifest as m
-from tests.conftest import run_preprocess
+from tests.conftest import TOKENIZER_DIR, run_preprocess
 
 pytestmark = pytest.mark.slow
 TOKEN = "hf_SECRETsecretSECRETsecret1234567890"
@@ -37,7 +39,7 @@ def _card_yaml(folder):
 
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
-def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys):
+def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, small_books):
     from jobs.publish import run
 
     folder = tmp_path / "upload"
@@ -60,6 +62,30 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys):
         {split: local[split].num_rows for split in m.SPLITS}
     assert "load_dataset(\"someone/books-mlm\")" in text and (folder / m.MANIFEST_FILE).exists()
     assert ("default_data_collator" in text) == (mode == "static")
+    # no local path leaves the machine: inputs relative to their root, the tokenizer by its name
+    published = json.loads((folder / m.MANIFEST_FILE).read_text())
+    source = json.loads((outputs / mode / m.MANIFEST_FILE).read_text())
+    everything = (folder / m.MANIFEST_FILE).read_text() + text
+    for leak in (str(tmp_path.parent.parent), str(small_books), str(outputs), os.path.expanduser("~")):
+        assert leak not in everything
+    assert sorted(e[m.KEY_PATH] for e in published[m.KEY_INPUTS]) == sorted(
+        e[m.KEY_PATH].rsplit("/", 1)[1] for e in source[m.KEY_INPUTS])
+    assert published[m.KEY_CONFIG]["inputs"] == [small_books.name]
+    assert published[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] == TOKENIZER_DIR.name
+    assert published[m.KEY_TOKENIZER][m.KEY_SHA256] == source[m.KEY_TOKENIZER][m.KEY_SHA256]
+    assert published[m.KEY_SPLITS] == source[m.KEY_SPLITS] and published[m.KEY_COUNTS] == source[m.KEY_COUNTS]
+
+
+def test_public_manifest_paths():
+    from pipeline.consumers.public_manifest import public_name, relative_to_roots
+
+    assert public_name("bert-base-uncased") == "bert-base-uncased"  # Hub ids as given
+    assert public_name("google/bert_uncased_L-2_H-128_A-2") == "google/bert_uncased_L-2_H-128_A-2"
+    assert public_name("/home/me/tok/tokenizer.json") == "tokenizer.json"
+    assert public_name("./tok") == "tok"
+    assert relative_to_roots("s3://bucket/me/books/a/b.txt", ["s3://bucket/me/books"]) == "a/b.txt"
+    assert relative_to_roots("/data/x/b.txt", ["/data", "/data/x"]) == "b.txt"
+    assert relative_to_roots("/elsewhere/c.txt", ["/data"]) == "c.txt"
 
 
 def test_both_formats_parquet_default_and_arrow_copies(outputs, tmp_path):

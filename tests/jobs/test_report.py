@@ -1,6 +1,8 @@
+import os
+
 import pytest
 
-from tests.conftest import run_preprocess
+from tests.conftest import HAVE_CORPUS, corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -16,9 +18,17 @@ def test_report_renders_pngs_and_a_self_contained_page(small_books, tmp_path):
     for path in figures.values():
         with open(path, "rb") as handle:
             assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert {os.path.dirname(p) for p in figures.values()} == {str(tmp_path)}  # beside the page
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
     page = (tmp_path / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == 7 and "http" not in page.split("<body>")[1]
-    assert "humphry_clinker" in page  # the skipped HTML page is listed
+    if HAVE_CORPUS:
+        assert "humphry_clinker" in page  # the skipped HTML page is listed
+        assert "<tr><td>not text: an HTML/XML page</td><td>1</td></tr>" in page  # skipped by reason, a table
+    assert "{" not in page.split("<table>")[1].split("</table>")[0]  # no Python dict in the counts table
+    run([str(data)])  # default: a sibling folder, nothing written inside the dataset
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    assert (tmp_path / "data-report" / "report.html").is_file() and (tmp_path / "data-report" / "mask_ratios.png").is_file()
     assert "Quality gates" in page and "[UNK] gate: inputs with more than 0.1" in page
 
 
@@ -34,13 +44,12 @@ def test_report_shows_the_gates(tmp_path):
     import shutil
 
     from jobs.report import run
-    from tests.conftest import BOOKS
     from tests.jobs.test_quality import _edition, _text
 
     books = tmp_path / "books"
     books.mkdir()
-    shutil.copy(BOOKS / "classics__shen_yin_yu.txt", books)
-    shutil.copy(BOOKS / "classics__yellow_wallpaper.txt", books / "a.txt")
+    shutil.copy(corpus_book("classics__shen_yin_yu.txt"), books)
+    shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), books / "a.txt")
     (books / "b.txt").write_text(_edition(_text("classics__yellow_wallpaper.txt")), encoding="utf-8")
     run_preprocess([books], tmp_path / "data", "--max_seq_length", "128")
     run([str(tmp_path / "data"), "--html", str(tmp_path / "report.html")])

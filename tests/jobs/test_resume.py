@@ -13,9 +13,9 @@ import time
 import pytest
 
 from schemas import manifest as m
-from tests.conftest import BOOKS, REPO, TOKENIZER_DIR, run_preprocess
+from tests.conftest import BOOKS, REPO, TOKENIZER_DIR, corpus_book, run_preprocess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 ARGS = ["--num_shards", "24", "--dupe_factor", "4", "--validation_fraction", "0.05"]
 
 
@@ -28,11 +28,34 @@ def _final_shards(out):
     return [p for p in (out / m.TRAIN).glob("data-*.arrow")] if (out / m.TRAIN).exists() else []
 
 
-def _kill_after_first_shard(out) -> None:
+def _start(out, *extra: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
     argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(BOOKS), "--output", str(out),
-            "--tokenizer", str(TOKENIZER_DIR), *ARGS]
-    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            "--tokenizer", str(TOKENIZER_DIR), *ARGS, *extra]
+    return subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clean") / "out"
+    run_preprocess([BOOKS], out, *ARGS)
+    return out
+
+
+def _same_output(clean, other) -> None:
+    """Byte-identical shards and side files; manifests equal but for the output path and backend."""
+    expected, got = _hashes(clean), _hashes(other)
+    assert {k: v for k, v in got.items() if k != m.MANIFEST_FILE} == \
+        {k: v for k, v in expected.items() if k != m.MANIFEST_FILE}
+    a = json.loads((clean / m.MANIFEST_FILE).read_text())
+    b = json.loads((other / m.MANIFEST_FILE).read_text())
+    for key in ("output", "tokenizer_backend"):
+        a[m.KEY_CONFIG][key] = b[m.KEY_CONFIG][key]
+    assert a == b
+
+
+def _kill_after_first_shard(out) -> None:
+    proc = _start(out)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None and not _final_shards(out):
         time.sleep(0.002)
@@ -40,9 +63,8 @@ def _kill_after_first_shard(out) -> None:
     proc.wait()
 
 
-def test_killed_run_resumes_to_identical_bytes(tmp_path):
-    clean, killed = tmp_path / "clean", tmp_path / "killed"
-    run_preprocess([BOOKS], clean, *ARGS)
+def test_killed_run_resumes_to_identical_bytes(tmp_path, clean):
+    killed = tmp_path / "killed"
     _kill_after_first_shard(killed)
     finals = _final_shards(killed)
     assert finals, "no shard was final when the run was killed"
@@ -51,18 +73,41 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path):
     for shard in finals:  # whatever is under a final name is complete
         assert expected[shard.relative_to(killed).as_posix()] == hashlib.sha256(shard.read_bytes()).hexdigest()
     run_preprocess([BOOKS], killed, *ARGS, "--resume")
-    got = _hashes(killed)
-    assert {k: v for k, v in got.items() if k != m.MANIFEST_FILE} == \
-        {k: v for k, v in expected.items() if k != m.MANIFEST_FILE}
-    a = json.loads((clean / m.MANIFEST_FILE).read_text())
-    b = json.loads((killed / m.MANIFEST_FILE).read_text())
-    a[m.KEY_CONFIG]["output"] = b[m.KEY_CONFIG]["output"]
-    assert a == b
+    _same_output(clean, killed)
+
+
+def test_ctrl_c_stops_with_one_line_and_resume_completes(tmp_path, clean):
+    """Ctrl-C as a terminal sends it (to the launcher and every worker process of its group), in
+    process mode (the hf backend), once some inputs are done."""
+    out = tmp_path / "out"
+    proc = _start(out, "--tokenizer_backend", "hf", stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and len(list(
+            (out / m.TEMP_DIR).glob("*-result.json"))) < 2:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    last = lines[-1]
+    assert last.startswith("interrupted (SIGINT) after "), err
+    done = int(last.split(" after ")[1].split(" of ")[0])
+    total = int(last.split(" of ")[1].split(" inputs")[0])
+    assert 2 <= done < total == len(list(BOOKS.iterdir()))
+    assert "rerun the same command with --resume to continue" in last
+    assert not (out / m.MANIFEST_FILE).exists()
+    # the same command without --resume is refused, and says --resume continues it
+    refused = subprocess.run(proc.args, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True)
+    assert refused.returncode == 2 and "--resume to continue it" in refused.stderr
+    run_preprocess([BOOKS], out, *ARGS, "--tokenizer_backend", "hf", "--resume")
+    _same_output(clean, out)
 
 
 def test_resume_refuses_another_config_and_skips_a_complete_output(tmp_path, capsys):
     out = tmp_path / "out"
-    book = BOOKS / "classics__yellow_wallpaper.txt"
+    book = corpus_book("classics__yellow_wallpaper.txt")
     with pytest.raises(SystemExit):
         run_preprocess([book], out, "--resume")
     assert "no earlier run" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
-from tests.conftest import BOOKS, run_preprocess
+from tests.conftest import corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_trained_tokenizer_round_trips(small_books, tmp_path, kind, cls_token):
     assert len(spec.continuation_ids) > 100  # word boundaries are known for whole-word masking
     hf = AutoTokenizer.from_pretrained(str(out))
     assert isinstance(hf, PreTrainedTokenizerFast) and hf.cls_token == cls_token
-    text = clean_bytes((BOOKS / "drama__doctor_faustus.txt").read_bytes()).text[:20000]
+    text = clean_bytes((corpus_book("drama__doctor_faustus.txt")).read_bytes()).text[:20000]
     ours = tokenize_text(build_tokenizer(spec), text)
     if kind == "wordpiece":  # byte-level BPE marks spaces in the token, so paragraph pieces differ there
         np.testing.assert_array_equal(ours, hf(text, add_special_tokens=False)["input_ids"])

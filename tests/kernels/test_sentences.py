@@ -11,7 +11,7 @@ from pipeline.kernels.hashing import short_row_targets
 from pipeline.kernels.sentences import split_sentences
 from pipeline.tokenizer.encode import tokenize_sentences, tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
-from tests.conftest import BOOKS, binomial_tolerance
+from tests.conftest import binomial_tolerance, corpus_book
 
 
 @pytest.mark.parametrize("paragraph, expected", [
@@ -27,7 +27,7 @@ def test_splitter_rules(paragraph, expected):
 
 
 def test_sentence_tokens_equal_the_documents(spec):
-    text = clean_bytes((BOOKS / "classics__pride_and_prejudice.txt").read_bytes()).text
+    text = clean_bytes((corpus_book("classics__pride_and_prejudice.txt")).read_bytes()).text
     tokenizer = build_tokenizer(spec)
     ids, lengths = tokenize_sentences(tokenizer, text)
     np.testing.assert_array_equal(ids, tokenize_text(tokenizer, text))
@@ -36,7 +36,7 @@ def test_sentence_tokens_equal_the_documents(spec):
 
 @pytest.fixture(scope="module")
 def packed(spec):
-    text = clean_bytes((BOOKS / "classics__pride_and_prejudice.txt").read_bytes()).text
+    text = clean_bytes((corpus_book("classics__pride_and_prejudice.txt")).read_bytes()).text
     ids, lengths = tokenize_sentences(build_tokenizer(spec), text)
     layout = spec.layout(128, 8)
     targets = short_row_targets(np.uint64(5), len(lengths) + len(ids) // 126 + 2, 0.1, 126)

@@ -12,12 +12,12 @@ from pipeline.kernels.masking import mask_rows
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas.shard import IGNORE_INDEX
-from tests.conftest import BOOKS, binomial_tolerance
+from tests.conftest import binomial_tolerance, corpus_book
 
 
 @pytest.fixture(scope="module")
 def book_rows(spec):
-    text = clean_bytes((BOOKS / "classics__pride_and_prejudice.txt").read_bytes()).text
+    text = clean_bytes((corpus_book("classics__pride_and_prejudice.txt")).read_bytes()).text
     chunks = chunk_tokens(tokenize_text(build_tokenizer(spec), text), spec.layout(512, 64), np.int16)
     return chunks.rows, mask_seeds(row_keys(np.uint64(99), chunks.rows.shape[0]), 0)
 

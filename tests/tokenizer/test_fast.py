@@ -18,7 +18,7 @@ from pipeline.kernels.wordpiece import ISOLATED, LETTER, OTHER
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend, fast_support
 from pipeline.tokenizer.spec import build_tokenizer
-from tests.conftest import BOOKS
+from tests.conftest import BOOKS, corpus_book
 
 HOSTILE = "".join([
     "plain words, punctuation!? (brackets) [SEP] [MASK] [CLS] and [PAD] as text; ",
@@ -158,6 +158,6 @@ def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accen
     config["model"]["max_input_chars_per_word"] = max_chars
     real, fast = _pair(json.dumps(config))
     _assert_same(real, fast, HOSTILE)
-    book = clean_bytes((BOOKS / "classics__don_quixote.txt").read_bytes()).text[:300_000]
+    book = clean_bytes((corpus_book("classics__don_quixote.txt")).read_bytes()).text[:300_000]
     _assert_same(real, fast, book)
     _assert_same(real, fast, "Ca\u00f1\u00f3n \u00c9COLE na\u00efve \u6f22\u5b57 ".join(["x"] * 50))

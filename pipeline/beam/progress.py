@@ -1,0 +1,96 @@
+"""Progress of a running preprocess job, watched from the launcher: every finished unit leaves its
+result record in the temp folder (that is what --resume reuses), and every finished shard its shard
+record, so a thread listing that folder knows how far the workers are on any runner, without a
+metrics service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import threading
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.arrow_io import read_text
+from pipeline.beam.readers import WorkUnit
+from pipeline.beam.units import result_path
+from pipeline.console import ProgressReporter
+from schemas import manifest as m
+
+_log = logging.getLogger("maskbeam.progress")
+
+
+def _names(pattern: str) -> list[str]:
+    try:
+        return [posixpath.basename(md.path) for md in FileSystems.match([pattern])[0].metadata_list]
+    except Exception:  # noqa: BLE001 - the folder may not exist yet, or a listing may fail transiently
+        return []
+
+
+class UnitProgress:
+    """Polls the temp folder every `poll_seconds` on a daemon thread and feeds a ProgressReporter:
+    inputs done of total, bytes read, rows written so far, shards written."""
+
+    def __init__(self, units: list[WorkUnit], temp_dir: str, *, every: float, poll_seconds: float = 0.5,
+                 terminal: bool | None = None) -> None:
+        self._temp_dir = temp_dir
+        self._units = {posixpath.basename(result_path(temp_dir, u.source)): u for u in units}
+        self._rows: dict[str, int] = {}
+        self._shards = 0
+        self._poll_seconds = poll_seconds
+        self._stop = threading.Event()
+        self.reporter = ProgressReporter(len(units), sum(u.size for u in units), desc="preprocess", every=every,
+                                         logger=_log, terminal=terminal)
+        self._poll()
+        self.reporter.start_from(self.done, self.done_bytes)
+        self._thread = threading.Thread(target=self._loop, name="maskbeam-progress", daemon=True)
+
+    @property
+    def done(self) -> int:
+        return len(self._rows)
+
+    @property
+    def done_bytes(self) -> int:
+        return sum(self._units[name].size for name in self._rows)
+
+    def refresh(self) -> None:
+        """Look at the temp folder now (the thread looks every `poll_seconds`)."""
+        self._poll()
+
+    def _poll(self) -> None:
+        for name in _names(posixpath.join(self._temp_dir, "*-result.json")):
+            if name in self._units and name not in self._rows:
+                try:
+                    record = json.loads(read_text(posixpath.join(self._temp_dir, name)))
+                    self._rows[name] = int(record["result"]["counts"].get(m.ROWS, 0))
+                except (ValueError, KeyError, OSError):
+                    continue  # being written: counted at the next poll
+        # The temp folder is deleted when the run finishes: never count down.
+        self._shards = max(self._shards, len(_names(posixpath.join(self._temp_dir, m.shard_record_name("*", "*")))))
+
+    def _extra(self) -> str:
+        rows = f"{sum(self._rows.values()):,} rows"
+        return f"{rows}, {self._shards} shards written" if self._shards else rows
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._poll_seconds):
+            self._poll()
+            self.reporter.update(self.done, self.done_bytes, self._extra())
+
+    def __enter__(self) -> UnitProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(final=exc[0] is None)
+
+    def stop(self, final: bool = True) -> None:
+        """Stop polling; with `final`, one last poll and the closing line."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if final:
+            self._poll()
+            self.reporter.update(self.done, self.done_bytes, self._extra())
+            self.reporter.close()

@@ -1,0 +1,92 @@
+"""The manifest as it is published: input paths relative to the input root they were found under,
+the output folder and local tokenizer paths reduced to their names, so no local path, bucket name
+or user name leaves the machine. Everything that describes the data (counts, checksums, config
+values) is unchanged."""
+
+from __future__ import annotations
+
+import copy
+import glob as globlib
+import os
+import posixpath
+
+from pipeline.tokenizer.resolve import looks_like_path
+from schemas import manifest as m
+
+_HF_SCHEME = "hf://"
+
+
+def _root_of(pattern: str) -> str:
+    """The folder a pattern's files are found under: the pattern itself for a folder, the part
+    before the first wildcard for a glob, the parent folder for a single file."""
+    pattern = pattern.rstrip("/")
+    if globlib.has_magic(pattern):
+        head = pattern[: min(pattern.index(c) for c in "*?[" if c in pattern)]
+        return head.rsplit("/", 1)[0] if "/" in head else ""
+    if os.path.isdir(pattern) or not posixpath.splitext(pattern)[1]:
+        return pattern
+    return posixpath.dirname(pattern)
+
+
+def _name(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) or path
+
+
+def relative_to_roots(path: str, roots: list[str]) -> str:
+    """`path` relative to the longest root it lies under; its file name when it lies under none."""
+    for root in sorted((r for r in roots if r), key=len, reverse=True):
+        if path.startswith(root.rstrip("/") + "/"):
+            return path[len(root.rstrip("/")) + 1:]
+    return _name(path)
+
+
+def _public_pattern(pattern: str) -> str:
+    """An input pattern from its root folder's name on: `/home/me/books/*.txt` -> `books/*.txt`."""
+    parent = posixpath.dirname(_root_of(pattern).rstrip("/"))
+    return pattern[len(parent) + 1:] if parent and pattern.startswith(parent + "/") else pattern
+
+
+def public_name(name_or_path: str) -> str:
+    """A Hub id as the user gave it; a local path reduced to its file name."""
+    if not name_or_path or (not looks_like_path(name_or_path) and not os.path.exists(name_or_path)
+                            and "://" not in name_or_path):
+        return name_or_path
+    return _name(name_or_path)
+
+
+def public_manifest(manifest: dict) -> dict:
+    out = copy.deepcopy(manifest)
+    config = out[m.KEY_CONFIG]
+    roots = [_root_of(p) for p in config.get("inputs", [])]
+    hf_name = config.get("hf_dataset") or ""
+    local_hf = bool(hf_name) and public_name(hf_name) != hf_name
+
+    def rel(path: str | None) -> str | None:
+        if path is None:
+            return None
+        if path.startswith(_HF_SCHEME):
+            return path.replace(hf_name, public_name(hf_name), 1) if local_hf else path
+        return relative_to_roots(path, roots)
+
+    tokenizer = config.get("tokenizer", "")
+    for entry in out.get(m.KEY_SKIPPED, []):  # reasons quote the tokenizer and other inputs
+        reason = entry.get(m.KEY_REASON) or ""
+        if tokenizer:
+            reason = reason.replace(tokenizer, public_name(tokenizer))
+        for root in sorted((r for r in roots if r), key=len, reverse=True):
+            reason = reason.replace(root.rstrip("/") + "/", "")
+        entry[m.KEY_REASON] = reason
+    config["inputs"] = [_public_pattern(p) for p in config.get("inputs", [])]
+    config["output"] = _name(config.get("output", ""))
+    if local_hf:
+        config["hf_dataset"] = public_name(hf_name)
+    config["tokenizer"] = public_name(config.get("tokenizer", ""))
+    out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = public_name(out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])
+    for section, keys in ((m.KEY_INPUTS, (m.KEY_PATH,)), (m.KEY_SKIPPED, (m.KEY_PATH,)),
+                          (m.KEY_DUPLICATES, (m.KEY_PATH, m.KEY_DUPLICATE_OF)),
+                          (m.KEY_NEAR_DUPLICATES, (m.KEY_PATH, m.KEY_NEAR_DUPLICATE_OF))):
+        for entry in out.get(section, []):
+            for key in keys:
+                if key in entry:
+                    entry[key] = rel(entry[key])
+    return out
