@@ -19,6 +19,7 @@ from pipeline.beam.runner_options import (
     beam_flags,
     runner_aliases,
 )
+from pipeline.beam.transforms import failure_message
 from pipeline.console import (
     LOG_LEVELS,
     Interrupted,
@@ -172,6 +173,13 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     except Interrupted as stop:
         exit_interrupted(f"interrupted ({stop}) after {stop.done} of {stop.total} inputs; rerun the same "
                          f"command with --resume to continue")
+    except Exception as error:
+        if not quiet:
+            raise
+        _log.error("the run failed: %s", failure_message(error))
+        _log.error("finished work is kept in %s: fix the cause and rerun the same command with --resume "
+                   "(--log_level DEBUG shows the full traceback)", config.output)
+        raise SystemExit(1) from None
     if known.push_to_hub:
         try:
             _log.info("published %s", publish_output(config.output, known.push_to_hub, private=known.hub_private))

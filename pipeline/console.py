@@ -236,14 +236,15 @@ def exit_interrupted(message: str) -> None:
     os._exit(130)
 
 
-# What Beam's SDK worker processes and Dask's workers print at INFO on their own stderr (they
-# configure their logging before any of our code runs in them), and two warnings of theirs that
-# concern nothing a user can act on.
+# What Beam's SDK worker processes and Dask's workers print on their own stderr (they configure their
+# logging before any of our code runs in them), and the tracebacks Beam prints for a failed bundle
+# (the job reports the failure itself, once). Our own uncaught errors are printed after the filter
+# is gone.
 _WORKER_NOISE = re.compile(
-    rb"^(?:(?:INFO|DEBUG):\S*:"
-    rb"|WARNING:root:apitools not found"
-    rb"|WARNING:__main__:No semi_persistent_directory found"
+    rb"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:|Traceback \(most recent call last\):"
     rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - (?:INFO|DEBUG) - )")
+# A worker's error log goes on with its traceback: these lines belong to the line dropped before.
+_CONTINUATION = re.compile(rb"^(?:\s|Traceback |During handling |The above exception |[A-Za-z_][\w.]*(?::|$)|$)")
 _console_fd = 2  # where the user's console is while stderr is filtered
 
 
@@ -257,12 +258,18 @@ class _DropWorkerNoise(logging.Filter):
 @contextlib.contextmanager
 def quiet_worker_output(enabled: bool = True):
     """Route this process's stderr (file descriptor 2, inherited by every worker process it starts)
-    through a pipe that drops the workers' INFO logs line by line and passes everything else; a
-    partial line (a progress bar) passes once the output pauses."""
+    through a pipe that drops the workers' own log lines (Python's default `LEVEL:name:` format, with
+    any traceback that follows) and passes everything else; a partial line (a progress bar) passes
+    once the output pauses. Beam's loggers in this process are muted below CRITICAL meanwhile: the
+    job reports a failure itself, once."""
     global _console_fd
     if not enabled:
         yield
         return
+    # Beam logs a failing bundle at ERROR several times over; the job reports the failure once.
+    beam_logger = logging.getLogger("apache_beam")
+    beam_level = beam_logger.level
+    beam_logger.setLevel(logging.CRITICAL)
     drop = _DropWorkerNoise()
     handlers = list(logging.getLogger().handlers)
     for handler in handlers:
@@ -275,7 +282,7 @@ def quiet_worker_output(enabled: bool = True):
     _console_fd = console
 
     def pump() -> None:
-        pending = b""
+        pending, dropping = b"", False
         while True:
             ready, _, _ = select.select([read_end], [], [], 0.1)
             if ready:
@@ -283,9 +290,13 @@ def quiet_worker_output(enabled: bool = True):
                 if not chunk:
                     break
                 *lines, pending = (pending + chunk).split(b"\n")
-                out = b"".join(line + b"\n" for line in lines if not _WORKER_NOISE.match(line))
-                if out:
-                    os.write(console, out)
+                kept = []
+                for line in lines:
+                    dropping = bool(_WORKER_NOISE.match(line)) or (dropping and bool(_CONTINUATION.match(line)))
+                    if not dropping:
+                        kept.append(line + b"\n")
+                if kept:
+                    os.write(console, b"".join(kept))
             elif pending and not _WORKER_NOISE.match(pending):
                 os.write(console, pending)
                 pending = b""
@@ -303,6 +314,7 @@ def quiet_worker_output(enabled: bool = True):
         _console_fd = 2
         for handler in handlers:
             handler.removeFilter(drop)
+        beam_logger.setLevel(beam_level)
         if not thread.is_alive():
             os.close(read_end)
         os.close(console)

@@ -74,9 +74,14 @@ class UnitProgress:
         return f"{rows}, {self._shards} shards written" if self._shards else rows
 
     def _loop(self) -> None:
+        announced = self.done == len(self._units)
         while not self._stop.wait(self._poll_seconds):
             self._poll()
             self.reporter.update(self.done, self.done_bytes, self._extra())
+            if not announced and self.done == len(self._units):
+                announced = True
+                _log.info("stage 1 of 2 done (read, clean, tokenize, chunk: %d inputs); stage 2: mask and write "
+                          "shards", self.done)
 
     def __enter__(self) -> UnitProgress:
         self._thread.start()

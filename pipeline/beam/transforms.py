@@ -38,10 +38,31 @@ from schemas import options as o
 from schemas.options import BACKEND_FAST
 from schemas.shard import id_dtype_for_vocab
 
-__all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE"]
+__all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METRICS_NAMESPACE", "WorkFailed",
+           "failure_message"]
 
 METRICS_NAMESPACE = "maskbeam"
 STAGE_MS_PREFIX = "stage_ms_"  # worker milliseconds per stage: read_clean, tokenize_chunk, write_parts, ...
+
+
+class WorkFailed(RuntimeError):
+    """An unexpected error while processing one unit or shard; the message names it. (Bad input is
+    not an error: it is skipped and reported with a reason.)"""
+
+    MARK = "maskbeam work failed: "
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        super().__init__(f"{self.MARK}{what}: {type(error).__name__}: {error}")
+
+
+def failure_message(error: BaseException) -> str:
+    """The one line that says what failed, from whatever the runner raised around a WorkFailed."""
+    text = str(error)
+    if WorkFailed.MARK in text:
+        line = text.split(WorkFailed.MARK, 1)[1].splitlines()[0]
+        return line.split(" [while running")[0]
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
 
 
 def _id_dtype(spec: TokenizerSpec) -> np.dtype:
@@ -71,8 +92,11 @@ class _ProcessUnitFn(beam.DoFn):
 
     def process(self, unit: WorkUnit):
         clock = StageClock()
-        result = process_unit(unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config,
-                              self._temp_dir, clock)
+        try:
+            result = process_unit(unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config,
+                                  self._temp_dir, clock)
+        except Exception as error:
+            raise WorkFailed(f"input {unit.source}", error) from error
         for name, value in result.counts.items():
             self._counters[name].inc(value)
         for stage, seconds in clock.seconds.items():
@@ -94,7 +118,10 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, task: ShardTask):
         seconds: dict[str, float] = {}
-        result = write_shard(task, self._config, self._rule, _id_dtype(self._spec), seconds)
+        try:
+            result = write_shard(task, self._config, self._rule, _id_dtype(self._spec), seconds)
+        except Exception as error:
+            raise WorkFailed(f"{task.split} shard {task.index}", error) from error
         self._shards_written.inc()
         self._shard_ms.inc(int(1000 * seconds.get(STAGE_SHARDS, 0.0)))
         yield result

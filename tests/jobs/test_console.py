@@ -25,10 +25,10 @@ def _preprocess(small_books, out, *extra):
                           timeout=300)
 
 
-@pytest.mark.parametrize("backend", ["hf", "fast"])  # worker processes / worker threads
-def test_progress_and_summary_without_beam_logs(small_books, tmp_path, backend):
+def test_progress_and_summary_without_beam_logs(small_books, tmp_path):
+    """Worker processes (the hf backend), whose own stderr is the noisy one."""
     out = tmp_path / "out"
-    done = _preprocess(small_books, out, "--tokenizer_backend", backend)
+    done = _preprocess(small_books, out, "--tokenizer_backend", "hf")
     assert done.returncode == 0, done.stderr
     err = done.stderr
     progress = [PROGRESS.search(line) for line in err.splitlines() if PROGRESS.search(line)]
@@ -53,3 +53,31 @@ def test_log_level_info_shows_beam_logs(small_books, tmp_path):
     done = _preprocess(small_books, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO")
     assert done.returncode == 0, done.stderr
     assert "apache_beam" in done.stderr and "apitools" in done.stderr
+
+
+FAILING_RUN = """
+import sys
+import pipeline.beam.transforms as transforms
+real = transforms.process_unit
+def failing(unit, *args, **kwargs):
+    if unit.source.endswith(sys.argv[1]):
+        raise OSError("disk on fire")
+    return real(unit, *args, **kwargs)
+transforms.process_unit = failing  # worker threads share this process
+from jobs.preprocess import main
+main(sys.argv[2:])
+"""
+
+
+def test_a_failure_is_reported_once_naming_the_input(small_books, tmp_path):
+    victim = sorted(p.name for p in small_books.iterdir())[1]
+    argv = [sys.executable, "-c", FAILING_RUN, victim, "--input", str(small_books), "--output", str(tmp_path / "out"),
+            "--tokenizer", str(TOKENIZER_DIR), "--tokenizer_backend", "fast", "--direct_running_mode",
+            "multi_threading"]
+    done = subprocess.run(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1
+    err = done.stderr
+    assert err.count("disk on fire") == 1, err
+    assert f"the run failed: input {small_books / victim}: OSError: disk on fire" in err
+    assert "--resume" in err and "Traceback" not in err and "apache_beam" not in err

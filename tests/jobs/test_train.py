@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,8 +61,13 @@ def test_killed_run_resumes_to_the_same_losses(data128, tmp_path):
             "--save_every", "20", "--warmup_steps", "10", "--eval_batches", "2"]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(full)], check=True, env=env,
-                   capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(full)], check=True, env=env,
+                          capture_output=True, text=True)
+    # stdout is not a terminal: progress goes to the log every --log_every (10) steps, and each evaluation
+    progress = re.findall(r"step (\d+)/60  loss \d+\.\d+  lr \S+  tokens/s [\d,]+  ETA \d+:\d\d", done.stderr)
+    assert [int(s) for s in progress] == list(range(10, 61, 10)), done.stderr
+    assert "eval at step 0: " in done.stderr and "eval at step 60: " in done.stderr
+    assert f"saved the model and its tokenizer to {full}" in done.stderr
     proc = subprocess.Popen([sys.executable, "-m", "jobs.train", *args, "--output", str(killed)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
