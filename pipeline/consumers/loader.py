@@ -7,12 +7,14 @@ A dynamic row's mask is `mask_rows(row, mask_seed, epoch)`: the same in any work
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from dataclasses import dataclass
+from multiprocessing.context import get_spawning_popen
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
@@ -145,15 +147,34 @@ class MlmCollator:
 
     def __init__(self, rule: MaskingRule | None = None, epoch: int = 0, trim_padding: bool = False) -> None:
         self.rule = rule
-        self.epoch = epoch
         self.trim_padding = trim_padding
+        # Shared memory: DataLoader workers started from this process (persistent ones too) read the
+        # epoch the main process sets, instead of the value their copy had when they started.
+        self._epoch = multiprocessing.Value("q", epoch, lock=False)
 
     @classmethod
     def for_output(cls, directory: str, **kwargs) -> MlmCollator:
         return cls(rule=masking_rule(load_manifest(directory)), **kwargs)
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.value)
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._epoch.value = epoch
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if get_spawning_popen() is None:  # a copy, not a worker being started: detach from the shared value
+            state["_epoch"] = int(self._epoch.value)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if isinstance(state["_epoch"], int):
+            state["_epoch"] = multiprocessing.Value("q", state["_epoch"], lock=False)
+        self.__dict__.update(state)
 
     def _stack(self, rows: list[dict]) -> dict[str, np.ndarray]:
         # explicit dtypes: a list of Python ints above 2**63 would otherwise become float64
@@ -182,12 +203,19 @@ class MlmCollator:
 
 
 class ResumableSampler(Sampler[int]):
-    """A deterministic, rank-disjoint, resumable order of dataset indices.
+    """A deterministic, rank-disjoint, elastically resumable order of dataset indices.
 
-    The permutation of epoch e is a pure function of (seed, e); rank r takes every world_size-th
-    index (padded by wrapping, as DistributedSampler does, so ranks step together). `position` is how
-    many of this rank's indices were already consumed in the current epoch: restoring
-    {"epoch", "position"} yields exactly what an uninterrupted run would have yielded next.
+    The global sample stream of epoch e is a pure function of (seed, e): a permutation of the n rows.
+    From a global position g, rank r of N ranks takes stream[g + r], stream[g + r + N], ...; the tail
+    is padded by wrapping to equal shares (as DistributedSampler), so ranks step together. A saved
+    state holds the global position (samples consumed by all ranks together), so a run saved on N
+    ranks resumes on any N' ranks with exactly the samples an uninterrupted run would consume next.
+
+    `position` counts this rank's samples consumed since the segment began. A DataLoader's workers
+    prefetch ahead of what the training loop has consumed, so the sampler cannot count consumption
+    itself: `ResumableLoader` advances it batch by batch as batches reach the loop (or call
+    `advance(k)` yourself). `state_dict()` in the middle of an epoch that nobody counted raises
+    instead of silently replaying the epoch.
     """
 
     def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True,
@@ -199,42 +227,106 @@ class ResumableSampler(Sampler[int]):
         self.n, self.seed, self.rank, self.world_size, self.shuffle = n, seed, rank, world_size, shuffle
         self.tag_epoch = tag_epoch  # yield epoch * n + index (see MlmShardDataset)
         self.epoch = 0
+        self.base = 0  # global stream position where this segment of the epoch began (0, or a resumed one)
         self.position = 0
+        self._yielded = 0  # indices handed out by the current iterator
+        self._counted = False  # whether consumption was reported (advance) since the iterator started
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch, self.position = epoch, 0
+        """Start epoch `epoch` from its beginning; the current epoch (a resumed one) is left as it is."""
+        if epoch != self.epoch:
+            self.epoch, self.base, self.position = epoch, 0, 0
 
-    def order(self) -> np.ndarray:
+    def stream(self) -> np.ndarray:
+        """The global order of this epoch from `base`, padded by wrapping to a multiple of world_size."""
         order = (np.random.Generator(np.random.PCG64([self.seed, self.epoch])).permutation(self.n)
                  if self.shuffle else np.arange(self.n))
-        per_rank = -(-self.n // self.world_size)
-        order = np.resize(order, per_rank * self.world_size)  # wrap to equal shares
-        return order[self.rank :: self.world_size]
+        left = self.n - self.base
+        return np.resize(order, self.base + -(-left // self.world_size) * self.world_size)
+
+    def order(self) -> np.ndarray:
+        """This rank's indices of the current segment."""
+        return self.stream()[self.base + self.rank :: self.world_size]
 
     def __len__(self) -> int:
-        return -(-self.n // self.world_size)
+        return -(-(self.n - self.base) // self.world_size)
 
     def __iter__(self):
         order = self.order()[self.position :]
-        return iter((order + self.epoch * self.n if self.tag_epoch else order).tolist())
+        self._yielded, self._counted = 0, False
+        values = (order + self.epoch * self.n if self.tag_epoch else order).tolist()
+        for value in values:
+            self._yielded += 1
+            yield value
+
+    def advance(self, k: int) -> None:
+        """`k` more of this rank's samples reached the training loop."""
+        self.position += k
+        self._counted = True
+
+    @property
+    def global_position(self) -> int:
+        return min(self.base + self.position * self.world_size, self.n)
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "world_size": self.world_size}
+        if self._yielded and not self._counted and self.position < len(self):
+            raise RuntimeError("ResumableSampler.state_dict() in the middle of an epoch whose consumption nobody "
+                               "counted: iterate through ResumableLoader (or call sampler.advance(batch_rows) per "
+                               "batch), else a resumed run would replay or skip samples")
+        return {"epoch": self.epoch, "global_position": self.global_position, "position": self.position,
+                "seed": self.seed, "n": self.n, "world_size": self.world_size}
 
     def load_state_dict(self, state: dict) -> None:
-        if state["seed"] != self.seed or state["world_size"] != self.world_size:
-            raise ValueError(f"sampler state is for seed {state['seed']} and world size {state['world_size']}, "
-                             f"not {self.seed} and {self.world_size}")
-        self.epoch, self.position = state["epoch"], state["position"]
+        """Resume where `state` was saved, on this sampler's own world size (which may differ)."""
+        if state["seed"] != self.seed or state.get("n", self.n) != self.n:
+            raise ValueError(f"sampler state is for seed {state['seed']} and {state.get('n')} rows, "
+                             f"not {self.seed} and {self.n}")
+        global_position = state.get("global_position", state["position"] * state["world_size"])
+        if global_position >= self.n:  # the saved epoch was complete: the next one starts
+            self.epoch, self.base, self.position = state["epoch"] + 1, 0, 0
+        else:
+            self.epoch, self.base, self.position = state["epoch"], global_position, 0
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader over a ResumableSampler that advances the sampler as each batch reaches the
+    loop, so `loader.sampler.state_dict()` (or `loader.state_dict()`) is exact whatever the number
+    of workers and their prefetching."""
+
+    def __init__(self, dataset, *, sampler: ResumableSampler, **kwargs) -> None:
+        if not isinstance(sampler, ResumableSampler):
+            raise TypeError("ResumableLoader needs a ResumableSampler")
+        super().__init__(dataset, sampler=sampler, **kwargs)
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.sampler.advance(_batch_rows(batch))
+            yield batch
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+def _batch_rows(batch) -> int:
+    if isinstance(batch, dict):
+        return len(next(iter(batch.values())))
+    return len(batch)
 
 
 def epoch_callback(collator: MlmCollator, dataset: MlmShardDataset | None = None):
-    """A transformers TrainerCallback that sets the mask epoch at each epoch start."""
+    """A transformers TrainerCallback that sets the mask epoch at each epoch start.
+
+    The collator's epoch lives in shared memory, so DataLoader workers (persistent or not) mask
+    with it; after a resume at epoch 1.6 the rest of epoch 1 is masked as epoch 1.
+    """
     from transformers import TrainerCallback
 
     class MaskEpochCallback(TrainerCallback):
         def on_epoch_begin(self, args, state, control, **kwargs):
-            epoch = int(round(state.epoch or 0))
+            epoch = int(np.floor((state.epoch or 0) + 1e-6))
             collator.set_epoch(epoch)
             if dataset is not None:
                 dataset.set_epoch(epoch)
@@ -242,4 +334,5 @@ def epoch_callback(collator: MlmCollator, dataset: MlmShardDataset | None = None
     return MaskEpochCallback()
 
 
-__all__ = ["MlmShardDataset", "MlmCollator", "ResumableSampler", "epoch_callback", "IGNORE_INDEX"]
+__all__ = ["MlmShardDataset", "MlmCollator", "ResumableSampler", "ResumableLoader", "epoch_callback",
+           "IGNORE_INDEX"]

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipeline.console import human_seconds
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
+from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 from pipeline.consumers.outputs import tokenizer_spec
 from pipeline.consumers.training import (
     CHECKPOINT_FILE,
@@ -54,7 +54,7 @@ def train(cfg: TrainConfig) -> dict:
     collate = MlmCollator(trim_padding=cfg.trim_padding)
     loader_args = {"batch_size": cfg.batch_size, "collate_fn": collate, "num_workers": cfg.num_workers,
                    "pin_memory": device.type == "cuda", "generator": torch.Generator().manual_seed(cfg.seed)}
-    train_loader = DataLoader(train_ds, sampler=sampler, drop_last=True, **loader_args)
+    train_loader = ResumableLoader(train_ds, sampler=sampler, drop_last=True, **loader_args)  # counts consumption
     val_loader = DataLoader(val_ds, shuffle=False, **loader_args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
@@ -70,7 +70,7 @@ def train(cfg: TrainConfig) -> dict:
         scheduler.load_state_dict(ckpt["scheduler"])
         sampler.load_state_dict(ckpt["sampler"])
         set_rng_state(ckpt["rng"])
-        step, epoch = ckpt["step"], ckpt["sampler"]["epoch"]
+        step, epoch = ckpt["step"], sampler.epoch
         _truncate_metrics(metrics_path, step)
     else:
         open(metrics_path, "w").close()
@@ -103,7 +103,6 @@ def train(cfg: TrainConfig) -> dict:
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            sampler.position += cfg.batch_size * cfg.grad_accum
             rate = tokens / (time.perf_counter() - started)
             row = {"step": step, "loss": loss.item() * cfg.grad_accum, "lr": scheduler.get_last_lr()[0],
                    "tokens_per_s": rate}

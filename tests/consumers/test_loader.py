@@ -166,3 +166,104 @@ def test_saved_tokenizer_truncates_to_the_model_length(spec, tmp_path):
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert loaded.model_max_length == 512
     assert len(loaded("word " * 2000, truncation=True)["input_ids"]) == 512
+
+
+def _consume(sampler: ResumableSampler, steps: int, batch: int) -> list[int]:
+    """`steps` batches of this rank's indices, reported consumed as a training loop would."""
+    it, out = iter(sampler), []
+    for _ in range(steps):
+        got = [next(it) for _ in range(batch)]
+        sampler.advance(len(got))
+        out += got
+    return out
+
+
+def _ranks(n: int, world: int, epoch: int = 0, state: dict | None = None) -> list[ResumableSampler]:
+    samplers = [ResumableSampler(n, seed=5, rank=r, world_size=world, tag_epoch=True) for r in range(world)]
+    for s in samplers:
+        s.set_epoch(epoch)
+        if state:
+            s.load_state_dict(state)
+    return samplers
+
+
+@pytest.mark.parametrize("resume_world", [1, 3])
+@pytest.mark.parametrize("stop_steps", [3, 15])  # mid-epoch, and exactly at the end of epoch 0
+def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_world, stop_steps):
+    """Saved on 2 ranks, resumed on 1 or 3: the union of consumed (epoch, index) pairs equals the
+    uninterrupted run's, with no duplicate and no gap, across the epoch boundary; the tags carry
+    each sample's own epoch (what dynamic masks use)."""
+    n, batch, into_next = 120, 4, 24  # every share divides evenly: no wrap-around padding
+    reference, ranks = [], _ranks(n, 2)
+    for s in ranks:
+        reference += _consume(s, n // 2 // batch, batch)
+    for s in ranks:
+        s.set_epoch(1)
+        reference += _consume(s, into_next // 2 // batch, batch)
+    consumed, ranks = [], _ranks(n, 2)
+    for s in ranks:
+        consumed += _consume(s, stop_steps, batch)
+    state = ranks[0].state_dict()
+    assert state["global_position"] == 2 * batch * stop_steps
+    resumed = _ranks(n, resume_world, state=state)
+    left = (n - state["global_position"]) // resume_world
+    if left:
+        assert all(s.epoch == 0 and len(s) == left for s in resumed)
+        for s in resumed:
+            consumed += _consume(s, left // batch, batch)
+    else:  # saved at the end of epoch 0: the resumed run starts epoch 1
+        assert all(s.epoch == 1 for s in resumed)
+    for s in resumed:
+        s.set_epoch(1)
+        consumed += _consume(s, into_next // resume_world // batch, batch)
+    decoded = [divmod(value, n) for value in consumed]
+    assert sorted(decoded) == sorted(divmod(value, n) for value in reference)
+    assert len(set(decoded)) == len(decoded)  # no duplicate
+    assert sorted(i for e, i in decoded if e == 0) == list(range(n))  # no gap in epoch 0
+
+
+def test_sampler_state_mid_epoch_needs_counted_consumption(outputs):
+    ds = MlmShardDataset(str(outputs / "static"))
+    sampler = ResumableSampler(len(ds), seed=0)
+    batches = iter(DataLoader(ds, batch_size=4, sampler=sampler, collate_fn=MlmCollator()))
+    next(batches)
+    with pytest.raises(RuntimeError, match="ResumableLoader"):
+        sampler.state_dict()  # a plain DataLoader: nobody counted, and 0 would silently replay
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_resumable_loader_state_is_exact_under_worker_prefetch(outputs, persistent):
+    from pipeline.consumers.loader import ResumableLoader
+
+    ds = MlmShardDataset(str(outputs / "dynamic"))
+
+    def loader(state=None):
+        sampler = ResumableSampler(len(ds), seed=3, tag_epoch=True)
+        if state:
+            sampler.load_state_dict(state)
+        return ResumableLoader(ds, sampler=sampler, batch_size=8, num_workers=2, prefetch_factor=4,
+                               persistent_workers=persistent, collate_fn=MlmCollator())
+
+    whole = list(loader())
+    first = loader()
+    batches = iter(first)
+    head = [next(batches) for _ in range(3)]  # the workers have prefetched well beyond these
+    state = first.state_dict()
+    assert state["position"] == 24 and state["global_position"] == 24
+    del batches
+    tail = list(loader(state))
+    for key in ("input_ids", "labels"):
+        assert torch.equal(torch.cat([b[key] for b in head + tail]), torch.cat([b[key] for b in whole]))
+
+
+def test_with_format_gives_int16_and_the_collators_give_int64(outputs):
+    import datasets
+    from transformers import default_data_collator
+
+    dd = datasets.load_from_disk(str(outputs / "static"))
+    rows = dd[m.TRAIN].with_format("torch")
+    assert rows[0]["input_ids"].dtype == torch.int16  # what the README warns about
+    assert dd[m.TRAIN].with_format("numpy")[0]["input_ids"].dtype == np.int16
+    for collate in (default_data_collator, MlmCollator()):
+        batch = collate([dd[m.TRAIN][i] for i in range(4)])
+        assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64

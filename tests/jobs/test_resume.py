@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,23 @@ def test_resume_refuses_another_config_and_skips_a_complete_output(tmp_path, cap
     shard.write_bytes(shard.read_bytes()[:100])  # damage it: resume rebuilds only what does not check out
     run_preprocess([book], out, "--seed", "3", "--resume")
     assert _hashes(out) == before
+
+
+def test_sigterm_to_the_launcher_stops_its_workers(tmp_path):
+    """A scheduler's `kill PID` reaches only the launcher: it must take its worker processes down."""
+    out = tmp_path / "out"
+    proc = _start(out, "--tokenizer_backend", "hf", stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not list((out / m.TEMP_DIR).glob("*-result.json")):
+        time.sleep(0.01)
+    children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir()
+                for p in (task / "children").read_text().split()]  # worker processes start from another thread
+    assert proc.poll() is None and children, "the run ended before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1].startswith("interrupted (SIGTERM) after "), err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()
+                and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()], "worker processes outlived it"

@@ -151,3 +151,51 @@ def test_flags_keep_the_config_defaults(data128):
     assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False
     cfg = parse(["--data", str(data128), "--output", "unused", "--no_trim_padding", "--compile"])
     assert cfg.trim_padding is False and cfg.compile is True
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resume(data128, tmp_path, persistent):
+    """2 DataLoader workers (the collate runs in them), persistent or not; 2 epochs of 4 steps; then a
+    resume from the checkpoint at step 6 (epoch 1.5: `round` made it epoch 2). Every batch the model sees must be masked with
+    (mask_seed, epoch of that step)."""
+    import datasets
+    from transformers import Trainer, TrainingArguments
+
+    from pipeline.consumers.loader import MlmCollator, epoch_callback
+    from pipeline.kernels.masking import mask_rows
+
+    train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
+    ids = np.asarray(train["input_ids"], dtype=np.int32)
+    seeds = np.asarray(train["mask_seed"], dtype=np.uint64)
+    rule = MlmCollator.for_output(str(data128)).rule
+    row_of = {row.tobytes(): i for i, row in enumerate(ids)}
+
+    def run(resume_from=None):
+        collator = MlmCollator.for_output(str(data128))
+        model = _tiny_bert(30522)
+        seen = []
+        model.register_forward_pre_hook(
+            lambda module, args, kwargs: seen.append((trainer.state.global_step, kwargs["input_ids"].clone(),
+                                                      kwargs["labels"].clone())) if module.training else None,
+            with_kwargs=True)
+        args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, num_train_epochs=2,
+                                 report_to=[], use_cpu=True, remove_unused_columns=False, save_strategy="steps",
+                                 save_steps=6, dataloader_num_workers=2, dataloader_persistent_workers=persistent,
+                                 dataloader_drop_last=True, seed=0)
+        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator,
+                          callbacks=[epoch_callback(collator)])
+        trainer.train(resume_from_checkpoint=resume_from)
+        return seen
+
+    def check(seen, steps):
+        assert [step for step, _, _ in seen] == steps
+        for step, input_ids, labels in seen:
+            epoch = step // 4  # 4 steps an epoch
+            original = torch.where(labels != -100, labels, input_ids).numpy().astype(np.int32)
+            rows = [row_of[row.tobytes()] for row in original]
+            expected_ids, expected_labels, _ = mask_rows(ids[rows], seeds[rows], epoch, rule)
+            np.testing.assert_array_equal(input_ids.numpy(), expected_ids, err_msg=f"step {step + 1}")
+            np.testing.assert_array_equal(labels.numpy(), expected_labels, err_msg=f"step {step + 1}")
+
+    check(run(), list(range(8)))
+    check(run(resume_from=str(tmp_path / "run" / "checkpoint-6")), list(range(6, 8)))

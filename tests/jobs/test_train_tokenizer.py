@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -17,14 +19,19 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("kind, cls_token", [("wordpiece", "[CLS]"), ("bpe", "<s>")])
-def test_trained_tokenizer_round_trips(small_books, tmp_path, kind, cls_token):
+def test_trained_tokenizer_round_trips(small_books, tmp_path, kind, cls_token, caplog):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     from jobs.train_tokenizer import run
 
     out = tmp_path / "tok"
-    run(["--input", str(small_books), "--output", str(out), "--vocab_size", "3000", "--kind", kind])
+    with caplog.at_level("INFO", logger="maskbeam"):
+        run(["--input", str(small_books), "--output", str(out), "--vocab_size", "3000", "--kind", kind])
     spec = TokenizerSpec.from_json(resolve_tokenizer_json(str(out)))
+    n_inputs = len(list(small_books.iterdir()))
+    assert re.search(rf"trained a uncased {kind} tokenizer of {spec.vocab_size} ids \(asked 3000\) on {n_inputs} "
+                     rf"inputs, [\d.]+ [KM]B of text, in \d+:\d\d", caplog.text), caplog.text
+    assert f"saved to {out}" in caplog.text and f"--tokenizer {out}" in caplog.text
     assert 2000 < spec.vocab_size <= 3000
     assert spec.cls_id == spec.special_ids[spec.special_ids.index(spec.cls_id)]
     assert len(spec.continuation_ids) > 100  # word boundaries are known for whole-word masking
