@@ -41,6 +41,8 @@ from schemas.options import (
     UNIT_SPAN,
     UNIT_TOKEN,
     UNIT_WORD,
+    VALIDATION_BY_ROW,
+    VALIDATION_UNITS,
 )
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
@@ -78,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mask_replace_prob", type=float, default=0.8)
     p.add_argument("--random_replace_prob", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--validation_fraction", type=float, default=0.01)
+    p.add_argument("--validation_fraction", type=float, default=0.01,
+                   help="share of rows (or of documents, with --validation_unit document) held out")
+    p.add_argument("--validation_unit", choices=VALIDATION_UNITS, default=VALIDATION_BY_ROW,
+                   help="row (default): each row drawn on its own, so a book's rows land in both splits; "
+                        "document: whole documents by content hash (an honest validation loss)")
     p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
     p.add_argument("--dedup", action="store_true", help="drop inputs whose content equals an earlier input's")
     p.add_argument("--near_dedup", type=float, metavar="J",
@@ -149,7 +155,8 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
         packing=known.packing, masking=known.masking, dupe_factor=known.dupe_factor,
         mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
         random_replace_prob=known.random_replace_prob, seed=known.seed,
-        validation_fraction=known.validation_fraction, num_shards=known.num_shards, dedup=known.dedup,
+        validation_fraction=known.validation_fraction, validation_unit=known.validation_unit,
+        num_shards=known.num_shards, dedup=known.dedup,
         masking_unit=UNIT_WORD if known.whole_word_mask else UNIT_SPAN if known.span_mask else UNIT_TOKEN,
         span_p=known.span_p, max_span=known.max_span, short_seq_prob=known.short_seq_prob,
         split_bytes=known.split_bytes, max_unk_fraction=known.max_unk_fraction, near_dedup=known.near_dedup,

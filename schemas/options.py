@@ -48,6 +48,7 @@ SEED = "seed"
 MAX_UNK_FRACTION = "max_unk_fraction"
 NEAR_DEDUP = "near_dedup"
 SCRIPTS = "scripts"
+VALIDATION_UNIT = "validation_unit"
 
 # Keys of manifest["tokenizer"]["special_ids"] besides KEY_MASK_ID.
 SPECIAL_CLS = "cls"

@@ -14,6 +14,8 @@ from schemas.options import (
     SCRIPT_OTHER,
     TOKENIZER_BACKENDS,
     UNIT_TOKEN,
+    VALIDATION_BY_ROW,
+    VALIDATION_UNITS,
 )
 from schemas.shard import DEFAULT_SEQ_LEN, MASKING_DYNAMIC, MASKING_MODES, MASKING_STATIC, MIN_SEQ_LEN
 
@@ -54,6 +56,7 @@ class PreprocessConfig:
     max_unk_fraction: float = 0.1  # inputs with more [UNK] among their tokens are skipped (1 turns it off)
     near_dedup: float | None = None  # drop the later member of near-duplicate clusters at this similarity
     scripts: tuple[str, ...] = ()  # keep only inputs whose dominant script is listed (empty: all)
+    validation_unit: str = VALIDATION_BY_ROW  # "row": rows drawn one by one; "document": whole documents
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option."""
@@ -80,6 +83,9 @@ class PreprocessConfig:
             raise ValueError(f"--{error}") from None
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(f"--validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        if self.validation_unit not in VALIDATION_UNITS:
+            raise ValueError(f"--validation_unit must be one of {', '.join(VALIDATION_UNITS)}, "
+                             f"got {self.validation_unit!r}")
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"--num_shards must be >= 1, got {self.num_shards}")
         if self.masking_unit not in MASKING_UNITS:

@@ -26,7 +26,7 @@ from pipeline.kernels.hashing import (
 from pipeline.kernels.quality import dominant_script, minhash_signature, script_letter_counts, script_shares
 from pipeline.tokenizer.encode import AnyTokenizer, tokenize_sentences, tokenize_text
 from schemas import manifest as m
-from schemas.options import PACKING_CONCAT, PACKING_SENTENCES
+from schemas.options import PACKING_CONCAT, PACKING_SENTENCES, VALIDATION_BY_DOCUMENT
 
 
 @dataclass
@@ -113,11 +113,13 @@ class _Rows:
     rows: list[np.ndarray] = field(default_factory=list)
     lengths: list[np.ndarray] = field(default_factory=list)
     keys: list[np.ndarray] = field(default_factory=list)
+    document_keys: list[np.ndarray] = field(default_factory=list)  # the content key of each row's document
 
-    def add(self, rows: np.ndarray, lengths: np.ndarray, keys: np.ndarray) -> None:
+    def add(self, rows: np.ndarray, lengths: np.ndarray, keys: np.ndarray, document_key: np.uint64) -> None:
         self.rows.append(rows)
         self.lengths.append(lengths)
         self.keys.append(keys)
+        self.document_keys.append(np.full(rows.shape[0], document_key, dtype=np.uint64))
 
 
 def _chunk_into(out: _Rows, tokens: np.ndarray, digest: str, layout: RowLayout, dtype: np.dtype,
@@ -133,7 +135,8 @@ def _add_chunks(out: _Rows, chunks: Chunks, tokens: np.ndarray, digest: str, lay
     counts[m.SHORT_ROWS_DROPPED] += int(chunks.dropped_tokens > 0)
     counts[m.DOCUMENTS_TOO_SHORT] += int(chunks.rows.shape[0] == 0)
     counts[m.ROWS] += chunks.rows.shape[0]
-    out.add(chunks.rows, chunks.lengths, row_keys(digest_to_u64(digest), chunks.rows.shape[0]))
+    document_key = digest_to_u64(digest)
+    out.add(chunks.rows, chunks.lengths, row_keys(document_key, chunks.rows.shape[0]), document_key)
 
 
 STAGE_READ = "read_clean"
@@ -262,7 +265,11 @@ def _write_parts(rows: _Rows, unit: WorkUnit, layout: RowLayout, id_dtype: np.dt
     lengths = np.concatenate(rows.lengths) if rows.lengths else np.zeros(0, np.int32)
     keys = np.concatenate(rows.keys) if rows.keys else np.zeros(0, np.uint64)
     seeds = mask_seeds(keys, config.seed)
-    in_validation = validation_rows(keys, config.validation_fraction)
+    # By row, rows of one book land in both splits (an optimistic validation loss); by document, a
+    # document's content key sends all its rows one way (with --packing concat: the rows' group).
+    by_document = config.validation_unit == VALIDATION_BY_DOCUMENT
+    split_keys = (np.concatenate(rows.document_keys) if rows.document_keys else keys) if by_document else keys
+    in_validation = validation_rows(split_keys, config.validation_fraction)
     for split, selector in ((m.TRAIN, ~in_validation), (m.VALIDATION, in_validation)):
         n = int(selector.sum())
         if n:

@@ -212,6 +212,31 @@ def test_jsonl_documents_with_concat_packing(tmp_path):
     assert ((ids == 102).sum(axis=1) > 2).mean() > 0.5  # short documents share rows, [SEP] between
 
 
+def test_validation_by_document_keeps_each_document_in_one_split(tmp_path, spec):
+    """40 documents, each one word repeated (so a row names its document by its first token), 3 rows
+    each: by row some document has rows in both splits; by document none does."""
+    vocab = json.loads(spec.json)["model"]["vocab"]
+    words = sorted(w for w in vocab if w.isalpha() and w.isascii() and len(w) > 3)[:40]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps({"text": " ".join([w] * 300)}) for w in words))
+    splits_of = {}
+    for unit in ("row", "document"):
+        out = tmp_path / unit
+        run_preprocess([path], out, "--validation_unit", unit, "--validation_fraction", "0.3",
+                       "--max_seq_length", "128", "--masking", "dynamic")
+        assert load_manifest(str(out))[m.KEY_CONFIG]["validation_unit"] == unit
+        seen: dict[int, set] = {}
+        for split in m.SPLITS:
+            for first in _split_arrays(out, split, [INPUT_IDS])[INPUT_IDS][:, 1]:
+                seen.setdefault(int(first), set()).add(split)
+        assert len(seen) == 40
+        splits_of[unit] = seen
+    assert any(len(s) == 2 for s in splits_of["row"].values())
+    assert all(len(s) == 1 for s in splits_of["document"].values())
+    held_out = sum(s == {m.VALIDATION} for s in splits_of["document"].values())
+    assert 0 < held_out < 40  # about 0.3 of the documents (binomial, 40 draws)
+
+
 def test_existing_output_is_refused_without_overwrite(tmp_path):
     out = tmp_path / "out"
     book = corpus_book("classics__yellow_wallpaper.txt")
