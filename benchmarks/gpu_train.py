@@ -1,6 +1,7 @@
 """GPU training benchmark: BERT-base at 512 tokens, bf16, fed by our loader with dynamic masking.
 
     python -m benchmarks.gpu_train --data DIR [--steps 60] [--batch_size 32] [--workers 4] [--compile]
+        [--head gathered|full]
 
 Reports tokens/s, MFU and the share of step time spent waiting for data (target: under 2%).
 Needs a CUDA device; DIR is a `jobs.preprocess --masking dynamic` output at 512 tokens.
@@ -16,7 +17,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
-from pipeline.consumers.training import TrainConfig, autocast, build_model, flops_per_token, peak_flops
+from pipeline.consumers.training import (
+    TrainConfig,
+    autocast,
+    build_model,
+    flops_per_token,
+    mlm_loss,
+    peak_flops,
+)
 from schemas.shard import INPUT_IDS
 
 
@@ -28,6 +36,8 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--head", choices=("gathered", "full"), default="gathered",
+                        help="gathered: the MLM head only at the targets (jobs.train); full: model(**batch).loss")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu_train needs a CUDA device")
@@ -36,7 +46,10 @@ def main() -> None:
     dataset = MlmShardDataset(args.data)
     model = build_model(TrainConfig(data=args.data, output="", config="base"), dataset.vocab_size, dataset.seq_len,
                         0).to(device)
-    step_model = torch.compile(model) if args.compile else model
+    def loss_of(batch: dict) -> torch.Tensor:
+        return mlm_loss(model, batch) if args.head == "gathered" else model(**batch).loss
+
+    step_loss = torch.compile(loss_of) if args.compile else loss_of
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=ResumableSampler(len(dataset), seed=0),
                         collate_fn=MlmCollator(), num_workers=args.workers, pin_memory=True, drop_last=True,
@@ -55,7 +68,7 @@ def main() -> None:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         t1 = time.perf_counter()
         with autocast(device):
-            loss = step_model(**batch).loss
+            loss = step_loss(batch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -71,6 +84,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(device), "batch_size": args.batch_size, "seq_len": dataset.seq_len,
         "tokens_per_s": rate, "mfu": rate * flops_per_token(model, dataset.seq_len) / peak if peak else None,
         "data_wait_share": wait / (wait + compute), "steps": args.steps, "compile": args.compile,
+        "head": args.head,
     }))
 
 

@@ -29,6 +29,7 @@ from pipeline.consumers.training import (
     flops_per_token,
     hf_tokenizer,
     lr_at,
+    mlm_loss,
     peak_flops,
     plot_metrics,
     probe,
@@ -75,7 +76,10 @@ def train(cfg: TrainConfig) -> dict:
     else:
         open(metrics_path, "w").close()
         cfg.save(os.path.join(cfg.output, CONFIG_FILE))
-    train_model = torch.compile(model) if cfg.compile else model
+    def loss_of(batch: dict) -> torch.Tensor:
+        return mlm_loss(model, batch)
+
+    loss_of = torch.compile(loss_of) if cfg.compile else loss_of  # the gathered head's shapes vary: dynamic
     log = _logger(metrics_path)
     if step == 0:
         log({"step": 0, **evaluate(model, val_loader, device, cfg.eval_batches)}, announce=True)
@@ -92,7 +96,7 @@ def train(cfg: TrainConfig) -> dict:
         for batch in train_loader:
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast(device):
-                loss = train_model(**batch).loss / cfg.grad_accum
+                loss = loss_of(batch) / cfg.grad_accum  # the MLM head only at the targets
             loss.backward()
             tokens += int(batch[ATTENTION_MASK].sum())
             micro += 1

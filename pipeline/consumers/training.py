@@ -101,6 +101,29 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
+def target_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at the target positions only, and their labels: the encoder runs on every position,
+    the vocabulary projection (the MLM head) only where labels != -100, as NVIDIA's and Megatron's
+    BERT do. About 85% of the head's FLOPs and activation memory are otherwise spent on positions the
+    loss ignores; for small models the head is most of the step.
+
+    Works for any model with `.bert` (or `.base_model`) and `.cls` (BertForMaskedLM and relatives).
+    """
+    encoder = getattr(model, "bert", None) or model.base_model
+    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    selected = labels != IGNORE_INDEX
+    return model.cls(hidden[selected]), labels[selected]
+
+
+def mlm_loss(model, batch: dict) -> torch.Tensor:
+    """The MLM loss of `model(**batch).loss` (mean cross-entropy over targets), with the gathered head."""
+    logits, targets = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
+    if targets.numel() == 0:  # no target in the batch: a zero that still backpropagates
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.float(), targets)
+
+
 @torch.no_grad()
 def evaluate(model, loader, device: torch.device, max_batches: int) -> dict:
     """MLM loss and top-1 accuracy over the selected positions of up to max_batches batches."""
@@ -111,12 +134,10 @@ def evaluate(model, loader, device: torch.device, max_batches: int) -> dict:
             break
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with autocast(device):
-            logits = model(input_ids=batch[INPUT_IDS], attention_mask=batch[ATTENTION_MASK]).logits
-        labels = batch[LABELS]
-        selected = labels != IGNORE_INDEX
-        loss_sum += F.cross_entropy(logits[selected].float(), labels[selected], reduction="sum").item()
-        correct += (logits[selected].argmax(-1) == labels[selected]).sum().item()
-        targets += int(selected.sum())
+            logits, labels = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
+        loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum").item()
+        correct += (logits.argmax(-1) == labels).sum().item()
+        targets += int(labels.numel())
     model.train()
     return {"eval_loss": loss_sum / max(targets, 1), "eval_accuracy": correct / max(targets, 1),
             "eval_targets": targets}
