@@ -101,7 +101,7 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
         raise
     wall = time.perf_counter() - started
     stages = stage_seconds(result)
-    _log.info("worker seconds per stage: %s",
+    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
               ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
     manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
