@@ -18,6 +18,7 @@ from pipeline.beam.runner_options import (
     DASK_RUNNER,
     beam_flags,
     runner_aliases,
+    use_filesystem_options,
 )
 from pipeline.beam.transforms import failure_message
 from pipeline.console import (
@@ -162,6 +163,7 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
         split_bytes=known.split_bytes, max_unk_fraction=known.max_unk_fraction, near_dedup=known.near_dedup,
         scripts=tuple(s.strip() for s in known.scripts.split(",") if s.strip()) if known.scripts else (),
     )
+    use_filesystem_options(beam_args)
     try:
         if known.push_to_hub:
             check_repo_id(known.push_to_hub)

@@ -51,12 +51,13 @@ class WrittenFile:
 
 
 def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> WrittenFile:
-    """Write an uncompressed Arrow IPC stream to `path + .partial`, then rename it to `path`.
+    """Write an uncompressed Arrow IPC stream to `path + .partial`, then rename it to `path`
+    (object stores: straight to `path`, whose upload appears only once complete).
 
     A reader never sees a partial file under the final name; rewriting the same path (a retried
     bundle) replaces it with identical bytes.
     """
-    temp = path + PARTIAL_SUFFIX
+    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
     rows = 0
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         sink = _HashingWriter(handle)
@@ -64,17 +65,28 @@ def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.R
             for batch in batches:
                 writer.write_batch(batch)
                 rows += batch.num_rows
-    if FileSystems.exists(path):
-        FileSystems.delete([path])
-    FileSystems.rename([temp], [path])
+    _publish(temp, path)
     return WrittenFile(path=path, rows=rows, bytes=sink.bytes, sha256=sink.sha256.hexdigest())
 
 
 def write_text(path: str, text: str) -> None:
-    """Write a small text file through FileSystems (temp name, then rename)."""
-    temp = path + PARTIAL_SUFFIX
+    """Write a small text file through FileSystems (locally: temp name, then rename)."""
+    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(text.encode("utf-8"))
+    _publish(temp, path)
+
+
+def renames_needed(path: str) -> bool:
+    """Local files are written under a temporary name and renamed, so a reader never sees a partial
+    file under the final name. An object store's upload appears only once complete, and its
+    "rename" is a copy and a delete: objects are written under their final name directly."""
+    return FileSystems.get_scheme(path) in (None, "file")
+
+
+def _publish(temp: str, path: str) -> None:
+    if temp == path:
+        return
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temp], [path])

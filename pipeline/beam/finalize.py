@@ -8,11 +8,11 @@ from __future__ import annotations
 import posixpath
 
 import numpy as np
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline import __version__
 from pipeline.beam.arrow_io import write_text
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.folders import delete_folder
 from pipeline.beam.sharding import ShardResult
 from pipeline.beam.units import UnitResult
 from schemas import manifest as m
@@ -112,7 +112,5 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
     write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
     manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
-    temp_dir = posixpath.join(config.output, m.TEMP_DIR)
-    if FileSystems.exists(temp_dir):
-        FileSystems.delete([temp_dir])
+    delete_folder(posixpath.join(config.output, m.TEMP_DIR))  # on object stores too (a prefix)
     return manifest

@@ -89,7 +89,9 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     """
     config = run.config
     started = time.perf_counter()
-    progress = UnitProgress(run.units, posixpath.join(config.output, m.TEMP_DIR), every=progress_every,
+    temp_dir = posixpath.join(config.output, m.TEMP_DIR)
+    remote = "://" in config.output and not config.output.startswith("file://")
+    progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
                            terminal=terminal)
     try:
         with progress:

@@ -10,6 +10,7 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.arrow_io import read_text
+from pipeline.beam.folders import delete_folder, has_files
 from pipeline.kernels.cleaning import LARGE_BOILERPLATE_SHARE
 from schemas import manifest as m
 
@@ -18,25 +19,24 @@ LOGGED_LARGE_BOILERPLATE = 5
 
 
 def prepare_output(output: str, overwrite: bool) -> None:
-    """Refuse an existing non-empty output folder unless --overwrite and it is a MaskBeam output."""
-    if not FileSystems.exists(output):
+    """Refuse an existing non-empty output folder (a local folder or an object-store prefix) unless
+    --overwrite and it is a MaskBeam output, which is then replaced: only what a run writes there
+    is deleted."""
+    if not has_files(output):
         return
-    listing = FileSystems.match([posixpath.join(output, "**")])[0].metadata_list
-    if not listing:
-        return
+    temp_dir = posixpath.join(output, m.TEMP_DIR)
     if not overwrite:
-        if FileSystems.exists(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)):
+        if FileSystems.exists(posixpath.join(temp_dir, m.RUN_FILE)):
             raise FileExistsError(f"--output {output!r} holds an unfinished MaskBeam run: rerun the same command with "
                                   "--resume to continue it, or pass --overwrite to start over")
         raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
-    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not FileSystems.exists(
-        posixpath.join(output, m.TEMP_DIR)
-    ):
+    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not has_files(temp_dir):
         raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
                               "refusing to delete it even with --overwrite")
-    ours = [posixpath.join(output, name)
-            for name in (*m.SPLITS, m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE, m.TEMP_DIR)]
-    FileSystems.delete([path for path in ours if FileSystems.exists(path)])
+    for folder in (*m.SPLITS, m.TEMP_DIR):
+        delete_folder(posixpath.join(output, folder))
+    files = [posixpath.join(output, name) for name in (m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE)]
+    FileSystems.delete([path for path in files if FileSystems.exists(path)])
 
 
 def warn_large_boilerplate(output: str) -> list[str]:

@@ -92,6 +92,15 @@ def local_worker_count(options: PipelineOptions) -> int | None:
     return direct.direct_num_workers or os.cpu_count() or 1
 
 
+def use_filesystem_options(beam_args: list[str]) -> None:
+    """Let the launcher's own reads and listings (inputs, output folder, resume) use the filesystem
+    options on the command line (`--s3_endpoint_url`, credentials, GCS project...), as the workers
+    will: without this, `s3://` inputs on a custom endpoint cannot even be listed."""
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.set_options(PipelineOptions(beam_args))
+
+
 def beam_flags(beam_args: list[str]) -> set[str]:
     """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
     (Beam itself only logs a warning). A runner given as a dotted path is imported first so its

@@ -1,0 +1,132 @@
+"""The real job on an S3-compatible object store: moto's server over HTTP on localhost (started here,
+no network), Beam's S3 filesystem (`apache-beam[aws]`, `--s3_endpoint_url`) for the job and s3fs
+for the consumers. Inputs and outputs on `s3://`, both masking modes, threads and worker processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+
+import pytest
+
+from schemas import manifest as m
+from tests.conftest import SMALL_BOOKS, run_preprocess
+
+pytestmark = pytest.mark.slow
+BUCKET = "maskbeam-test"
+KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(small_books):
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    patch = pytest.MonkeyPatch()
+    for key, value in {**KEYS, "AWS_ENDPOINT_URL": endpoint}.items():  # s3fs and boto3 read these
+        patch.setenv(key, value)
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    for book in sorted(small_books.iterdir()):
+        client.upload_file(str(book), BUCKET, f"books/{book.name}")
+    yield endpoint, client
+    patch.undo()
+    server.stop()
+
+
+def _flags(endpoint: str) -> list[str]:
+    return ["--s3_endpoint_url", endpoint, "--s3_access_key_id", KEYS["AWS_ACCESS_KEY_ID"],
+            "--s3_secret_access_key", KEYS["AWS_SECRET_ACCESS_KEY"], "--s3_region_name", KEYS["AWS_DEFAULT_REGION"]]
+
+
+def _objects(client, prefix: str) -> dict[str, bytes]:
+    """Every object below `prefix`, by its key relative to the prefix."""
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/")
+            for o in page.get("Contents", [])]
+    return {key[len(prefix) + 1:]: client.get_object(Bucket=BUCKET, Key=key)["Body"].read() for key in keys}
+
+
+def _local_files(folder) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+MODES = {"static-threads": ["--num_shards", "2"],
+         "dynamic-processes": ["--masking", "dynamic", "--tokenizer_backend", "hf"]}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
+    import datasets
+
+    from jobs.validate import run as validate
+
+    endpoint, client = s3
+    local = tmp_path / "local"
+    run_preprocess([small_books], local, *MODES[mode], "--validation_fraction", "0.1")
+    out = f"s3://{BUCKET}/out-{mode}"
+    run_preprocess([f"s3://{BUCKET}/books"], out, *MODES[mode], "--validation_fraction", "0.1", *_flags(endpoint))
+    remote, here = _objects(client, f"out-{mode}"), _local_files(local)
+    assert not [key for key in remote if key.startswith(m.TEMP_DIR)], "the temporary folder stayed behind"
+    assert sorted(remote) == sorted(here)
+    for key in here:
+        if key != m.MANIFEST_FILE:
+            assert hashlib.sha256(remote[key]).hexdigest() == hashlib.sha256(here[key]).hexdigest(), key
+    a, b = json.loads(remote[m.MANIFEST_FILE]), json.loads(here[m.MANIFEST_FILE])
+    assert a[m.KEY_SPLITS] == b[m.KEY_SPLITS] and a[m.KEY_COUNTS] == b[m.KEY_COUNTS]
+    assert [e[m.KEY_PATH].rsplit("/", 1)[1] for e in a[m.KEY_INPUTS]] == \
+        [e[m.KEY_PATH].rsplit("/", 1)[1] for e in b[m.KEY_INPUTS]]
+    assert all(e[m.KEY_PATH].startswith(f"s3://{BUCKET}/books/") for e in a[m.KEY_INPUTS])
+    assert validate([out]) == 0
+    remote_dd = datasets.load_from_disk(out, storage_options={"client_kwargs": {"endpoint_url": endpoint}})
+    local_dd = datasets.load_from_disk(str(local))
+    for split in m.SPLITS:
+        assert remote_dd[split].num_rows == local_dd[split].num_rows
+        assert remote_dd[split][:]["input_ids"] == local_dd[split][:]["input_ids"]
+
+
+def test_s3_output_prefix_is_refused_then_overwritten_and_resumed(s3, small_books, capsys):
+    endpoint, client = s3
+    prefix = "out-overwrite"
+    book = f"s3://{BUCKET}/books/{SMALL_BOOKS[0]}"  # one book: each S3 run costs seconds of client set-up
+    out = f"s3://{BUCKET}/{prefix}"
+    args = ("--num_shards", "2", *_flags(endpoint))
+    run_preprocess([book], out, *args)
+    first = _objects(client, prefix)
+    with pytest.raises(SystemExit):
+        run_preprocess([book], out, *args)
+    assert "exists and is not empty" in capsys.readouterr().err
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/{m.TRAIN}/data-99999-of-99999.arrow", Body=b"stale")
+    run_preprocess([book], out, *args, "--overwrite")
+    assert _objects(client, prefix) == first  # the stale shard is gone, the rest rewritten identically
+    # a damaged shard on S3: --resume rebuilds exactly what does not check out
+    key = f"{prefix}/{m.TRAIN}/data-00000-of-00002.arrow"
+    client.put_object(Bucket=BUCKET, Key=key, Body=first[key.split("/", 1)[1]][:100])
+    run_preprocess([book], out, *args, "--resume")
+    assert _objects(client, prefix) == first
+    # a prefix holding something else is never deleted, even with --overwrite
+    client.put_object(Bucket=BUCKET, Key="precious/data.txt", Body=b"keep me")
+    with pytest.raises(SystemExit):
+        run_preprocess([book], f"s3://{BUCKET}/precious", *args, "--overwrite")
+    assert "not a MaskBeam output" in capsys.readouterr().err
+    assert _objects(client, "precious") == {"data.txt": b"keep me"}
+
+
+def test_unreachable_s3_input_names_the_pattern(s3, tmp_path, capsys):
+    endpoint, _ = s3
+    with pytest.raises(SystemExit):
+        run_preprocess([f"s3://{BUCKET}/no-such-books/*.txt"], tmp_path / "out", *_flags(endpoint))
+    err = capsys.readouterr().err
+    assert f"s3://{BUCKET}/no-such-books/*.txt" in err
+    assert not os.path.exists(tmp_path / "out")
