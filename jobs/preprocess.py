@@ -9,6 +9,7 @@ Options are parsed as in Beam's wordcount.py: our flags here, everything else to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 
 from pipeline.beam.config import PreprocessConfig
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "only); hf: the `tokenizers` library; auto (default): fast where it is exact, else hf")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work")
+    p.add_argument("--tokenizer_threads", type=int, metavar="N",
+                   help="threads of the `tokenizers` library per SDK worker process (default: the cores shared "
+                        "out between local worker processes; 1 on other runners, which start a process per core)")
     p.add_argument("--log_level", choices=LOG_LEVELS,
                    help="also show Beam's and its workers' logs from this level (default: only warnings; "
                         "MaskBeam's own progress and summary are always shown)")
@@ -140,6 +144,8 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not known.output:
         parser.error("--output is required")
+    if known.tokenizer_threads is not None and known.tokenizer_threads < 1:
+        parser.error(f"--tokenizer_threads must be >= 1, got {known.tokenizer_threads}")
     if not known.input and not known.hf_dataset:
         known.input = [str(SAMPLE_BOOKS)]
         _log.info("no --input: using the embedded sample, %d public-domain books in %s",
@@ -173,6 +179,7 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     if prepared is None:
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
         return None
+    prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads)
     quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
     try:
         with quiet_worker_output(quiet):

@@ -73,6 +73,7 @@ KEY_BYTES = "bytes"
 KEY_SHA256 = "sha256"
 KEY_PATH = "path"
 KEY_REASON = "reason"
+KEY_SIZE = "size"  # per input: its size in bytes when read (what --resume compares)
 KEY_MASK_COUNTS = "mask_counts"
 KEY_PLAN = "plan_sha256"
 KEY_DUPLICATES = "duplicates"

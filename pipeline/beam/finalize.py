@@ -63,7 +63,7 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         }
     for name in m.MASK_COUNT_NAMES:
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
-    skipped = [{m.KEY_PATH: u.source, m.KEY_REASON: u.skip_reason, **_quality(u)}
+    skipped = [{m.KEY_PATH: u.source, m.KEY_SIZE: u.size, m.KEY_REASON: u.skip_reason, **_quality(u)}
                for u in sorted(units, key=lambda u: u.source) if u.skip_reason is not None]
     by_reason: dict[str, int] = {}
     for entry in skipped:
@@ -71,7 +71,7 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         by_reason[kind] = by_reason.get(kind, 0) + 1
     counts[m.FILES_SKIPPED_BY_REASON] = dict(sorted(by_reason.items()))
     inputs = [
-        {m.KEY_PATH: u.source, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
+        {m.KEY_PATH: u.source, m.KEY_SIZE: u.size, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),
          m.RECORDS_SKIPPED: u.records_skipped,
          m.BOILERPLATE_CHARS_REMOVED: u.counts.get(m.BOILERPLATE_CHARS_REMOVED, 0),

@@ -48,6 +48,7 @@ class PreparedRun:
     spec: TokenizerSpec
     units: list[WorkUnit]
     why_not_fast: list[str]
+    tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
@@ -69,7 +70,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
     record = run_record(config, spec.fingerprint)
     if resume:
-        if prepare_resume(config.output, record) == "complete":
+        if prepare_resume(config.output, record, units) == "complete":
             return None
     else:
         prepare_output(config.output, overwrite)
@@ -114,6 +115,7 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
 
 def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
     config = run.config
+    config_threads = run.tokenizer_threads
     with dask_cluster(dask_local_workers) as dask_args:
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
@@ -129,8 +131,9 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
             _log.info("progress below comes from the finished work in %s; the runner's own UI shows each stage",
                       posixpath.join(config.output, m.TEMP_DIR))
         pipeline = beam.Pipeline(options=options)
+        threads = tokenizer_threads(options, config_threads)
         _ = pipeline | "Preprocess" >> Preprocess(units=run.units, spec=run.spec, config=config,
-                                                  local_workers=workers, tokenizer_threads=tokenizer_threads(options))
+                                                  local_workers=workers, tokenizer_threads=threads)
         result = pipeline.run()
         result.wait_until_finish()
     return result

@@ -11,6 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline import __version__
 from pipeline.beam.arrow_io import file_sha256, read_text, write_text
 from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
+from pipeline.beam.readers import WorkUnit
 from schemas import manifest as m
 
 _NOT_COMPARED = NOT_IN_THE_BYTES  # a run started with one tokenizer backend may resume with the other
@@ -41,11 +42,12 @@ def start_run(output: str, record: dict) -> None:
     write_text(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE), json.dumps(record, sort_keys=True))
 
 
-def prepare_resume(output: str, record: dict) -> str:
+def prepare_resume(output: str, record: dict, units: list[WorkUnit] | None = None) -> str:
     """Check the earlier run's config and return "complete" (all shards check out), or "resume".
 
     Raises:
-        ResumeMismatch: no earlier run, or one with another config (the message lists the differences).
+        ResumeMismatch: no earlier run, one with another config (the message lists the differences),
+            or a finished output whose inputs changed since (new, changed or gone inputs listed).
     """
     run_file = posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)
     manifest_file = posixpath.join(output, m.MANIFEST_FILE)
@@ -62,8 +64,26 @@ def prepare_resume(output: str, record: dict) -> str:
     if diffs:
         raise ResumeMismatch("--resume: the earlier run in the output folder used another config: " + "; ".join(diffs))
     if FileSystems.exists(manifest_file) and not FileSystems.exists(run_file):
-        return _complete_or_seed(output, json.loads(read_text(manifest_file)), record)
+        manifest = json.loads(read_text(manifest_file))
+        if units is not None:
+            _check_inputs_unchanged(output, manifest, units)
+        return _complete_or_seed(output, manifest, record)
     return "resume"
+
+
+def _check_inputs_unchanged(output: str, manifest: dict, units: list[WorkUnit]) -> None:
+    """A finished output must not be reported complete for inputs that appeared, changed size or
+    went away since it was made."""
+    before = {e[m.KEY_PATH]: e.get(m.KEY_SIZE) for e in (*manifest[m.KEY_INPUTS], *manifest[m.KEY_SKIPPED])}
+    now = {u.source: u.size for u in units}
+    new = sorted(set(now) - set(before))
+    gone = sorted(set(before) - set(now))
+    changed = sorted(p for p in set(now) & set(before) if before[p] is not None and before[p] != now[p])
+    if new or gone or changed:
+        parts = [f"{label} ({len(paths)}): {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
+                 for label, paths in (("new", new), ("changed", changed), ("gone", gone)) if paths]
+        raise ResumeMismatch(f"--resume: {output!r} is complete, but its inputs changed since it was made: "
+                             f"{'; '.join(parts)}. Rerun with --overwrite to rebuild it from the current inputs")
 
 
 def _complete_or_seed(output: str, manifest: dict, record: dict) -> str:

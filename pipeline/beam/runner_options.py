@@ -71,12 +71,20 @@ def dask_defaults(beam_args: list[str], local_workers: int | None) -> list[str]:
     return beam_args + [f"--dask_npartitions={2 * local_workers}"]
 
 
-def tokenizer_threads(options: PipelineOptions) -> int | None:
-    """The `tokenizers` thread pool size each local worker process should use: the cores shared
-    out between worker processes; None (the library's default) for threads in one process and for
-    other runners, whose workers set their own."""
+def tokenizer_threads(options: PipelineOptions, requested: int | None = None) -> int | None:
+    """The `tokenizers` (Rust rayon) thread pool size of each SDK worker process.
+
+    `requested` (--tokenizer_threads) wins. Local worker processes share the cores out; threads in
+    one local process share one pool (None: the library's default). Every other runner (Dataflow,
+    Flink, Spark, Dask, portable) starts about one SDK process per core, each of which would
+    otherwise start a pool of one thread per core: 1 thread each.
+    """
+    if requested:
+        return requested
     workers = local_worker_count(options)
-    if not workers or options.view_as(DirectOptions).direct_running_mode != "multi_processing":
+    if workers is None:
+        return 1
+    if options.view_as(DirectOptions).direct_running_mode != "multi_processing":
         return None
     return max(1, (os.cpu_count() or 1) // workers)
 

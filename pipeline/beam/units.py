@@ -34,6 +34,7 @@ class UnitResult:
     """What a worker reports for one unit; the manifest is built only from these and shard results."""
 
     source: str
+    size: int = 0  # bytes of the input (of its range) when it was read
     key: str = ""
     skip_reason: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -178,7 +179,7 @@ def process_unit(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_
 
 def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
              config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
-    result = UnitResult(source=unit.source, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
+    result = UnitResult(source=unit.source, size=unit.size, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
     counts = result.counts
     clock.restart()
     read = read_unit(unit, config.text_column, config.keep_boilerplate)

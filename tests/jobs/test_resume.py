@@ -143,3 +143,22 @@ def test_sigterm_to_the_launcher_stops_its_workers(tmp_path):
     time.sleep(0.5)
     assert not [pid for pid in children if Path(f"/proc/{pid}").exists()
                 and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()], "worker processes outlived it"
+
+
+def test_resume_on_a_complete_output_notices_changed_inputs(tmp_path, small_books, capsys):
+    books, out = tmp_path / "books", tmp_path / "out"
+    books.mkdir()
+    names = sorted(p.name for p in small_books.iterdir())[:2]
+    for name in names:
+        (books / name).write_bytes((small_books / name).read_bytes())
+    run_preprocess([books], out)
+    assert run_preprocess([books], out, "--resume") is None  # complete, nothing changed
+    with open(books / names[0], "ab") as handle:
+        handle.write(b"\nOne more paragraph that arrived after the run.\n")
+    (books / "late_arrival.txt").write_bytes((small_books / names[1]).read_bytes())
+    with pytest.raises(SystemExit):
+        run_preprocess([books], out, "--resume")
+    err = capsys.readouterr().err
+    assert "is complete, but its inputs changed since it was made" in err
+    assert f"new (1): {books / 'late_arrival.txt'}" in err and f"changed (1): {books / names[0]}" in err
+    assert "--overwrite" in err
