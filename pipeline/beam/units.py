@@ -184,11 +184,15 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     clock.restart()
     read = read_unit(unit, config.text_column, config.keep_boilerplate)
     clock.lap(STAGE_READ)
-    counts[m.FILES_READ] = int(unit.format != FORMAT_HF)
+    # A byte range of a large file is not a file: the file counts once, with its first range.
+    is_range = bool(unit.path)
+    counts[m.FILES_READ] = int(unit.format != FORMAT_HF and (not is_range or unit.start == 0))
     counts[m.REPLACED_BYTES] = read.replaced_bytes
     counts[m.BOILERPLATE_CHARS_REMOVED] = read.boilerplate_chars_removed
     counts[m.RECORDS_SKIPPED] = sum(read.records_skipped.values())
     result.records_skipped = read.records_skipped
+    if read.skip_reason is not None and is_range and read.skip_reason.startswith(("empty", "no usable records")):
+        return result  # a range holding no record start, or only bad lines (counted as records skipped)
     if read.skip_reason is not None:
         counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
         result.skip_reason = read.skip_reason

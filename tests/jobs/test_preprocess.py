@@ -324,12 +324,29 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
     run_preprocess([path], whole, "--masking", "dynamic", "--validation_fraction", "0")
     ranges = load_manifest(str(split))[m.KEY_INPUTS]
     assert len(ranges) == 7 and all("@" in e[m.KEY_PATH] for e in ranges)
-    assert load_manifest(str(split))[m.KEY_COUNTS][m.DOCUMENTS] == 3000
+    counts = load_manifest(str(split))[m.KEY_COUNTS]
+    assert counts[m.DOCUMENTS] == 3000
+    assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0  # ranges are not files
     a = _split_arrays(split, m.TRAIN, [INPUT_IDS, MASK_SEED])
     b = _split_arrays(whole, m.TRAIN, [INPUT_IDS, MASK_SEED])
     order_a, order_b = np.argsort(a[MASK_SEED]), np.argsort(b[MASK_SEED])
     np.testing.assert_array_equal(a[MASK_SEED][order_a], b[MASK_SEED][order_b])
     np.testing.assert_array_equal(a[INPUT_IDS][order_a], b[INPUT_IDS][order_b])
+
+
+def test_tiny_byte_ranges_count_one_file_and_skip_none(tmp_path):
+    """A 11 KB jsonl in 1 KB ranges: some ranges hold no record start; the file is still one file
+    read and nothing is skipped."""
+    path = tmp_path / "small.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"Record {i}: " + "a sentence of words " * (40 + i % 50)})
+                              for i in range(12)) + "\n")
+    assert 10_000 < path.stat().st_size < 20_000
+    out = tmp_path / "out"
+    run_preprocess([path], out, "--split_bytes", "1024", "--max_seq_length", "128", "--min_tokens", "1")
+    manifest = load_manifest(str(out))
+    counts = manifest[m.KEY_COUNTS]
+    assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0 and manifest[m.KEY_SKIPPED] == []
+    assert counts[m.DOCUMENTS] == 12
 
 
 def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
