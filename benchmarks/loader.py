@@ -15,16 +15,20 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
+from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 
 
-def batches_per_second(data: str, workers: int, n_batches: int, batch_size: int = 256, repeat: int = 3) -> list[float]:
-    """Persistent workers, the epoch travelling with the indices; epochs roll over inside a timing."""
+def batches_per_second(data: str, workers: int, n_batches: int, batch_size: int = 256, repeat: int = 3,
+                       compact: bool = False) -> list[float]:
+    """Persistent workers, the epoch travelling with the indices; epochs roll over inside a timing.
+    `compact`: workers ship int16/int8 batches and ResumableLoader widens them to int64 in the main
+    process (what jobs.train does); else the collator builds int64 in the workers."""
     dataset = MlmShardDataset(data)
     sampler = ResumableSampler(len(dataset), seed=0, tag_epoch=True)
-    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=True,
-                        collate_fn=MlmCollator(), persistent_workers=workers > 0,
-                        prefetch_factor=4 if workers else None)
+    loader_class = ResumableLoader if compact else DataLoader
+    loader = loader_class(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers, drop_last=True,
+                          collate_fn=MlmCollator(compact=compact), persistent_workers=workers > 0,
+                          prefetch_factor=4 if workers else None)
 
     def batches():
         while True:
@@ -49,9 +53,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     result = {}
-    for workers in (1, 4):
-        rates = batches_per_second(args.data, workers, args.batches)
-        result[f"workers_{workers}"] = {"median_batches_per_s": statistics.median(rates), "runs": rates}
+    for compact in (False, True):
+        for workers in (1, 4):
+            rates = batches_per_second(args.data, workers, args.batches, compact=compact)
+            name = f"{'compact_' if compact else 'int64_'}workers_{workers}"
+            result[name] = {"median_batches_per_s": statistics.median(rates), "runs": rates}
+            print(name, f"{statistics.median(rates):.0f} batches/s", flush=True)
     print(json.dumps(result))
 
 

@@ -145,9 +145,14 @@ class MlmCollator:
     `MaskEpochCallback`. `trim_padding` cuts columns after the longest row (rounded up to 8).
     """
 
-    def __init__(self, rule: MaskingRule | None = None, epoch: int = 0, trim_padding: bool = False) -> None:
+    def __init__(self, rule: MaskingRule | None = None, epoch: int = 0, trim_padding: bool = False,
+                 compact: bool = False) -> None:
         self.rule = rule
         self.trim_padding = trim_padding
+        # compact: ids and labels in the stored integer type (int16 for BERT), attention as int8, so a
+        # DataLoader worker hands the main process a fifth of the bytes; `ResumableLoader` (or
+        # `widen`) makes them int64 there.
+        self.compact = compact
         # Shared memory: DataLoader workers started from this process (persistent ones too) read the
         # epoch the main process sets, instead of the value their copy had when they started.
         self._epoch = multiprocessing.Value("q", epoch, lock=False)
@@ -195,6 +200,13 @@ class MlmCollator:
             longest = int(np.asarray(attention).sum(axis=1).max())
             width = min(ids.shape[1], -(-longest // PAD_TO_MULTIPLE_OF) * PAD_TO_MULTIPLE_OF)
             ids, attention, labels = ids[:, :width], attention[:, :width], labels[:, :width]
+        if self.compact:
+            dtype = np.int16 if ids.dtype == np.int16 and labels.dtype == np.int16 else np.int32
+            return {
+                INPUT_IDS: torch.from_numpy(np.ascontiguousarray(ids, dtype=dtype)),
+                ATTENTION_MASK: torch.from_numpy(np.ascontiguousarray(attention, dtype=np.int8)),
+                LABELS: torch.from_numpy(np.ascontiguousarray(labels, dtype=dtype)),
+            }
         return {
             INPUT_IDS: torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
             ATTENTION_MASK: torch.from_numpy(np.ascontiguousarray(attention, dtype=np.int64)),
@@ -291,17 +303,29 @@ class ResumableSampler(Sampler[int]):
 class ResumableLoader(DataLoader):
     """A DataLoader over a ResumableSampler that advances the sampler as each batch reaches the
     loop, so `loader.sampler.state_dict()` (or `loader.state_dict()`) is exact whatever the number
-    of workers and their prefetching."""
+    of workers and their prefetching.
 
-    def __init__(self, dataset, *, sampler: ResumableSampler, **kwargs) -> None:
+    With `widen` (default), integer tensors arrive as int64 whatever the collator sent: pair it with
+    `MlmCollator(compact=True)` so workers ship int16/int8 batches (a fifth of the bytes through shared
+    memory) and the widening happens here. `widen=False` leaves them compact, to widen on the GPU.
+    """
+
+    def __init__(self, dataset, *, sampler: ResumableSampler, widen: bool = True, **kwargs) -> None:
         if not isinstance(sampler, ResumableSampler):
             raise TypeError("ResumableLoader needs a ResumableSampler")
         super().__init__(dataset, sampler=sampler, **kwargs)
+        self.widen = widen
 
     def __iter__(self):
         for batch in super().__iter__():
             self.sampler.advance(_batch_rows(batch))
-            yield batch
+            yield widen(batch) if self.widen else batch
+
+
+def widen(batch: dict) -> dict:
+    """int64 copies of a batch's integer tensors (what embedding layers and the loss expect)."""
+    return {k: v.long() if isinstance(v, torch.Tensor) and v.dtype != torch.int64 and not v.is_floating_point()
+            else v for k, v in batch.items()}
 
     def state_dict(self) -> dict:
         return self.sampler.state_dict()
@@ -334,5 +358,5 @@ def epoch_callback(collator: MlmCollator, dataset: MlmShardDataset | None = None
     return MaskEpochCallback()
 
 
-__all__ = ["MlmShardDataset", "MlmCollator", "ResumableSampler", "ResumableLoader", "epoch_callback",
+__all__ = ["MlmShardDataset", "MlmCollator", "ResumableSampler", "ResumableLoader", "epoch_callback", "widen",
            "IGNORE_INDEX"]

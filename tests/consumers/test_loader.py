@@ -267,3 +267,20 @@ def test_with_format_gives_int16_and_the_collators_give_int64(outputs):
     for collate in (default_data_collator, MlmCollator()):
         batch = collate([dd[m.TRAIN][i] for i in range(4)])
         assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64
+
+
+def test_compact_batches_widen_to_the_same_int64_values(outputs):
+    from pipeline.consumers.loader import ResumableLoader
+
+    ds = MlmShardDataset(str(outputs / "dynamic"))
+    plain = next(iter(DataLoader(ds, batch_size=16, sampler=ResumableSampler(len(ds), seed=2, tag_epoch=True),
+                                 collate_fn=MlmCollator(trim_padding=True))))
+    compact_loader = ResumableLoader(ds, batch_size=16, sampler=ResumableSampler(len(ds), seed=2, tag_epoch=True),
+                                     collate_fn=MlmCollator(trim_padding=True, compact=True), widen=False)
+    compact = next(iter(compact_loader))
+    assert compact["input_ids"].dtype == torch.int16 and compact["attention_mask"].dtype == torch.int8
+    widened = next(iter(ResumableLoader(ds, batch_size=16, collate_fn=MlmCollator(trim_padding=True, compact=True),
+                                        sampler=ResumableSampler(len(ds), seed=2, tag_epoch=True))))
+    for key in plain:
+        assert widened[key].dtype == torch.int64 and torch.equal(widened[key], plain[key])
+        assert torch.equal(compact[key].long(), plain[key])

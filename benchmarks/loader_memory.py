@@ -1,0 +1,96 @@
+"""Memory of DataLoader workers reading a large output: a whole epoch of 256-row batches through
+`ResumableLoader` with W persistent workers, sampling each worker's memory as it goes.
+
+    python -m benchmarks.loader_memory --data DIR [--workers 4] [--batches N]
+
+Reports per worker: RSS, USS (private: what the worker alone holds) and PSS (shared pages split
+between the processes mapping them), at start and at their peak, and the output's size. The shards
+are memory-mapped, so pages of the output a worker touched count in its RSS although they are the
+page cache, shared by every worker and rank: USS is the heap a worker really adds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+
+import psutil
+
+from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+
+MB = 1024 * 1024
+
+
+def _sample(pid: int) -> dict[str, float]:
+    info = psutil.Process(pid).memory_full_info()
+    return {"rss": info.rss / MB, "uss": info.uss / MB, "pss": getattr(info, "pss", 0) / MB}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=0, help="0: one whole epoch")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    dataset = MlmShardDataset(args.data)
+    output_mb = sum(os.path.getsize(p) for p in dataset.paths) / MB
+    sampler = ResumableSampler(len(dataset), seed=0, tag_epoch=True)
+    loader = ResumableLoader(dataset, sampler=sampler, batch_size=256, num_workers=args.workers,
+                             persistent_workers=True, collate_fn=MlmCollator(compact=True), prefetch_factor=4)
+    me = psutil.Process()
+    iterator = iter(loader)
+    next(iterator)
+    workers = [child.pid for child in me.children()]
+    start = {pid: _sample(pid) for pid in workers}
+    peak = {pid: dict(values) for pid, values in start.items()}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.2):
+            for pid in workers:
+                try:
+                    for key, value in _sample(pid).items():
+                        peak[pid][key] = max(peak[pid][key], value)
+                except psutil.NoSuchProcess:
+                    pass
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    total = args.batches or len(dataset) // 256
+    began = time.perf_counter()
+    n = 1
+    for _ in iterator:
+        n += 1
+        if n >= total:
+            break
+    seconds = time.perf_counter() - began
+    stop.set()
+    watcher.join()
+    for pid in workers:  # a last look
+        for key, value in _sample(pid).items():
+            peak[pid][key] = max(peak[pid][key], value)
+    result = {
+        "output_mb": output_mb, "rows": len(dataset), "batches": n, "workers": args.workers,
+        "batches_per_s": n / seconds,
+        "per_worker": [{"start": start[pid], "peak": peak[pid],
+                        "added": {k: peak[pid][k] - start[pid][k] for k in peak[pid]}} for pid in workers],
+    }
+    added_uss = [w["added"]["uss"] for w in result["per_worker"]]
+    added_rss = [w["added"]["rss"] for w in result["per_worker"]]
+    print(f"{output_mb:,.0f} MB output, {len(dataset):,} rows, {n} batches of 256 with {args.workers} workers "
+          f"({result['batches_per_s']:.0f} batches/s)")
+    print("added per worker, MB: USS (private) " + ", ".join(f"{x:.0f}" for x in added_uss)
+          + "; RSS (incl. shared page cache) " + ", ".join(f"{x:.0f}" for x in added_rss))
+    print("peak per worker, MB: PSS " + ", ".join(f"{w['peak']['pss']:.0f}" for w in result["per_worker"]))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
