@@ -7,11 +7,10 @@
 from __future__ import annotations
 
 import argparse
-import tempfile
 
 from pipeline.console import setup_logging
 from pipeline.consumers.outputs import NotAnOutput
-from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, upload
+from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, publish_streaming
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,10 +36,8 @@ def run(argv: list[str] | None = None, api=None) -> str:
                                          license_id=args.license)
             print(f"dry run: {len(folder.files)} files in {folder.path}")
             return str(folder.path)
-        with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
-            folder = build_upload_folder(args.dir, scratch, repo_id=args.repo_id, fmt=args.format,
-                                         license_id=args.license)
-            url = upload(folder, args.repo_id, token=args.token, private=args.private, api=api)
+        url = publish_streaming(args.dir, args.repo_id, fmt=args.format, license_id=args.license, token=args.token,
+                                private=args.private, api=api)
     except (PublishError, NotAnOutput) as error:
         parser.exit(1, f"publish: {error}\n")
     print(url)

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from pipeline import __version__
 from pipeline.consumers.outputs import load_manifest, shard_paths
 from pipeline.consumers.public_manifest import public_manifest
+from pipeline.storage import filesystem
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import MASKING_STATIC
@@ -47,13 +48,62 @@ def check_repo_id(repo_id: str) -> None:
         raise PublishError(f"--repo_id must look like USER/NAME (letters, digits, '-', '_', '.'), got {repo_id!r}")
 
 
+def _open_stream(source: str):
+    """An Arrow IPC stream reader over a shard: memory-mapped when local, streamed through fsspec
+    (s3://, gs://, hf://) otherwise."""
+    if filesystem.is_local(source):
+        return pa.ipc.open_stream(pa.memory_map(source, "r"))
+    return pa.ipc.open_stream(filesystem.open_binary(source))
+
+
 def _write_parquet(source: str, target: Path) -> None:
     """Stream one Arrow shard into a Parquet file, one ~1000-row group at a time."""
-    with pa.memory_map(source, "r") as handle:
-        reader = pa.ipc.open_stream(handle)
-        with pq.ParquetWriter(target, reader.schema, compression=PARQUET_COMPRESSION) as writer:
-            for batch in reader:
-                writer.write_table(pa.Table.from_batches([batch]), row_group_size=PARQUET_ROWS_PER_GROUP)
+    reader = _open_stream(source)
+    with pq.ParquetWriter(target, reader.schema, compression=PARQUET_COMPRESSION) as writer:
+        for batch in reader:
+            writer.write_table(pa.Table.from_batches([batch]), row_group_size=PARQUET_ROWS_PER_GROUP)
+
+
+def _copy_arrow(source: str, target: Path) -> None:
+    if filesystem.is_local(source):
+        shutil.copyfile(source, target)
+        return
+    with filesystem.open_binary(source) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst, 8 * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One file of the Hub layout and the shard it is made from."""
+
+    name: str  # path in the repository
+    source: str  # the MaskBeam shard (local path or URL)
+    kind: str  # "parquet" (converted) or "arrow" (copied)
+
+    def write(self, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (_write_parquet if self.kind == "parquet" else _copy_arrow)(self.source, target)
+
+
+def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], dict[str, dict[str, list[str]]]]:
+    """The data files of the Hub layout, and the card's data_files (config -> split -> names)."""
+    if fmt not in FORMATS:
+        raise PublishError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    files: list[DataFile] = []
+    data_files: dict[str, dict[str, list[str]]] = {"default": {}, "arrow": {}}
+    for split in m.SPLITS:
+        paths = shard_paths(directory, manifest, split)
+        for index, source in enumerate(paths):
+            if fmt in ("parquet", "both"):
+                name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(paths), ext="parquet")
+                files.append(DataFile(name, source, "parquet"))
+                data_files["default"].setdefault(split, []).append(name)
+            if fmt in ("arrow", "both"):
+                template = HUB_DATA_TEMPLATE if fmt == "arrow" else ARROW_CONFIG_TEMPLATE
+                name = template.format(split=split, index=index, count=len(paths), ext="arrow")
+                files.append(DataFile(name, source, "arrow"))
+                data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
+    return files, data_files
 
 
 @dataclass(frozen=True)
@@ -64,46 +114,26 @@ class UploadFolder:
 
 def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str = "parquet",
                         license_id: str = "other") -> UploadFolder:
-    """Write the exact Hub layout of a preprocess output into `folder` (which must not exist)."""
-    if fmt not in FORMATS:
-        raise PublishError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    """Write the exact Hub layout of a preprocess output (local or on an object store) into `folder`
+    (which must not exist or be empty): what --dry_run shows."""
     manifest = public_manifest(load_manifest(directory))
+    files, data_files = layout(directory, manifest, fmt)
     root = Path(folder)
     if root.exists() and any(root.iterdir()):
         raise PublishError(f"{folder!r} exists and is not empty")
-    files: list[str] = []
-    data_files: dict[str, dict[str, list[str]]] = {"default": {}, "arrow": {}}
-    for split in m.SPLITS:
-        paths = shard_paths(directory, manifest, split)
-        for index, source in enumerate(paths):
-            if fmt in ("parquet", "both"):
-                name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(paths), ext="parquet")
-                (root / name).parent.mkdir(parents=True, exist_ok=True)
-                _write_parquet(source, root / name)
-                files.append(name)
-                data_files["default"].setdefault(split, []).append(name)
-            if fmt in ("arrow", "both"):
-                template = HUB_DATA_TEMPLATE if fmt == "arrow" else ARROW_CONFIG_TEMPLATE
-                name = template.format(split=split, index=index, count=len(paths), ext="arrow")
-                (root / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, root / name)
-                files.append(name)
-                data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
+    for data_file in files:
+        data_file.write(root / data_file.name)
     (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
-    files.append(m.MANIFEST_FILE)
-    (root / CARD_FILE).write_text(dataset_card(manifest, data_files, repo_id, license_id, root), encoding="utf-8")
-    files.append(CARD_FILE)
-    return UploadFolder(path=root, files=tuple(sorted(files)))
+    card = dataset_card(manifest, data_files, repo_id, license_id, _open_stream(files[0].source).schema)
+    (root / CARD_FILE).write_text(card, encoding="utf-8")
+    return UploadFolder(path=root, files=tuple(sorted([f.name for f in files] + [m.MANIFEST_FILE, CARD_FILE])))
 
 
-def _card_metadata(manifest: dict, data_files: dict, license_id: str, root: Path) -> str:
+def _card_metadata(manifest: dict, data_files: dict, license_id: str, schema: pa.Schema) -> str:
     import datasets
     from huggingface_hub import DatasetCardData
 
-    features = datasets.Features.from_arrow_schema(
-        pa.ipc.open_stream(pa.memory_map(str(root / data_files["default"][m.TRAIN][0]), "r")).schema
-        if data_files["default"][m.TRAIN][0].endswith(".arrow")
-        else pq.read_schema(root / data_files["default"][m.TRAIN][0]))
+    features = datasets.Features.from_arrow_schema(schema)
     splits = {split: datasets.SplitInfo(name=split, num_examples=manifest[m.KEY_SPLITS][split][m.KEY_ROWS],
                                         num_bytes=sum(s[m.KEY_BYTES]
                                                       for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]))
@@ -123,7 +153,7 @@ def _card_metadata(manifest: dict, data_files: dict, license_id: str, root: Path
     return card.to_yaml()
 
 
-def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, root: Path) -> str:
+def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, schema: pa.Schema) -> str:
     """A real dataset card: YAML metadata, then what the data is and how to load and train on it."""
     config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
     static = config[o.MASKING] == MASKING_STATIC
@@ -183,7 +213,7 @@ Skipped inputs:
 |---|---|---|---|
 {checksums}
 """
-    metadata = _card_metadata(manifest, data_files, license_id, root).rstrip("\n")
+    metadata = _card_metadata(manifest, data_files, license_id, schema).rstrip("\n")
     return f"---\n{metadata}\n---\n{body}"
 
 
@@ -230,19 +260,41 @@ def with_retries(call: Callable, token: str, *, attempts: int = 5, base_delay: f
             sleep(delay)
 
 
-def upload(folder: UploadFolder, repo_id: str, *, token: str | None, private: bool, api=None,
-           sleep: Callable[[float], None] = time.sleep) -> str:
-    """create_repo (dataset, exist_ok) then a resumable upload_folder of exactly the layout's files."""
+def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", license_id: str = "other",
+                      token: str | None = None, private: bool = False, api=None, scratch: str | None = None,
+                      sleep: Callable[[float], None] = time.sleep) -> str:
+    """Publish an output (local or on an object store) with bounded local disk: each data file is
+    made in a scratch folder, pre-uploaded (LFS) and deleted before the next one, then one commit
+    adds them all with the card and the manifest. Returns the dataset URL."""
+    from huggingface_hub import CommitOperationAdd
+
     check_repo_id(repo_id)
     secret = resolve_token(token)
     if api is None:
         from huggingface_hub import HfApi
 
         api = HfApi()
+    manifest = public_manifest(load_manifest(directory))
+    files, data_files = layout(directory, manifest, fmt)
     with_retries(lambda: api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
                                          token=secret), secret, sleep=sleep)
-    with_retries(lambda: api.upload_folder(repo_id=repo_id, repo_type="dataset", folder_path=str(folder.path),
-                                           allow_patterns=list(folder.files), token=secret,
+    operations = []
+    with tempfile.TemporaryDirectory(prefix="maskbeam-publish-", dir=scratch) as work:
+        for number, data_file in enumerate(files, 1):
+            local = Path(work) / data_file.name
+            data_file.write(local)
+            operation = CommitOperationAdd(path_in_repo=data_file.name, path_or_fileobj=str(local))
+            with_retries(lambda op=operation: api.preupload_lfs_files(repo_id, additions=[op], repo_type="dataset",
+                                                                       token=secret), secret, sleep=sleep)
+            if getattr(operation, "_upload_mode", None) != "lfs":  # a regular file travels inside the commit
+                operation.path_or_fileobj = local.read_bytes()
+            local.unlink()
+            operations.append(operation)
+            _log.info("uploaded %s (%d of %d)", data_file.name, number, len(files))
+    card = dataset_card(manifest, data_files, repo_id, license_id, _open_stream(files[0].source).schema)
+    operations += [CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")),
+                   CommitOperationAdd(path_in_repo=m.MANIFEST_FILE, path_or_fileobj=m.dumps(manifest).encode("utf-8"))]
+    with_retries(lambda: api.create_commit(repo_id, operations=operations, repo_type="dataset", token=secret,
                                            commit_message=f"Upload MaskBeam {__version__} dataset"),
                  secret, sleep=sleep)
     url = f"https://huggingface.co/datasets/{repo_id}"
@@ -251,7 +303,5 @@ def upload(folder: UploadFolder, repo_id: str, *, token: str | None, private: bo
 
 
 def publish_output(directory: str, repo_id: str, *, private: bool, token: str | None = None) -> str:
-    """Build the Hub layout of an output in a scratch folder and upload it; returns the dataset URL."""
-    with tempfile.TemporaryDirectory(prefix="maskbeam-publish-") as scratch:
-        folder = build_upload_folder(directory, os.path.join(scratch, "upload"), repo_id=repo_id)
-        return upload(folder, repo_id, token=token, private=private)
+    """Publish an output (local or on an object store) shard by shard; returns the dataset URL."""
+    return publish_streaming(directory, repo_id, token=token, private=private)

@@ -94,6 +94,42 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
     for split in m.SPLITS:
         assert remote_dd[split].num_rows == local_dd[split].num_rows
         assert remote_dd[split][:]["input_ids"] == local_dd[split][:]["input_ids"]
+    if mode.startswith("static"):
+        _publish_from_s3_with_bounded_disk(out, local, tmp_path)
+
+
+def _publish_from_s3_with_bounded_disk(out: str, local, tmp_path) -> None:
+    """jobs.publish from the s3:// output: the dry run equals the local output's; the upload makes
+    one data file at a time in its scratch folder (mocked Hub: it cannot be reached here)."""
+    from unittest import mock
+
+    from huggingface_hub import HfApi
+
+    from pipeline.consumers.publish import build_upload_folder, publish_streaming
+
+    dry = build_upload_folder(out, str(tmp_path / "dry"), repo_id="someone/books", fmt="both")
+    here = build_upload_folder(str(local), str(tmp_path / "here"), repo_id="someone/books", fmt="both")
+    assert dry.files == here.files
+    for name in dry.files:
+        if name.endswith((".parquet", ".arrow")):
+            assert (dry.path / name).read_bytes() == (here.path / name).read_bytes(), name
+    scratch, uploaded, most = tmp_path / "scratch", {}, []
+    scratch.mkdir()
+
+    def preupload(repo_id, *, additions, repo_type, token):
+        for op in additions:
+            most.append(sum(1 for p in scratch.rglob("*") if p.is_file()))
+            uploaded[op.path_in_repo] = open(op.path_or_fileobj, "rb").read()
+            op._upload_mode = "lfs"  # what the Hub answers for .parquet/.arrow in a dataset repo
+
+    api = mock.create_autospec(HfApi, instance=True)
+    api.preupload_lfs_files.side_effect = preupload
+    publish_streaming(out, "someone/books", fmt="both", token="hf_x", api=api, scratch=str(scratch))
+    assert max(most) == 1  # bounded: one data file on local disk at a time
+    assert uploaded == {n: (dry.path / n).read_bytes() for n in dry.files if n.endswith((".parquet", ".arrow"))}
+    committed = {op.path_in_repo for op in api.create_commit.call_args.kwargs["operations"]}
+    assert committed == set(dry.files)
+    assert not [p for p in scratch.rglob("*") if p.is_file()]
 
 
 def test_s3_output_prefix_is_refused_then_overwritten_and_resumed(s3, small_books, capsys):

@@ -16,7 +16,7 @@ import yaml
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
-from pipeline.consumers.publish import PublishError, build_upload_folder, upload, with_retries
+from pipeline.consumers.publish import PublishError, build_upload_folder, publish_streaming, with_retries
 from schemas import manifest as m
 from tests.conftest import TOKENIZER_DIR, run_preprocess
 
@@ -103,39 +103,44 @@ def _http_error(status):
     return HfHubHTTPError(f"{status} error for token {TOKEN}", response=httpx2.Response(status, request=request))
 
 
+def _committed(api) -> list[str]:
+    return sorted(op.path_in_repo for op in api.create_commit.call_args.kwargs["operations"])
+
+
 def test_upload_calls_and_token_paths(outputs, tmp_path, monkeypatch):
     folder = build_upload_folder(str(outputs / "static"), str(tmp_path / "f"), repo_id="someone/books")
     api = mock.create_autospec(HfApi, instance=True)
-    upload(folder, "someone/books", token=TOKEN, private=True, api=api, sleep=lambda s: None)
+    publish_streaming(str(outputs / "static"), "someone/books", token=TOKEN, private=True, api=api,
+                      sleep=lambda s: None)
     api.create_repo.assert_called_once_with("someone/books", repo_type="dataset", private=True, exist_ok=True,
                                             token=TOKEN)
-    kwargs = api.upload_folder.call_args.kwargs
-    assert kwargs["repo_id"] == "someone/books" and kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
-    assert sorted(kwargs["allow_patterns"]) == sorted(folder.files)
-    assert "README.md" in kwargs["allow_patterns"] and "manifest.json" in kwargs["allow_patterns"]
+    kwargs = api.create_commit.call_args.kwargs
+    assert api.create_commit.call_args.args == ("someone/books",)
+    assert kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
+    assert _committed(api) == sorted(folder.files)  # exactly the dry run's layout
+    assert api.preupload_lfs_files.call_count == len(folder.files) - 2  # every data file, before the commit
     monkeypatch.setenv("HF_TOKEN", "hf_fromenvironment")
     api = mock.create_autospec(HfApi, instance=True)
-    upload(folder, "someone/books", token=None, private=False, api=api)
+    publish_streaming(str(outputs / "static"), "someone/books", api=api)
     assert api.create_repo.call_args.kwargs["token"] == "hf_fromenvironment"
     monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     with pytest.raises(PublishError, match="no Hugging Face token"):
-        upload(folder, "someone/books", token=None, private=False, api=mock.create_autospec(HfApi, instance=True))
+        publish_streaming(str(outputs / "static"), "someone/books", api=mock.create_autospec(HfApi, instance=True))
 
 
 def test_retry_on_429_and_5xx_then_clear_errors(outputs, tmp_path, caplog):
-    folder = build_upload_folder(str(outputs / "static"), str(tmp_path / "f"), repo_id="someone/books")
     api = mock.create_autospec(HfApi, instance=True)
-    api.upload_folder.side_effect = [_http_error(429), _http_error(503), None]
+    api.create_commit.side_effect = [_http_error(429), _http_error(503), None]
     delays = []
     with caplog.at_level(logging.WARNING):
-        upload(folder, "someone/books", token=TOKEN, private=False, api=api, sleep=delays.append)
-    assert api.upload_folder.call_count == 3 and delays == [2.0, 4.0]
+        publish_streaming(str(outputs / "static"), "someone/books", token=TOKEN, api=api, sleep=delays.append)
+    assert api.create_commit.call_count == 3 and delays == [2.0, 4.0]
     for status, message in ((401, "refused the token"), (403, "refused the token"), (404, "HTTP 404")):
         api = mock.create_autospec(HfApi, instance=True)
         api.create_repo.side_effect = _http_error(status)
         with pytest.raises(PublishError, match=message) as error:
-            upload(folder, "someone/books", token=TOKEN, private=False, api=api, sleep=lambda s: None)
+            publish_streaming(str(outputs / "static"), "someone/books", token=TOKEN, api=api, sleep=lambda s: None)
         assert TOKEN not in str(error.value)
         assert api.create_repo.call_count == 1  # no retry on client errors
     with pytest.raises(PublishError, match="HTTP 429"):
@@ -156,7 +161,7 @@ def test_token_never_leaks_into_output_or_logs(outputs, tmp_path, capsys, caplog
     from jobs.publish import run
 
     api = mock.create_autospec(HfApi, instance=True)
-    api.upload_folder.side_effect = [_http_error(500), None]
+    api.create_commit.side_effect = [_http_error(500), None]
     with caplog.at_level(logging.DEBUG), mock.patch("pipeline.consumers.publish.time.sleep"):
         run([str(outputs / "dynamic"), "--repo_id", "someone/books", "--token", TOKEN], api=api)
     folder = tmp_path / "dry"
@@ -175,7 +180,7 @@ def test_preprocess_push_to_hub_publishes_after_the_run(small_books, tmp_path, m
         run_preprocess([small_books], tmp_path / "out", "--push_to_hub", "someone/books", "--hub_private")
     api.create_repo.assert_called_once_with("someone/books", repo_type="dataset", private=True, exist_ok=True,
                                             token=TOKEN)
-    assert "data/train-00000-of-00001.parquet" in api.upload_folder.call_args.kwargs["allow_patterns"]
+    assert "data/train-00000-of-00001.parquet" in _committed(api)
 
 
 def test_preprocess_rejects_a_bad_repo_id_before_running(small_books, tmp_path, capsys):
