@@ -33,6 +33,7 @@ class PreprocessConfig:
     tokenizer: str
     hf_dataset: str | None = None
     hf_split: str = "train"
+    hf_revision: str = ""  # resolved by the launcher: the Hub commit, or "fingerprint:..." of a local folder
     text_column: str = "text"
     keep_boilerplate: bool = False
     max_seq_length: int = DEFAULT_SEQ_LEN

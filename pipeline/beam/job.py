@@ -18,7 +18,7 @@ from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress
-from pipeline.beam.readers import WorkUnit, expand_inputs, hf_units, split_large_inputs
+from pipeline.beam.readers import WorkUnit, expand_inputs, hf_revision, hf_units, split_large_inputs
 from pipeline.beam.resume import prepare_resume, run_record, start_run
 from pipeline.beam.runner_options import (
     dask_cluster,
@@ -67,7 +67,8 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     config = dataclasses.replace(config, tokenizer_backend=backend)
     units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
     if config.hf_dataset:
-        units += hf_units(config.hf_dataset, config.hf_split, config.text_column)
+        config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
+        units += hf_units(config.hf_dataset, config.hf_split, config.text_column, config.hf_revision)
     record = run_record(config, spec.fingerprint)
     if resume:
         if prepare_resume(config.output, record, units) == "complete":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bz2
+import functools
 import glob
 import gzip
 import io
@@ -46,10 +47,11 @@ class WorkUnit:
     stop: int = 0
     modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
     path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
+    revision: str = ""  # a --hf_dataset's Hub commit or local fingerprint
 
     @property
     def identity(self) -> str:
-        return f"{self.source}|{self.size}|{self.modified}"
+        return f"{self.source}|{self.size}|{self.modified}" + (f"|{self.revision}" if self.revision else "")
 
 
 def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
@@ -240,25 +242,47 @@ def _read_parquet(data: bytes, text_column: str, out: UnitDocuments) -> None:
             _add_record(out, value)
 
 
-def load_hf_dataset(name: str, split: str):
-    """A `datasets` Dataset: a local `save_to_disk` folder, else a Hub or local loadable dataset."""
+@functools.lru_cache(maxsize=4)
+def load_hf_dataset(name: str, split: str, revision: str = ""):
+    """A `datasets` Dataset: a local `save_to_disk` folder, else a Hub or local loadable dataset at
+    `revision` (a Hub commit). Kept per process, keyed by the revision (a local folder's
+    fingerprint), so a worker maps it once, not once per unit, and a changed folder is reloaded."""
     import datasets
 
-    if FileSystems.exists(name) and FileSystems.exists(posixpath.join(name, "dataset_dict.json")):
+    if FileSystems.exists(posixpath.join(name, "dataset_dict.json")):
         return datasets.load_from_disk(name)[split]
     if FileSystems.exists(posixpath.join(name, "state.json")):
         return datasets.load_from_disk(name)
-    return datasets.load_dataset(name, split=split)
+    return datasets.load_dataset(name, split=split, revision=_hub_revision(revision) or None)
 
 
-def hf_units(name: str, split: str, text_column: str) -> list[WorkUnit]:
+def hf_revision(name: str, split: str) -> str:
+    """What pins the dataset's content: the Hub commit sha of a Hub dataset (resolved now, so every
+    worker and a --resume read the same commit), the `datasets` fingerprint of a local folder."""
+    for state in (posixpath.join(name, split, "state.json"), posixpath.join(name, "state.json")):
+        if FileSystems.exists(state):
+            with FileSystems.open(state, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                return f"fingerprint:{json.loads(handle.read())['_fingerprint']}"
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(name).sha or ""
+    except Exception as error:  # the hub client raises many types; all mean "cannot resolve"
+        raise InputError(f"--hf_dataset {name!r}: cannot resolve its revision on the Hub ({error})") from error
+
+
+def _hub_revision(revision: str) -> str:
+    return "" if revision.startswith("fingerprint:") else revision
+
+
+def hf_units(name: str, split: str, text_column: str, revision: str = "") -> list[WorkUnit]:
     """Row ranges of a `datasets` dataset, checked for the text column.
 
     Raises:
         InputError: when the dataset cannot be loaded or lacks the column.
     """
     try:
-        dataset = load_hf_dataset(name, split)
+        dataset = load_hf_dataset(name, split, revision)
     except Exception as error:  # datasets raises many types for missing or unreachable datasets
         raise InputError(f"--hf_dataset {name!r} split {split!r} cannot be loaded: {error}") from error
     if text_column not in dataset.column_names:
@@ -266,7 +290,7 @@ def hf_units(name: str, split: str, text_column: str) -> list[WorkUnit]:
     return [
         WorkUnit(source=f"hf://{name}?split={split}&rows={start}-{min(start + HF_ROWS_PER_UNIT, len(dataset))}",
                  format=FORMAT_HF, hf_name=name, hf_split=split, start=start,
-                 stop=min(start + HF_ROWS_PER_UNIT, len(dataset)))
+                 stop=min(start + HF_ROWS_PER_UNIT, len(dataset)), revision=revision)
         for start in range(0, len(dataset), HF_ROWS_PER_UNIT)
     ]
 
@@ -276,7 +300,7 @@ def read_unit(unit: WorkUnit, text_column: str, keep_boilerplate: bool) -> UnitD
     out = UnitDocuments()
     try:
         if unit.format == FORMAT_HF:
-            dataset = load_hf_dataset(unit.hf_name, unit.hf_split)
+            dataset = load_hf_dataset(unit.hf_name, unit.hf_split, unit.revision)
             for value in dataset.select(range(unit.start, unit.stop))[text_column]:
                 _add_record(out, value)
             return out

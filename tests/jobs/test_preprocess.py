@@ -288,7 +288,7 @@ def test_bad_options_fail_cleanly_before_writing(tmp_path, capsys, extra, messag
     assert not out.exists()
 
 
-def test_local_datasets_folder_and_parquet_inputs(tmp_path):
+def test_local_datasets_folder_and_parquet_inputs(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -305,6 +305,15 @@ def test_local_datasets_folder_and_parquet_inputs(tmp_path):
     for split in m.SPLITS:
         a = (from_hf / split / "data-00000-of-00001.arrow").read_bytes()
         assert a == (from_parquet / split / "data-00000-of-00001.arrow").read_bytes()
+    fingerprint = json.loads((folder / "state.json").read_text())["_fingerprint"]  # what save_to_disk recorded
+    assert load_manifest(str(from_hf))[m.KEY_CONFIG]["hf_revision"] == f"fingerprint:{fingerprint}"
+    assert run_preprocess([], from_hf, "--hf_dataset", str(folder), "--masking", "dynamic", "--resume") is None
+    datasets.Dataset.from_dict({"text": texts[::-1]}).save_to_disk(str(tmp_path / "hf2"))
+    shutil.rmtree(folder)
+    shutil.move(tmp_path / "hf2", folder)  # the same folder now holds another dataset
+    with pytest.raises(SystemExit):
+        run_preprocess([], from_hf, "--hf_dataset", str(folder), "--masking", "dynamic", "--resume")
+    assert "--hf_revision: was 'fingerprint:" in capsys.readouterr().err
 
 
 def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
