@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
 from schemas import manifest as m
-from tests.conftest import SMALL_BOOKS, run_preprocess
+from tests.conftest import REPO, SMALL_BOOKS, TOKENIZER_DIR, run_preprocess
 
 pytestmark = pytest.mark.slow
 BUCKET = "maskbeam-test"
@@ -76,7 +80,12 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
     local = tmp_path / "local"
     run_preprocess([small_books], local, *MODES[mode], "--validation_fraction", "0.1")
     out = f"s3://{BUCKET}/out-{mode}"
-    run_preprocess([f"s3://{BUCKET}/books"], out, *MODES[mode], "--validation_fraction", "0.1", *_flags(endpoint))
+    args = (*MODES[mode], "--validation_fraction", "0.1", *_flags(endpoint))
+    if mode.startswith("dynamic"):  # killed part-way on S3, then --resume: the same bytes as one clean run
+        _kill_after_first_input(client, [f"s3://{BUCKET}/books"], out, args)
+        run_preprocess([f"s3://{BUCKET}/books"], out, *args, "--resume")
+    else:
+        run_preprocess([f"s3://{BUCKET}/books"], out, *args)
     remote, here = _objects(client, f"out-{mode}"), _local_files(local)
     assert not [key for key in remote if key.startswith(m.TEMP_DIR)], "the temporary folder stayed behind"
     assert sorted(remote) == sorted(here)
@@ -96,6 +105,22 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
         assert remote_dd[split][:]["input_ids"] == local_dd[split][:]["input_ids"]
     if mode.startswith("static"):
         _publish_from_s3_with_bounded_disk(out, local, tmp_path)
+
+
+def _kill_after_first_input(client, inputs: list[str], out: str, args) -> None:
+    prefix = out.split(f"s3://{BUCKET}/", 1)[1]
+    argv = [sys.executable, "-m", "jobs.preprocess", *[a for i in inputs for a in ("--input", i)], "--output", out,
+            "--tokenizer", str(TOKENIZER_DIR), *args]
+    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not [
+            k for k in _objects(client, prefix) if k.startswith(m.TEMP_DIR) and k.endswith("-result.json")]:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its worker processes, at once
+    proc.wait()
+    assert m.MANIFEST_FILE not in _objects(client, prefix)
 
 
 def _publish_from_s3_with_bounded_disk(out: str, local, tmp_path) -> None:
