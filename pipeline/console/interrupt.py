@@ -1,0 +1,116 @@
+"""Ctrl-C and SIGTERM: run the pipeline so that only the launcher receives them, stop every worker
+process, and leave with one line and exit status 130."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from pipeline.console import logs
+
+T = TypeVar("T")
+
+
+class Interrupted(Exception):
+    """The user pressed Ctrl-C or the job got SIGTERM; the workers are already stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def run_interruptible(target: Callable[[], T]) -> T:
+    """Run `target` on a thread with SIGINT and SIGTERM blocked, so the threads and worker processes
+    it starts inherit the block and a terminal's Ctrl-C reaches only this process (no traceback from
+    every worker); the main thread waits for either. On a signal every descendant process is killed
+    and Interrupted is raised (the target's own threads are left to the process exit).
+
+    Off the main thread, or where signal masks do not exist, `target` simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "sigtimedwait"):
+        return target()
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["result"] = target()
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread as is
+            outcome["error"] = error
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        thread = threading.Thread(target=work, name="maskbeam-run", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
+            if got is not None:
+                _silence_for_exit()
+                kill_descendants()
+                raise Interrupted(got.si_signo)
+    except KeyboardInterrupt:  # delivered to a thread started before the block
+        _silence_for_exit()
+        kill_descendants()
+        raise Interrupted(signal.SIGINT) from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _silence_for_exit() -> None:
+    """The run's threads fail noisily once their workers are killed: from here on only
+    `exit_interrupted` writes to the console."""
+    sys.stderr.flush()
+    if logs.console_fd() == 2:
+        logs.keep_console_fd(os.dup(2))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    logging.disable(logging.CRITICAL)
+    threading.excepthook = lambda args: None
+
+
+def _child_pids() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def kill_descendants() -> int:
+    """SIGKILL every process below this one (worker processes, a local Dask cluster); returns how many."""
+    children, pending, found = _child_pids(), [os.getpid()], []
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(found)
+
+
+def exit_interrupted(message: str) -> None:
+    """Print one line and leave at once with 130 (as a shell does after Ctrl-C): the interrupted
+    run's threads are not waited for."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(logs.console_fd(), (message + "\n").encode("utf-8", "replace"))
+    os._exit(130)
