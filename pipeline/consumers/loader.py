@@ -314,24 +314,24 @@ class ResumableLoader(DataLoader):
         if not isinstance(sampler, ResumableSampler):
             raise TypeError("ResumableLoader needs a ResumableSampler")
         super().__init__(dataset, sampler=sampler, **kwargs)
-        self.widen = widen
+        self.widen_batches = widen
 
     def __iter__(self):
         for batch in super().__iter__():
             self.sampler.advance(_batch_rows(batch))
-            yield widen(batch) if self.widen else batch
-
-
-def widen(batch: dict) -> dict:
-    """int64 copies of a batch's integer tensors (what embedding layers and the loss expect)."""
-    return {k: v.long() if isinstance(v, torch.Tensor) and v.dtype != torch.int64 and not v.is_floating_point()
-            else v for k, v in batch.items()}
+            yield widen(batch) if self.widen_batches else batch
 
     def state_dict(self) -> dict:
         return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
+
+
+def widen(batch: dict) -> dict:
+    """int64 copies of a batch's integer tensors (what embedding layers and the loss expect)."""
+    return {k: v.long() if isinstance(v, torch.Tensor) and v.dtype != torch.int64 and not v.is_floating_point()
+            else v for k, v in batch.items()}
 
 
 def _batch_rows(batch) -> int:
