@@ -20,7 +20,9 @@ def has_files(folder: str) -> bool:
 
 def delete_folder(folder: str) -> None:
     """Delete `folder` and everything below it; nothing happens when it does not exist."""
-    if has_files(folder):
-        FileSystems.delete([folder.rstrip("/") + "/"])
-    elif FileSystems.exists(folder):  # an empty local directory
-        FileSystems.delete([folder])
+    folder = folder.rstrip("/")
+    if FileSystems.get_scheme(folder) in (None, "file"):
+        if FileSystems.exists(folder):  # a local directory: removed as a whole (with a slash Beam empties it)
+            FileSystems.delete([folder])
+    elif has_files(folder):
+        FileSystems.delete([folder + "/"])  # an object-store prefix: every object below it
