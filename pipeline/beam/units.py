@@ -63,7 +63,7 @@ def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
     first_by_key: dict[str, str] = {}
     out = []
     for result in sorted(results, key=lambda r: r.source):
-        if result.skip_reason is None and result.key in first_by_key:
+        if result.skip_reason is None and result.key and result.key in first_by_key:  # "": no content read
             result = replace(result, duplicate_of=first_by_key[result.key])
             if drop:
                 counts = dict.fromkeys(result.counts, 0)
@@ -71,7 +71,7 @@ def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
                 counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
                 result = replace(result, skip_reason=f"duplicate of {result.duplicate_of} (--dedup)", parts={},
                                  counts=counts)
-        elif result.skip_reason is None:
+        elif result.skip_reason is None and result.key:
             first_by_key[result.key] = result.source
         out.append(result)
     return out

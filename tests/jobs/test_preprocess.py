@@ -344,18 +344,19 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
 
 
 def test_tiny_byte_ranges_count_one_file_and_skip_none(tmp_path):
-    """A 11 KB jsonl in 1 KB ranges: some ranges hold no record start; the file is still one file
-    read and nothing is skipped."""
+    """A 30 KB jsonl of 2-3 KB records in 1 KB ranges: most ranges hold no record start; the file is
+    still one file read, nothing is skipped and no range is a duplicate of another."""
     path = tmp_path / "small.jsonl"
-    path.write_text("\n".join(json.dumps({"text": f"Record {i}: " + "a sentence of words " * (40 + i % 50)})
+    path.write_text("\n".join(json.dumps({"text": f"Record {i}: " + "a sentence of words " * (100 + i % 50)})
                               for i in range(12)) + "\n")
-    assert 10_000 < path.stat().st_size < 20_000
+    assert 25_000 < path.stat().st_size < 40_000
     out = tmp_path / "out"
     run_preprocess([path], out, "--split_bytes", "1024", "--max_seq_length", "128", "--min_tokens", "1")
     manifest = load_manifest(str(out))
     counts = manifest[m.KEY_COUNTS]
     assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0 and manifest[m.KEY_SKIPPED] == []
     assert counts[m.DOCUMENTS] == 12
+    assert manifest[m.KEY_DUPLICATES] == []  # ranges without a record are not duplicates of each other
 
 
 def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
