@@ -81,3 +81,29 @@ def test_a_failure_is_reported_once_naming_the_input(small_books, tmp_path):
     assert err.count("disk on fire") == 1, err
     assert f"the run failed: input {small_books / victim}: OSError: disk on fire" in err
     assert "--resume" in err and "Traceback" not in err and "apache_beam" not in err
+
+
+def test_a_terminal_gets_a_progress_bar(small_books, tmp_path):
+    """stderr on a pseudo-terminal: a tqdm bar (carriage returns, a percentage) and the summary."""
+    import pty
+
+    leader, follower = pty.openpty()
+    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(small_books), "--output", str(tmp_path / "out"),
+            "--tokenizer", str(TOKENIZER_DIR), "--progress_seconds", "0.05"]
+    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120"), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert "\r" in screen and re.search(r"preprocess: +100%\|", screen), screen
+    assert "finished in " in screen
