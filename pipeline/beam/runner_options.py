@@ -54,11 +54,20 @@ def dask_cluster(n_workers: int | None):
     if not n_workers:
         yield []
         return
-    from distributed import LocalCluster
+    from distributed import LocalCluster, default_client
 
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    # The scheduler runs in this process: its INFO chatter follows our console level, not dask's.
+    logging.getLogger("distributed").setLevel(max(logging.getLogger().getEffectiveLevel(), logging.INFO))
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=max(logging.getLogger().getEffectiveLevel(), logging.INFO)) as cluster:
         _log.info("local Dask cluster: %d workers at %s", n_workers, cluster.scheduler_address)
-        yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
+        try:
+            yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
+        finally:
+            # Beam's DaskRunner leaves its client open; closed after the cluster, it would keep trying
+            # to reconnect and log connection errors at exit.
+            with contextlib.suppress(ValueError):
+                default_client().close()
 
 
 def dask_defaults(beam_args: list[str], local_workers: int | None) -> list[str]:
