@@ -21,6 +21,7 @@ from pipeline.beam.progress import UnitProgress
 from pipeline.beam.readers import WorkUnit, expand_inputs, hf_revision, hf_units, split_large_inputs
 from pipeline.beam.resume import prepare_resume, run_record, start_run
 from pipeline.beam.runner_options import (
+    close_dask_client,
     dask_cluster,
     dask_defaults,
     local_runner_defaults,
@@ -137,4 +138,6 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
                                                   local_workers=workers, tokenizer_threads=threads)
         result = pipeline.run()
         result.wait_until_finish()
+        if runner and runner.endswith("DaskRunner"):
+            close_dask_client()
     return result

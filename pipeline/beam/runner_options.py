@@ -54,7 +54,7 @@ def dask_cluster(n_workers: int | None):
     if not n_workers:
         yield []
         return
-    from distributed import LocalCluster, default_client
+    from distributed import LocalCluster
 
     # The scheduler runs in this process: its INFO chatter follows our console level, not dask's.
     logging.getLogger("distributed").setLevel(max(logging.getLogger().getEffectiveLevel(), logging.INFO))
@@ -64,10 +64,18 @@ def dask_cluster(n_workers: int | None):
         try:
             yield [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"]
         finally:
-            # Beam's DaskRunner leaves its client open; closed after the cluster, it would keep trying
-            # to reconnect and log connection errors at exit.
-            with contextlib.suppress(ValueError):
-                default_client().close()
+            close_dask_client()
+
+
+def close_dask_client() -> None:
+    """Beam's DaskRunner leaves its dask.distributed client open after the job; once the cluster
+    closes, that client keeps trying to reconnect and logs connection errors at exit."""
+    try:
+        from distributed import default_client
+    except ImportError:
+        return
+    with contextlib.suppress(ValueError):
+        default_client().close()
 
 
 def dask_defaults(beam_args: list[str], local_workers: int | None) -> list[str]:
