@@ -18,7 +18,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
+from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
+from pipeline.storage.shard_cache import cached_shards
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
@@ -64,10 +66,15 @@ class MlmShardDataset(Dataset):
     being built, so every DataLoader worker and rank shares the page cache instead of a heap copy.
     """
 
-    def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0) -> None:
+    def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
+                 cache_limit: int | None = None) -> None:
         manifest = load_manifest(directory)
         config = manifest[m.KEY_CONFIG]
         self.paths = shard_paths(directory, manifest, split)
+        if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, memory-mapped
+            entries = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
+            shards = [(path, e[m.KEY_SHA256], e[m.KEY_BYTES]) for path, e in zip(self.paths, entries)]
+            self.paths = cached_shards(shards, cache_dir, cache_limit)
         rows = [s[m.KEY_ROWS] for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
         self.offsets = np.cumsum([0] + rows)
         self.seq_len = int(config[o.MAX_SEQ_LENGTH])

@@ -53,6 +53,8 @@ class TrainConfig:
     plot: str | None = None
     trim_padding: bool = True
     log_every: int = 10  # steps between progress lines in the log when stdout is not a terminal (0: none)
+    cache_dir: str | None = None  # where shards of a remote --data (s3://, gs://, hf://) are copied
+    cache_limit: int | None = None  # bytes the shard cache may hold (older copies are evicted)
 
     def save(self, path: str) -> None:
         with open(path, "w") as handle:

@@ -105,6 +105,34 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
         assert remote_dd[split][:]["input_ids"] == local_dd[split][:]["input_ids"]
     if mode.startswith("static"):
         _publish_from_s3_with_bounded_disk(out, local, tmp_path)
+    else:
+        _train_from_s3_through_the_shard_cache(out, local, tmp_path)
+
+
+def _train_from_s3_through_the_shard_cache(out: str, local, tmp_path) -> None:
+    """The loader on an s3:// output: verified local copies (content-addressed, reused), the same
+    masked rows as the local output, a limit that cannot hold the split refused, and jobs.train runs."""
+    from jobs.train import run as train
+    from pipeline.consumers.loader import MlmShardDataset
+    from pipeline.storage.shard_cache import ShardCacheError
+
+    cache = tmp_path / "cache"
+    remote = MlmShardDataset(out, m.TRAIN, epoch=1, cache_dir=str(cache))
+    here = MlmShardDataset(str(local), m.TRAIN, epoch=1)
+    rows = list(range(len(here)))
+    for key, value in here.__getitems__(rows).items():
+        assert (remote.__getitems__(rows)[key] == value).all(), key
+    copies = sorted(cache.glob("*/*.arrow"))
+    manifest = json.loads((local / m.MANIFEST_FILE).read_text())
+    assert [p.stem for p in copies] == sorted(s[m.KEY_SHA256] for s in manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS])
+    inodes = [p.stat().st_ino for p in copies]
+    MlmShardDataset(out, m.TRAIN, cache_dir=str(cache))  # cached: nothing downloaded again
+    assert [p.stat().st_ino for p in copies] == inodes
+    with pytest.raises(ShardCacheError, match="cache limit"):
+        MlmShardDataset(out, m.TRAIN, cache_dir=str(tmp_path / "small"), cache_limit=1000)
+    final = train(["--data", out, "--output", str(tmp_path / "model"), "--config", "tiny", "--max_steps", "2",
+                   "--batch_size", "4", "--eval_batches", "1", "--cache_dir", str(cache)])
+    assert final["eval_targets"] > 0
 
 
 def _kill_after_first_input(client, inputs: list[str], out: str, args) -> None:

@@ -1,0 +1,76 @@
+"""Local copies of remote shards (s3://, gs://, hf://...), so training memory-maps them like local
+ones instead of holding each shard on every worker's heap.
+
+Copies are content-addressed by the shard's sha256 from the manifest (`CACHE/ab/abcdef....arrow`),
+verified while they download, written under a temporary name and renamed, so a killed download
+never leaves a bad copy and two outputs sharing a shard share the copy. `limit` bounds the cache:
+least recently used copies of other shards are evicted to make room; a split larger than the limit
+is refused with its size (shards are read in a global random order, so a split must fit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pipeline.storage import filesystem
+
+DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "maskbeam", "shards")
+_CHUNK = 8 * 1024 * 1024
+
+
+class ShardCacheError(OSError):
+    """A shard could not be cached (too large for the limit, or its bytes do not match the manifest)."""
+
+
+def _local_path(cache_dir: str, sha256: str) -> Path:
+    return Path(cache_dir) / sha256[:2] / f"{sha256}.arrow"
+
+
+def _download(url: str, sha256: str, size: int, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".partial-{os.getpid()}")
+    digest = hashlib.sha256()
+    with filesystem.open_binary(url) as source, open(partial, "wb") as sink:
+        while chunk := source.read(_CHUNK):
+            digest.update(chunk)
+            sink.write(chunk)
+    if digest.hexdigest() != sha256 or partial.stat().st_size != size:
+        partial.unlink()
+        raise ShardCacheError(f"{url}: downloaded bytes do not match the manifest (sha256 {digest.hexdigest()}, "
+                              f"expected {sha256}); the output changed or is corrupt")
+    os.replace(partial, target)
+
+
+def _make_room(cache_dir: str, needed: int, keep: set[Path], limit: int) -> None:
+    copies = [p for p in Path(cache_dir).glob("*/*.arrow") if p not in keep]
+    used = sum(p.stat().st_size for p in Path(cache_dir).glob("*/*.arrow"))
+    for old in sorted(copies, key=lambda p: p.stat().st_atime):  # least recently used first
+        if used + needed <= limit:
+            break
+        used -= old.stat().st_size
+        old.unlink(missing_ok=True)
+
+
+def cached_shards(shards: list[tuple[str, str, int]], cache_dir: str | None = None, limit: int | None = None,
+                  parallel: int = 4) -> list[str]:
+    """Local paths of `shards` ((url, sha256, bytes) each), downloading what is not cached yet,
+    `parallel` at a time."""
+    cache_dir = cache_dir or DEFAULT_CACHE_DIR
+    total = sum(size for _, _, size in shards)
+    if limit is not None and total > limit:
+        raise ShardCacheError(f"the split is {total / 1e6:,.0f} MB but the shard cache limit is {limit / 1e6:,.0f} MB: "
+                              "raise --cache_limit (or free disk); shards are read in a global random order, "
+                              "so the whole split must fit")
+    paths = [_local_path(cache_dir, sha) for _, sha, _ in shards]
+    missing = [(url, sha, size, path) for (url, sha, size), path in zip(shards, paths)
+               if not (path.exists() and path.stat().st_size == size)]
+    if limit is not None and missing:
+        _make_room(cache_dir, sum(size for _, _, size, _ in missing), set(paths), limit)
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        list(pool.map(lambda item: _download(*item), missing))
+    for path in paths:
+        os.utime(path)  # recently used
+    return [str(p) for p in paths]
