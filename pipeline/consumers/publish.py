@@ -92,7 +92,9 @@ def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], di
     files: list[DataFile] = []
     data_files: dict[str, dict[str, list[str]]] = {"default": {}, "arrow": {}}
     for split in m.SPLITS:
-        paths = shard_paths(directory, manifest, split)
+        # Shards without rows are left out (an empty split too): `load_dataset` refuses a split with no data.
+        rows = [s[m.KEY_ROWS] for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
+        paths = [p for p, n in zip(shard_paths(directory, manifest, split), rows) if n]
         for index, source in enumerate(paths):
             if fmt in ("parquet", "both"):
                 name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(paths), ext="parquet")
@@ -103,6 +105,8 @@ def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], di
                 name = template.format(split=split, index=index, count=len(paths), ext="arrow")
                 files.append(DataFile(name, source, "arrow"))
                 data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
+    if not files:
+        raise PublishError(f"{directory!r} holds no rows: nothing to publish")
     return files, data_files
 
 
@@ -137,7 +141,7 @@ def _card_metadata(manifest: dict, data_files: dict, license_id: str, schema: pa
     splits = {split: datasets.SplitInfo(name=split, num_examples=manifest[m.KEY_SPLITS][split][m.KEY_ROWS],
                                         num_bytes=sum(s[m.KEY_BYTES]
                                                       for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]))
-              for split in m.SPLITS}
+              for split in m.SPLITS if split in data_files["default"]}
     split_dict = datasets.SplitDict()
     for split_info in splits.values():
         split_dict.add(split_info)

@@ -76,6 +76,17 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, s
     assert published[m.KEY_SPLITS] == source[m.KEY_SPLITS] and published[m.KEY_COUNTS] == source[m.KEY_COUNTS]
 
 
+def test_an_empty_split_is_left_out_of_the_hub_layout(small_books, tmp_path):
+    out = tmp_path / "out"
+    run_preprocess([small_books], out, "--validation_fraction", "0", "--max_seq_length", "128")
+    folder = build_upload_folder(str(out), str(tmp_path / "upload"), repo_id="a/b")
+    assert not [f for f in folder.files if "validation" in f]
+    hub = datasets.load_dataset(str(folder.path))  # an empty split's file made this fail
+    assert set(hub) == {m.TRAIN} and hub[m.TRAIN].num_rows == datasets.load_from_disk(str(out))[m.TRAIN].num_rows
+    meta, _ = _card_yaml(folder.path)
+    assert [s["name"] for s in meta["dataset_info"]["splits"]] == [m.TRAIN]
+
+
 def test_public_manifest_paths():
     from pipeline.consumers.public_manifest import public_name, relative_to_roots
 

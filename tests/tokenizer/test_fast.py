@@ -18,7 +18,7 @@ from pipeline.kernels.wordpiece import ISOLATED, LETTER, OTHER
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend, fast_support
 from pipeline.tokenizer.spec import build_tokenizer
-from tests.conftest import BOOKS, corpus_book
+from tests.conftest import BOOKS, HAVE_CORPUS, corpus_book
 
 HOSTILE = "".join([
     "plain words, punctuation!? (brackets) [SEP] [MASK] [CLS] and [PAD] as text; ",
@@ -87,7 +87,7 @@ def test_every_shared_book_gives_the_real_ids(spec):
         np.testing.assert_array_equal(fast.encode(text), expected, err_msg=path.name)  # the whole book at once
         np.testing.assert_array_equal(tokenize_text(fast, text), expected, err_msg=path.name)
         books += 1
-    assert books >= 40
+    assert books >= (40 if HAVE_CORPUS else 3)  # the shared corpus, or the embedded sample without it
 
 
 def test_hostile_text_gives_the_real_ids(spec, trained_tokenizers):
