@@ -5,9 +5,12 @@
     tokenizer/  the `tokenizers` adapter: tokenizer spec, resolution/download, paragraph encoding
     storage/    the consumers' filesystem layer: fsspec paths and memory-mapped Arrow files
     kernels/    pure numpy/numba: hashing, masking, chunking, planning, sentences, cleaning
+    console/    what the jobs print: logging set-up, progress, clean interrupts (standard library only)
+    sample/     the embedded sample: three short public-domain books and the bert-base-uncased tokenizer
     (schemas/, beside this package, holds every name, dtype, key and enum value)
 
-Importing this package has no side effects.
+Importing this package has no side effects (importing `pipeline.beam` holds back one Beam import-time
+warning, see `pipeline.console.logs`).
 """
 
 __version__ = "0.1.0"
