@@ -34,10 +34,19 @@ def run_interruptible(target: Callable[[], T]) -> T:
     every worker); the main thread waits for either. On a signal every descendant process is killed
     and Interrupted is raised (the target's own threads are left to the process exit).
 
-    Off the main thread, or where signal masks do not exist, `target` simply runs.
+    Off the main thread `target` simply runs. Where `sigtimedwait` does not exist (macOS), it runs
+    on the main thread and a Ctrl-C there still stops the workers and raises Interrupted (the
+    workers, in the terminal's process group, may print their own tracebacks first).
     """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "sigtimedwait"):
+    if threading.current_thread() is not threading.main_thread():
         return target()
+    if not hasattr(signal, "sigtimedwait"):
+        try:
+            return target()
+        except KeyboardInterrupt:
+            _silence_for_exit()
+            kill_descendants()
+            raise Interrupted(signal.SIGINT) from None
     outcome: dict = {}
 
     def work() -> None:
@@ -81,8 +90,18 @@ def _silence_for_exit() -> None:
 
 
 def _child_pids() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc (Linux), else from psutil where it is installed."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+    if not os.path.isdir("/proc"):
+        try:
+            import psutil
+        except ImportError:
+            return children
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                children.setdefault(process.ppid(), []).append(process.pid)
+        return children
+    for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:

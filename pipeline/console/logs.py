@@ -79,7 +79,7 @@ def quiet_worker_output(enabled: bool = True):
     once the output pauses. Beam's loggers in this process are muted below CRITICAL meanwhile: the
     job reports a failure itself, once."""
     global _console_fd
-    if not enabled:
+    if not enabled or os.name == "nt":  # select() on pipes is POSIX only
         yield
         return
     # Beam logs a failing bundle at ERROR several times over; the job reports the failure once.
