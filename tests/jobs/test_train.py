@@ -199,3 +199,20 @@ def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resum
 
     check(run(), list(range(8)))
     check(run(resume_from=str(tmp_path / "run" / "checkpoint-6")), list(range(6, 8)))
+
+
+def test_two_epochs_with_dataloader_workers(data128, tmp_path):
+    """jobs.train with 2 DataLoader workers (compact batches widened on the device) over 2 epochs:
+    every step of both epochs runs, and the saved sampler state is at the end of epoch 1."""
+    from jobs.train import run
+    from pipeline.consumers.loader import MlmShardDataset
+
+    out = tmp_path / "model"
+    per_epoch = len(MlmShardDataset(str(data128))) // 64
+    final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--epochs", "2",
+                 "--batch_size", "64", "--num_workers", "2", "--eval_batches", "1", "--warmup_steps", "2"])
+    steps = [r["step"] for r in _metrics(out) if "loss" in r]
+    assert per_epoch >= 2 and steps == list(range(1, 2 * per_epoch + 1))
+    assert np.isfinite(final["eval_loss"])
+    state = torch.load(out / "checkpoint.pt", weights_only=False)["sampler"]
+    assert state["epoch"] == 1 and state["position"] == per_epoch * 64
