@@ -50,23 +50,55 @@ class WrittenFile:
     sha256: str
 
 
-def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> WrittenFile:
-    """Write an uncompressed Arrow IPC stream to `path + .partial`, then rename it to `path`
-    (object stores: straight to `path`, whose upload appears only once complete).
+class AtomicArrowWriter:
+    """Write Arrow record batches to `path + .partial`, then rename it to `path` on `close()`
+    (object stores: straight to `path`, whose upload appears only once complete). The IPC stream
+    format by default; `random_access` writes the IPC file format, whose footer lets a reader fetch
+    one record batch without reading those before it.
 
     A reader never sees a partial file under the final name; rewriting the same path (a retried
     bundle) replaces it with identical bytes.
     """
-    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
-    rows = 0
-    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        sink = _HashingWriter(handle)
-        with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-                rows += batch.num_rows
-    _publish(temp, path)
-    return WrittenFile(path=path, rows=rows, bytes=sink.bytes, sha256=sink.sha256.hexdigest())
+
+    def __init__(self, path: str, schema: pa.Schema, random_access: bool = False) -> None:
+        self.path = path
+        self._temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
+        self._handle = FileSystems.create(self._temp, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._sink = _HashingWriter(self._handle)
+        new = pa.ipc.new_file if random_access else pa.ipc.new_stream
+        self._writer = new(pa.PythonFile(self._sink, mode="w"), schema)
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def close(self) -> WrittenFile:
+        self._writer.close()
+        self._handle.close()
+        _publish(self._temp, self.path)
+        return WrittenFile(path=self.path, rows=self.rows, bytes=self._sink.bytes, sha256=self._sink.sha256.hexdigest())
+
+    def abort(self) -> None:
+        """Close and delete what was written (the final name is never touched)."""
+        try:
+            self._writer.close()
+            self._handle.close()
+        finally:
+            if FileSystems.exists(self._temp):
+                FileSystems.delete([self._temp])
+
+
+def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> WrittenFile:
+    """Write an uncompressed Arrow IPC stream atomically (see AtomicArrowWriter)."""
+    writer = AtomicArrowWriter(path, schema)
+    try:
+        for batch in batches:
+            writer.write(batch)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
 
 
 def write_text(path: str, text: str) -> None:
@@ -105,19 +137,18 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def part_batch(rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
+    return pa.record_batch([fixed_list_array(rows), pa.array(lengths), pa.array(seeds)], schema=schema)
+
+
 def write_part(path: str, rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> WrittenFile:
     """Write unmasked rows of one input and one split. rows: (n, L); lengths: int32 (n,); seeds: uint64 (n,)."""
     schema = part_schema(rows.shape[1], rows.dtype)
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for start in range(0, rows.shape[0], ROWS_PER_RECORD_BATCH):
-            stop = start + ROWS_PER_RECORD_BATCH
-            yield pa.record_batch(
-                [fixed_list_array(rows[start:stop]), pa.array(lengths[start:stop]), pa.array(seeds[start:stop])],
-                schema=schema,
-            )
-
-    return write_stream_atomically(path, schema, batches())
+    writer = AtomicArrowWriter(path, schema, random_access=True)
+    for start in range(0, rows.shape[0], ROWS_PER_RECORD_BATCH):
+        stop = start + ROWS_PER_RECORD_BATCH
+        writer.write(part_batch(rows[start:stop], lengths[start:stop], seeds[start:stop], schema))
+    return writer.close()
 
 
 @dataclass(frozen=True)
@@ -133,10 +164,35 @@ def read_table(path: str) -> pa.Table:
         return pa.ipc.open_stream(pa.BufferReader(handle.read())).read_all()
 
 
+def _part_rows(batch: pa.RecordBatch, seq_len: int) -> PartRows:
+    return PartRows(ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
+                    lengths=batch.column(PART_LENGTH).to_numpy(), seeds=batch.column(MASK_SEED).to_numpy())
+
+
+def read_part_rows(path: str, seq_len: int, start: int, stop: int) -> Iterator[PartRows]:
+    """Rows [start, stop) of a part, a record batch at a time: only the batches holding them are
+    read, so a part of any size is gathered in bounded memory."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        reader = pa.ipc.open_file(pa.PythonFile(handle, mode="r"))
+        offset = 0
+        for index in range(reader.num_record_batches):
+            if offset >= stop:
+                return
+            # Every batch but the last holds ROWS_PER_RECORD_BATCH rows: skip whole ones unread.
+            if index < reader.num_record_batches - 1 and offset + ROWS_PER_RECORD_BATCH <= start:
+                offset += ROWS_PER_RECORD_BATCH
+                continue
+            batch = reader.get_batch(index)
+            low, high = max(start - offset, 0), min(stop - offset, batch.num_rows)
+            if high > low:
+                yield _part_rows(batch.slice(low, high - low), seq_len)
+            offset += batch.num_rows
+
+
 def read_part(path: str, seq_len: int) -> PartRows:
-    table = read_table(path)
-    return PartRows(
-        ids=fixed_list_to_numpy(table.column(INPUT_IDS), seq_len),
-        lengths=table.column(PART_LENGTH).to_numpy(),
-        seeds=table.column(MASK_SEED).to_numpy(),
-    )
+    """A whole part (small ones: tests and tools)."""
+    pieces = list(read_part_rows(path, seq_len, 0, 2**62))
+    if not pieces:
+        return PartRows(np.zeros((0, seq_len), np.int32), np.zeros(0, np.int32), np.zeros(0, np.uint64))
+    return PartRows(np.concatenate([p.ids for p in pieces]), np.concatenate([p.lengths for p in pieces]),
+                    np.concatenate([p.seeds for p in pieces]))

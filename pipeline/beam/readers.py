@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import bz2
 import functools
 import glob
-import gzip
-import io
 import json
-import lzma
 import os
 import posixpath
-import stat
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-
-from pipeline.kernels.cleaning import NotText, clean_bytes, clean_text
 
 FORMAT_TEXT = "text"
 FORMAT_JSONL = "jsonl"
@@ -27,7 +19,6 @@ FORMAT_HF = "hf_dataset"
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
 _GLOB_CHARS = set("*?[")
 HF_ROWS_PER_UNIT = 20_000
-PARQUET_BATCH_ROWS = 4096
 
 
 class InputError(ValueError):
@@ -68,35 +59,6 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
             out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
                                 start=start, stop=stop, modified=unit.modified, path=unit.source))
     return out
-
-
-def _read_range(path: str, start: int, stop: int) -> bytes:
-    """The whole lines whose first byte lies in [start, stop)."""
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        if start > 0:
-            handle.seek(start - 1)
-            handle.readline()  # the line holding byte start-1 belongs to the previous range
-        lines = []
-        while handle.tell() < stop:
-            line = handle.readline()
-            if not line:
-                break
-            lines.append(line)
-        return b"".join(lines)
-
-
-@dataclass
-class UnitDocuments:
-    """What reading one unit gave: documents, or the reason the whole unit was skipped."""
-
-    documents: list[str] = field(default_factory=list)
-    skip_reason: str | None = None
-    replaced_bytes: int = 0
-    boilerplate_chars_removed: int = 0
-    records_skipped: dict[str, int] = field(default_factory=dict)
-
-    def skip_record(self, reason: str) -> None:
-        self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
 
 
 def input_format(path: str) -> str:
@@ -165,83 +127,6 @@ def _unlisted_local_entries(pattern: str, listed: set[str]) -> list[str]:
     return sorted(p for p in (os.path.abspath(e) for e in entries) if p not in listed and lost(p))
 
 
-def _decompress(path: str, data: bytes) -> bytes:
-    """Decompress by suffix with the standard codecs, which (unlike Beam's readers) raise on a
-    truncated stream instead of returning the part they could read."""
-    name = path.lower()
-    if name.endswith(".gz"):
-        return gzip.decompress(data)
-    if name.endswith(".bz2"):
-        return bz2.decompress(data)
-    if name.endswith((".xz", ".lzma")):
-        return lzma.decompress(data)
-    if name.endswith(".deflate"):
-        return zlib.decompress(data)
-    if name.endswith((".zst", ".zstd")):
-        import zstandard
-
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
-        try:
-            out = decompressor.decompress(data)
-        except zstandard.ZstdError as error:
-            raise ValueError(f"corrupt zstd stream: {error}") from None
-        if not decompressor.eof:
-            raise EOFError("zstd stream ended before its end-of-frame marker (truncated)")
-        return out
-    return data
-
-
-def _check_regular(path: str) -> None:
-    """A local FIFO, socket or device would block or never end: refuse it before opening."""
-    if "://" not in path and os.path.exists(path) and not os.path.isdir(path) \
-            and not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError(f"not a regular file (FIFO, socket or device): {path}")
-
-
-def _read_bytes(path: str) -> bytes:
-    _check_regular(path)
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return _decompress(path, handle.read())
-
-
-def _add_record(out: UnitDocuments, value: object) -> None:
-    if not isinstance(value, str):
-        out.skip_record(f"text column is {type(value).__name__}, not a string")
-        return
-    try:
-        out.documents.append(clean_text(value, keep_boilerplate=True).text)
-    except NotText as reason:
-        out.skip_record(str(reason))
-
-
-def _read_jsonl(data: bytes, text_column: str, out: UnitDocuments) -> None:
-    cleaned = clean_bytes(data, keep_boilerplate=True)
-    out.replaced_bytes += cleaned.replaced_bytes
-    for line in cleaned.text.split("\n"):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            out.skip_record("line is not valid JSON")
-            continue
-        if not isinstance(record, dict) or text_column not in record:
-            out.skip_record(f"record has no {text_column!r} field")
-            continue
-        _add_record(out, record[text_column])
-
-
-def _read_parquet(data: bytes, text_column: str, out: UnitDocuments) -> None:
-    import pyarrow.parquet as pq
-
-    parquet = pq.ParquetFile(io.BytesIO(data))
-    if text_column not in parquet.schema_arrow.names:
-        raise NotText(f"parquet file has no column {text_column!r} (columns: {parquet.schema_arrow.names})")
-    for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[text_column]):
-        for value in batch.column(0).to_pylist():
-            _add_record(out, value)
-
-
 @functools.lru_cache(maxsize=4)
 def load_hf_dataset(name: str, split: str, revision: str = ""):
     """A `datasets` Dataset: a local `save_to_disk` folder, else a Hub or local loadable dataset at
@@ -293,32 +178,3 @@ def hf_units(name: str, split: str, text_column: str, revision: str = "") -> lis
                  stop=min(start + HF_ROWS_PER_UNIT, len(dataset)), revision=revision)
         for start in range(0, len(dataset), HF_ROWS_PER_UNIT)
     ]
-
-
-def read_unit(unit: WorkUnit, text_column: str, keep_boilerplate: bool) -> UnitDocuments:
-    """Read one unit into cleaned documents. Never raises for bad content: the reason is returned."""
-    out = UnitDocuments()
-    try:
-        if unit.format == FORMAT_HF:
-            dataset = load_hf_dataset(unit.hf_name, unit.hf_split, unit.revision)
-            for value in dataset.select(range(unit.start, unit.stop))[text_column]:
-                _add_record(out, value)
-            return out
-        data = _read_range(unit.path, unit.start, unit.stop) if unit.path else _read_bytes(unit.source)
-        if unit.format == FORMAT_JSONL:
-            _read_jsonl(data, text_column, out)
-        elif unit.format == FORMAT_PARQUET:
-            _read_parquet(data, text_column, out)
-        else:
-            cleaned = clean_bytes(data, keep_boilerplate=keep_boilerplate)
-            out.documents.append(cleaned.text)
-            out.replaced_bytes = cleaned.replaced_bytes
-            out.boilerplate_chars_removed = cleaned.boilerplate_chars_removed
-    except NotText as reason:
-        out.skip_reason = str(reason)
-    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as error:
-        # Unreadable, a directory, truncated compression, corrupt parquet: skipped with the reason.
-        out.skip_reason = f"unreadable: {type(error).__name__}: {error}"
-    if out.skip_reason is None and not out.documents:
-        out.skip_reason = "empty: no documents" if not out.records_skipped else "no usable records"
-    return out

@@ -18,7 +18,14 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.arrow_io import PartRows, file_sha256, read_part, read_text, write_stream_atomically, write_text
+from pipeline.beam.arrow_io import (
+    PartRows,
+    file_sha256,
+    read_part_rows,
+    read_text,
+    write_stream_atomically,
+    write_text,
+)
 from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
 from pipeline.beam.units import UnitResult
 from pipeline.kernels.masking import MaskingRule, mask_rows
@@ -117,16 +124,11 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
 
 
 def _slices(task: ShardTask, seq_len: int) -> Iterator[tuple[PartRows, int]]:
-    """(rows, copy) of each part slice of the shard, in order; `_batches` re-cuts them into
-    ROWS_PER_RECORD_BATCH-row record batches."""
-    cache: dict[str, PartRows] = {}
+    """(rows, copy) of the part slices of the shard, in order and a record batch at a time;
+    `_batches` re-cuts them into ROWS_PER_RECORD_BATCH-row record batches."""
     for piece in task.slices:
-        if piece.path not in cache:
-            cache.clear()  # slices of one part are adjacent: keep one part in memory at a time
-            cache[piece.path] = read_part(piece.path, seq_len)
-        part = cache[piece.path]
-        yield PartRows(part.ids[piece.start:piece.stop], part.lengths[piece.start:piece.stop],
-                       part.seeds[piece.start:piece.stop]), piece.copy
+        for rows in read_part_rows(piece.path, seq_len, piece.start, piece.stop):
+            yield rows, piece.copy
 
 
 def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schema: pa.Schema,

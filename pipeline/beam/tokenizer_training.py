@@ -8,7 +8,8 @@ from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.beam.readers import WorkUnit, read_unit
+from pipeline.beam.readers import WorkUnit
+from pipeline.beam.streams import UnitReader
 from pipeline.tokenizer.encode import iter_paragraphs
 
 KINDS = ("wordpiece", "bpe")
@@ -19,8 +20,12 @@ BPE_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 def iter_training_text(units: list[WorkUnit], text_column: str, keep_boilerplate: bool) -> Iterator[str]:
     """Paragraphs of every readable input, cleaned exactly as the preprocess job cleans them."""
     for unit in units:
-        for document in read_unit(unit, text_column, keep_boilerplate).documents:
-            yield from iter_paragraphs(document)
+        reader = UnitReader(unit, text_column, keep_boilerplate)
+        if reader.scan().skip_reason is not None:
+            continue
+        for _, pieces in reader.documents():
+            for piece in pieces:
+                yield from iter_paragraphs(piece)
 
 
 def build_trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, ...]]:

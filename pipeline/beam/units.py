@@ -11,22 +11,17 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.arrow_io import read_text, write_part, write_text
+from pipeline.beam.arrow_io import AtomicArrowWriter, part_batch, read_text, write_text
 from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.readers import FORMAT_HF, WorkUnit, read_unit
-from pipeline.kernels.chunking import Chunks, RowLayout, chunk_tokens, join_documents, pack_sentences
-from pipeline.kernels.hashing import (
-    content_digest,
-    digest_to_u64,
-    mask_seeds,
-    row_keys,
-    short_row_targets,
-    validation_rows,
-)
-from pipeline.kernels.quality import dominant_script, minhash_signature, script_letter_counts, script_shares
+from pipeline.beam.readers import FORMAT_HF, WorkUnit
+from pipeline.beam.streams import UnitReader
+from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
+from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
+from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
 from pipeline.tokenizer.encode import AnyTokenizer, tokenize_sentences, tokenize_text
 from schemas import manifest as m
 from schemas.options import PACKING_CONCAT, PACKING_SENTENCES, VALIDATION_BY_DOCUMENT
+from schemas.shard import ROWS_PER_RECORD_BATCH, part_schema
 
 
 @dataclass
@@ -109,37 +104,6 @@ def part_path(temp_dir: str, source: str, split: str) -> str:
     return posixpath.join(temp_dir, f"{name}-{split}.arrow")
 
 
-@dataclass
-class _Rows:
-    rows: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
-    keys: list[np.ndarray] = field(default_factory=list)
-    document_keys: list[np.ndarray] = field(default_factory=list)  # the content key of each row's document
-
-    def add(self, rows: np.ndarray, lengths: np.ndarray, keys: np.ndarray, document_key: np.uint64) -> None:
-        self.rows.append(rows)
-        self.lengths.append(lengths)
-        self.keys.append(keys)
-        self.document_keys.append(np.full(rows.shape[0], document_key, dtype=np.uint64))
-
-
-def _chunk_into(out: _Rows, tokens: np.ndarray, digest: str, layout: RowLayout, dtype: np.dtype,
-                counts: dict[str, int]) -> None:
-    _add_chunks(out, chunk_tokens(tokens, layout, dtype), tokens, digest, layout, counts)
-
-
-def _add_chunks(out: _Rows, chunks: Chunks, tokens: np.ndarray, digest: str, layout: RowLayout,
-                counts: dict[str, int]) -> None:
-    counts[m.TOKENS] += int(tokens.shape[0])
-    counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
-    counts[m.TOKENS_DROPPED] += chunks.dropped_tokens
-    counts[m.SHORT_ROWS_DROPPED] += int(chunks.dropped_tokens > 0)
-    counts[m.DOCUMENTS_TOO_SHORT] += int(chunks.rows.shape[0] == 0)
-    counts[m.ROWS] += chunks.rows.shape[0]
-    document_key = digest_to_u64(digest)
-    out.add(chunks.rows, chunks.lengths, row_keys(document_key, chunks.rows.shape[0]), document_key)
-
-
 STAGE_READ = "read_clean"
 STAGE_QUALITY = "quality"  # script mix and MinHash signature
 SIGNATURE_SEED = 0x4D696E48  # fixed: near-duplicate pairs do not depend on --seed
@@ -182,53 +146,50 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     result = UnitResult(source=unit.source, size=unit.size, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
     counts = result.counts
     clock.restart()
-    read = read_unit(unit, config.text_column, config.keep_boilerplate)
+    reader = UnitReader(unit, config.text_column, config.keep_boilerplate)
+    scan = reader.scan()
     clock.lap(STAGE_READ)
     # A byte range of a large file is not a file: the file counts once, with its first range.
     is_range = bool(unit.path)
     counts[m.FILES_READ] = int(unit.format != FORMAT_HF and (not is_range or unit.start == 0))
-    counts[m.REPLACED_BYTES] = read.replaced_bytes
-    counts[m.BOILERPLATE_CHARS_REMOVED] = read.boilerplate_chars_removed
-    counts[m.RECORDS_SKIPPED] = sum(read.records_skipped.values())
-    result.records_skipped = read.records_skipped
-    if read.skip_reason is not None and is_range and read.skip_reason.startswith(("empty", "no usable records")):
+    counts[m.REPLACED_BYTES] = scan.replaced_bytes
+    counts[m.BOILERPLATE_CHARS_REMOVED] = scan.boilerplate_chars_removed
+    counts[m.RECORDS_SKIPPED] = sum(scan.records_skipped.values())
+    result.records_skipped = scan.records_skipped
+    if scan.skip_reason is not None and is_range and scan.skip_reason.startswith(("empty", "no usable records")):
         return result  # a range holding no record start, or only bad lines (counted as records skipped)
-    if read.skip_reason is not None:
+    if scan.skip_reason is not None:
         counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
-        result.skip_reason = read.skip_reason
+        result.skip_reason = scan.skip_reason
         return result
 
-    digests = [content_digest(doc) for doc in read.documents]
-    counts[m.DOCUMENTS] = len(digests)
-    counts[m.CHARACTERS] = sum(len(doc) for doc in read.documents)
-    result.key = digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
-    _measure_quality(read.documents, result)
+    counts[m.DOCUMENTS] = scan.documents
+    counts[m.CHARACTERS] = scan.characters
+    result.key = scan.key
+    result.scripts = script_shares(scan.letters) if scan.letters is not None else {}
     clock.lap(STAGE_QUALITY)
     if config.scripts and result.dominant_script not in config.scripts:
         return _gated(result, f"script: mostly {result.dominant_script or 'no letters'} "
                               f"({', '.join(f'{k} {v:.0%}' for k, v in result.scripts.items()) or 'no letters'}), "
                               f"not in --scripts {','.join(config.scripts)}")
-    rows = _pack(read.documents, digests, result.key, tokenizer, layout, id_dtype, config, counts)
+    writer = PartWriter(temp_dir, unit.source, layout, id_dtype, config)
+    signature = MinHasher(scan.joined_bytes, seed=SIGNATURE_SEED)
+    try:
+        _write_rows(reader, tokenizer, layout, id_dtype, config, writer, signature, counts)
+    except BaseException:
+        writer.abort()
+        raise
+    result.signature = signature.signature().tobytes().hex()
     clock.lap(STAGE_TOKENIZE)
     result.unk_fraction = round(counts[m.UNK_TOKENS] / counts[m.TOKENS], 4) if counts[m.TOKENS] else 0.0
     if counts[m.TOKENS] and counts[m.UNK_TOKENS] / counts[m.TOKENS] > config.max_unk_fraction:
+        writer.abort()
         return _gated(result, f"[UNK] gate: {counts[m.UNK_TOKENS] / counts[m.TOKENS]:.1%} of its "
                               f"{counts[m.TOKENS]:,} tokens are [UNK] for tokenizer {config.tokenizer} "
                               f"(--max_unk_fraction {config.max_unk_fraction})")
-    result = _write_parts(rows, unit, layout, id_dtype, config, temp_dir, result)
+    result.parts = writer.close()
     clock.lap(STAGE_WRITE_PARTS)
     return result
-
-
-def _measure_quality(documents: list[str], result: UnitResult) -> None:
-    """Script mix and MinHash signature of a unit's text (all its documents together)."""
-    letters = None
-    encoded = [doc.encode("utf-8", "surrogatepass") for doc in documents]
-    for data in encoded:
-        letters = script_letter_counts(data, letters)
-    result.scripts = script_shares(letters) if letters is not None else {}
-    joined = encoded[0] if len(encoded) == 1 else b"\n".join(encoded)
-    result.signature = minhash_signature(joined, seed=SIGNATURE_SEED).tobytes().hex()
 
 
 def _gated(result: UnitResult, reason: str) -> UnitResult:
@@ -238,47 +199,110 @@ def _gated(result: UnitResult, reason: str) -> UnitResult:
     result.counts = {name: (value if name in kept else 0) for name, value in result.counts.items()}
     result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
     result.skip_reason = reason
+    result.parts = {}
     return result
 
 
-def _pack(documents: list[str], digests: list[str], unit_key: str, tokenizer: AnyTokenizer, layout: RowLayout,
-          id_dtype: np.dtype, config: PreprocessConfig, counts: dict[str, int]) -> _Rows:
-    """Tokenize and cut the documents of a unit into rows, as `--packing` says."""
-    rows = _Rows()
-    if config.packing == PACKING_SENTENCES:
-        for doc, digest in zip(documents, digests):
-            tokens, sentence_lengths = tokenize_sentences(tokenizer, doc)
-            slots = len(sentence_lengths) + tokens.shape[0] // layout.content_len + 2
-            targets = short_row_targets(digest_to_u64(digest), slots, config.short_seq_prob, layout.content_len)
-            chunks = pack_sentences(tokens, sentence_lengths, layout, id_dtype, targets)
-            _add_chunks(rows, chunks, tokens, digest, layout, counts)
-        return rows
-    token_streams = [tokenize_text(tokenizer, doc) for doc in documents]
-    if config.packing == PACKING_CONCAT:
-        _chunk_into(rows, join_documents(token_streams, layout.sep_id), unit_key, layout, id_dtype, counts)
-        counts[m.TOKENS] -= max(0, len(token_streams) - 1)  # separators are not content tokens
-    else:
-        for tokens, digest in zip(token_streams, digests):
-            _chunk_into(rows, tokens, digest, layout, id_dtype, counts)
-    return rows
+class PartWriter:
+    """A unit's rows into its train and validation parts as they are made: seeds and the split of
+    each row from its key, record batches of ROWS_PER_RECORD_BATCH rows (bounded memory)."""
+
+    def __init__(self, temp_dir: str, source: str, layout: RowLayout, id_dtype: np.dtype,
+                 config: PreprocessConfig) -> None:
+        self._temp_dir = temp_dir
+        self._source = source
+        self._schema = part_schema(layout.seq_len, id_dtype)
+        self._config = config
+        self._writers: dict[str, AtomicArrowWriter] = {}
+        self._pending: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {m.TRAIN: [], m.VALIDATION: []}
+        self._pending_rows = dict.fromkeys(self._pending, 0)
+
+    def add(self, chunks: Chunks, stream: RowStream, document_key: np.uint64) -> None:
+        """Rows just made by `stream` (whose content key is `document_key`)."""
+        n = chunks.rows.shape[0]
+        if not n:
+            return
+        keys = row_keys(document_key, n, first=stream.rows - n)
+        seeds = mask_seeds(keys, self._config.seed)
+        # By row, rows of one book land in both splits (an optimistic validation loss); by document, a
+        # document's content key sends all its rows one way (with --packing concat: the rows' group).
+        by_document = self._config.validation_unit == VALIDATION_BY_DOCUMENT
+        split_keys = np.full(n, document_key, dtype=np.uint64) if by_document else keys
+        in_validation = validation_rows(split_keys, self._config.validation_fraction)
+        for split, selector in ((m.TRAIN, ~in_validation), (m.VALIDATION, in_validation)):
+            if selector.any():
+                self._pending[split].append((chunks.rows[selector], chunks.lengths[selector], seeds[selector]))
+                self._pending_rows[split] += int(selector.sum())
+                self._flush(split, final=False)
+
+    def _flush(self, split: str, final: bool) -> None:
+        pending = self._pending[split]
+        if not pending or (not final and self._pending_rows[split] < ROWS_PER_RECORD_BATCH):
+            return
+        rows, lengths, seeds = (np.concatenate(column) for column in zip(*pending))
+        whole = len(rows) if final else len(rows) // ROWS_PER_RECORD_BATCH * ROWS_PER_RECORD_BATCH
+        if split not in self._writers:
+            self._writers[split] = AtomicArrowWriter(part_path(self._temp_dir, self._source, split), self._schema,
+                                                     random_access=True)
+        for start in range(0, whole, ROWS_PER_RECORD_BATCH):
+            stop = min(start + ROWS_PER_RECORD_BATCH, whole)
+            self._writers[split].write(part_batch(rows[start:stop], lengths[start:stop], seeds[start:stop],
+                                                  self._schema))
+        self._pending[split] = [(rows[whole:], lengths[whole:], seeds[whole:])] if whole < len(rows) else []
+        self._pending_rows[split] = len(rows) - whole
+
+    def close(self) -> dict[str, tuple[str, int]]:
+        """Finish the parts: split -> (part path, rows); a split without rows has no part."""
+        for split in self._pending:
+            self._flush(split, final=True)
+        return {split: (writer.path, writer.close().rows) for split, writer in self._writers.items()}
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers = {}
 
 
-def _write_parts(rows: _Rows, unit: WorkUnit, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig,
-                 temp_dir: str, result: UnitResult) -> UnitResult:
-    """Seeds and the train/validation assignment of every row, then one part file per split."""
-    all_rows = np.concatenate(rows.rows) if rows.rows else np.zeros((0, layout.seq_len), id_dtype)
-    lengths = np.concatenate(rows.lengths) if rows.lengths else np.zeros(0, np.int32)
-    keys = np.concatenate(rows.keys) if rows.keys else np.zeros(0, np.uint64)
-    seeds = mask_seeds(keys, config.seed)
-    # By row, rows of one book land in both splits (an optimistic validation loss); by document, a
-    # document's content key sends all its rows one way (with --packing concat: the rows' group).
-    by_document = config.validation_unit == VALIDATION_BY_DOCUMENT
-    split_keys = (np.concatenate(rows.document_keys) if rows.document_keys else keys) if by_document else keys
-    in_validation = validation_rows(split_keys, config.validation_fraction)
-    for split, selector in ((m.TRAIN, ~in_validation), (m.VALIDATION, in_validation)):
-        n = int(selector.sum())
-        if n:
-            path = part_path(temp_dir, unit.source, split)
-            write_part(path, all_rows[selector], lengths[selector], seeds[selector])
-            result.parts[split] = (path, n)
-    return result
+def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
+                config: PreprocessConfig, writer: PartWriter, signature: MinHasher, counts: dict[str, int]) -> None:
+    """The second pass: tokenize each document's pieces and cut rows as `--packing` says."""
+    sentences = config.packing == PACKING_SENTENCES
+    concat = config.packing == PACKING_CONCAT and not sentences
+
+    def new_stream(digest: str) -> tuple[RowStream, np.uint64]:
+        key = digest_to_u64(digest)
+        targets = ((lambda n: short_row_targets(key, n, config.short_seq_prob, layout.content_len))
+                   if sentences else None)
+        return RowStream(layout, id_dtype, sentences=sentences, short_targets=targets), key
+
+    shared = new_stream(reader.scanned.key) if concat else None
+    for index, (digest, pieces) in enumerate(reader.documents()):
+        stream, key = shared if concat else new_stream(digest)
+        if index:
+            signature.update(b"\n")
+            if concat:  # [SEP] between documents: not a content token
+                writer.add(stream.add(np.array([layout.sep_id], dtype=np.int32)), stream, key)
+                counts[m.TOKENS] -= 1
+        for piece in pieces:
+            signature.update(piece.encode("utf-8", "surrogatepass"))
+            lengths = None
+            if sentences:
+                tokens, lengths = tokenize_sentences(tokenizer, piece)
+            else:
+                tokens = tokenize_text(tokenizer, piece)
+            counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
+            writer.add(stream.add(tokens, lengths), stream, key)
+        if not concat:
+            _finish(stream, key, writer, counts)
+    if concat:
+        _finish(*shared, writer, counts)
+
+
+def _finish(stream: RowStream, key: np.uint64, writer: PartWriter, counts: dict[str, int]) -> None:
+    last = stream.finish()
+    writer.add(last, stream, key)
+    counts[m.TOKENS] += stream.tokens
+    counts[m.TOKENS_DROPPED] += last.dropped_tokens
+    counts[m.SHORT_ROWS_DROPPED] += int(last.dropped_tokens > 0)
+    counts[m.DOCUMENTS_TOO_SHORT] += int(stream.rows == 0)
+    counts[m.ROWS] += stream.rows

@@ -75,9 +75,10 @@ def digest_to_u64(hex_digest: str) -> np.uint64:
     return np.uint64(int(hex_digest[:16], 16))
 
 
-def row_keys(document_key: np.uint64, n_rows: int) -> np.ndarray:
-    """Key of each row: a hash of (document content key, chunk index). uint64, shape (n_rows,)."""
-    chunk_index = np.arange(n_rows, dtype=np.uint64)
+def row_keys(document_key: np.uint64, n_rows: int, first: int = 0) -> np.ndarray:
+    """Key of each row: a hash of (document content key, chunk index), for chunks first..first+n_rows-1.
+    uint64, shape (n_rows,)."""
+    chunk_index = np.arange(first, first + n_rows, dtype=np.uint64)
     return mix64_array(mix64_array(chunk_index) ^ np.uint64(document_key))
 
 

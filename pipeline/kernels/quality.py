@@ -137,24 +137,31 @@ def dominant_script(mix: dict[str, float]) -> str:
 
 
 @kernel()
-def _signature(text, word_byte, seed, num_perm, out, table, sample_below):
+def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below, state, final):
     """OPH MinHash of the multiset of word bigrams of text (ASCII letters lower-cased, words split
     at ASCII whitespace and punctuation; other bytes belong to words): the k-th occurrence of a
     bigram is its own element, so the estimate is the weighted (multiset) Jaccard similarity.
-    Returns the number of bigrams."""
-    fill = 0
+
+    Resumable: `state` (uint64: word hash, in-word flag, words, previous word, bigrams, table fill)
+    carries a word across calls; `final` ends the last word."""
+    h = state[0]
+    in_word = state[1] != 0
+    n_words = np.int64(state[2])
+    previous = state[3]
+    n_shingles = np.int64(state[4])
+    fill = np.int64(state[5])
     max_fill = table.shape[0] * 3 // 4
     table_mask = np.uint64(table.shape[0] - 1)
     table_index_mask = table.shape[0] - 1
-    previous = np.uint64(0)
     bin_mask = np.uint64(num_perm - 1)
-    n_words = 0
-    n_shingles = 0
-    h = _FNV_OFFSET
-    in_word = False
     n = text.shape[0]
     for i in range(n + 1):
-        b = word_byte[text[i]] if i < n else np.uint8(0)
+        if i < n:
+            b = word_byte[text[i]]
+        elif final:
+            b = np.uint8(0)
+        else:
+            break
         if b != 0:
             h = (h ^ np.uint64(b)) * _FNV_PRIME
             in_word = True
@@ -199,10 +206,18 @@ def _signature(text, word_byte, seed, num_perm, out, table, sample_below):
         if hashed < out[bin_index]:
             out[bin_index] = hashed
         n_shingles += 1
-    if n_shingles == 0:
-        return 0
-    # Optimal densification: an empty bin copies the first originally non-empty bin that its own
-    # seeded sequence of probes finds.
+    state[0] = h
+    state[1] = np.uint64(1) if in_word else np.uint64(0)
+    state[2] = np.uint64(n_words)
+    state[3] = previous
+    state[4] = np.uint64(n_shingles)
+    state[5] = np.uint64(fill)
+
+
+@kernel()
+def _densify(out, seed, num_perm):
+    """Optimal densification: an empty bin copies the first originally non-empty bin that its own
+    seeded sequence of probes finds."""
     filled = out != _EMPTY
     for j in range(num_perm):
         if filled[j]:
@@ -214,20 +229,40 @@ def _signature(text, word_byte, seed, num_perm, out, table, sample_below):
                 out[j] = out[probe]
                 break
             attempt += np.uint64(1)
-    return n_shingles
+
+
+class MinHasher:
+    """The MinHash signature of a text fed in pieces (`update`), equal to `minhash_signature` of
+    the whole; `total_bytes` (the whole text's length) sizes the occurrence table."""
+
+    def __init__(self, total_bytes: int, seed: int = 0, num_perm: int = NUM_PERM) -> None:
+        if num_perm < 1 or num_perm & (num_perm - 1):
+            raise ValueError(f"num_perm must be a power of two, got {num_perm}")
+        self._out = np.full(num_perm, _EMPTY, dtype=np.uint64)
+        slots = 1 << min(MAX_TABLE_BITS, max(12, (total_bytes // 24).bit_length()))  # 1-2 slots a sampled bigram
+        self._table = np.zeros(slots, dtype=np.uint32)
+        self._seed = np.uint64(seed ^ _SHINGLE_SALT)
+        self._num_perm = num_perm
+        self._state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
+
+    def update(self, data: bytes, final: bool = False) -> None:
+        _signature_update(np.frombuffer(data, dtype=np.uint8), _WORD_BYTE, self._seed, self._num_perm, self._out,
+                          self._table, np.uint64(SAMPLE_SIXTEENTHS), self._state, final)
+
+    def signature(self) -> np.ndarray:
+        """uint64, shape (num_perm,); all 2**64-1 when the text has fewer than two words."""
+        self.update(b"", final=True)
+        if self._state[4]:
+            _densify(self._out, self._seed, self._num_perm)
+        return self._out
 
 
 def minhash_signature(data: bytes, seed: int = 0, num_perm: int = NUM_PERM) -> np.ndarray:
     """uint64, shape (num_perm,): the MinHash signature of the word bigrams of UTF-8 `data`
     (all 2**64-1 when the text has fewer than two words)."""
-    if num_perm < 1 or num_perm & (num_perm - 1):
-        raise ValueError(f"num_perm must be a power of two, got {num_perm}")
-    out = np.full(num_perm, _EMPTY, dtype=np.uint64)
-    slots = 1 << min(MAX_TABLE_BITS, max(12, (len(data) // 24).bit_length()))  # 1-2 slots a sampled bigram
-    table = np.zeros(slots, dtype=np.uint32)
-    _signature(np.frombuffer(data, dtype=np.uint8), _WORD_BYTE, np.uint64(seed ^ _SHINGLE_SALT), num_perm, out, table,
-               np.uint64(SAMPLE_SIXTEENTHS))
-    return out
+    hasher = MinHasher(len(data), seed, num_perm)
+    hasher.update(data)
+    return hasher.signature()
 
 
 def signature_similarity(a: np.ndarray, b: np.ndarray) -> float:

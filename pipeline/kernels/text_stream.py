@@ -1,0 +1,281 @@
+"""Clean a text input piece by piece, in bounded memory, into exactly the text `clean_bytes` gives
+for the whole input (pure Python).
+
+A raw byte stream is re-cut into pieces of about PIECE_BYTES that end where cutting changes
+nothing: after a paragraph break (a blank line and the whitespace after it), else after a newline,
+else after a space. Newlines, spaces and CR are ASCII, so no UTF-8 sequence and no CRLF pair spans
+two pieces, and each piece decodes and normalises on its own to its share of the whole text.
+Gutenberg boilerplate is stripped by a small state machine over the pieces (`GutenbergStripper`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.kernels.cleaning import (
+    _CONTROL,
+    _CONTROL_BYTES,
+    _GUTENBERG_END,
+    _GUTENBERG_START,
+    _HTML_START,
+    _UTF8_BOM,
+    _UTF16_BOMS,
+    MAX_CONTROL_SHARE,
+    MAX_REPLACED_SHARE,
+    SKIP_BINARY_CONTROL,
+    SKIP_BINARY_NUL,
+    SKIP_BINARY_UNDECODABLE,
+    SKIP_EMPTY,
+    SKIP_HTML,
+    NotText,
+    _find_marker,
+    decode,
+)
+from pipeline.kernels.quality import script_letter_counts
+
+PIECE_BYTES = 8 << 20
+_HTML_PROBE = 4096
+_BREAK = re.compile(rb"\n[ \t]*\r?\n[\s]*")
+
+
+def _cut_point(buffer: bytearray, size: int, at_spaces: bool) -> int:
+    """Where to end the next piece of `buffer` (which holds more than `size` bytes): after the last
+    paragraph break that starts within the first `size` bytes, else after the last newline, else (if
+    `at_spaces`) after the last space, else at a UTF-8 character boundary; 0 when `at_spaces` is
+    False and there is no newline at all yet (a JSON line is never cut)."""
+    window = bytes(buffer[:size])
+    newline = window.rfind(b"\n")
+    carriage = window.rfind(b"\r")
+    if carriage > newline and buffer[carriage + 1] != 0x0A:  # a lone CR ends a line too
+        newline = carriage
+    if newline >= 0:
+        start = max(window.rfind(b"\n\n"), window.rfind(b"\n\r\n"))
+        match = _BREAK.match(buffer, start) if start >= 0 else None
+        if match and match.end() < len(buffer):
+            run = bytes(buffer[start: match.end()])
+            return start + max(run.rfind(b"\n"), run.rfind(b"\r")) + 1  # the next piece starts a line
+        return newline + 1
+    if not at_spaces:
+        return 0
+    space = window.rfind(b" ")
+    if space >= 0:
+        return space + 1
+    cut = size
+    while cut > size - 4 and buffer[cut] & 0xC0 == 0x80:  # not inside a UTF-8 sequence
+        cut -= 1
+    return cut - 1 if buffer[cut - 1] == 0x0D else cut  # nor between a CR and its LF
+
+
+def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_spaces: bool = True) -> Iterator[bytes]:
+    """Re-cut a byte stream into pieces of about `piece_bytes` at the safe points of `_cut_point`.
+    With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole)."""
+    buffer = bytearray()
+    for block in blocks:
+        buffer += block
+        while len(buffer) > 2 * piece_bytes:
+            cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
+            if not cut:
+                break  # one line longer than the buffer: read on until its newline
+            yield bytes(buffer[:cut])
+            del buffer[:cut]
+    while len(buffer) > piece_bytes:
+        cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
+        if not cut:
+            break
+        yield bytes(buffer[:cut])
+        del buffer[:cut]
+    if buffer:
+        yield bytes(buffer)
+
+
+@dataclass
+class RawTextStats:
+    """What the binary checks of `clean_bytes` need, summed over the pieces."""
+
+    data_bytes: int = 0  # bytes after CRLF normalisation (UTF-16: the raw bytes)
+    chars: int = 0  # characters of the decoded text
+    replaced: int = 0
+    controls: int = 0
+
+    def check(self) -> None:
+        """Raise NotText as `clean_bytes` does for undecodable or control-heavy input."""
+        if self.data_bytes and self.replaced > MAX_REPLACED_SHARE * self.data_bytes:
+            raise NotText(SKIP_BINARY_UNDECODABLE)
+        if self.chars and self.controls > MAX_CONTROL_SHARE * self.chars:
+            raise NotText(SKIP_BINARY_CONTROL)
+
+
+def _utf16_as_utf8(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """A UTF-16 stream (with its BOM) decoded incrementally and re-encoded as UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+    yield decoder.decode(first).encode("utf-8", "surrogatepass")
+    for block in blocks:
+        yield decoder.decode(block).encode("utf-8", "surrogatepass")
+    yield decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+
+
+def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: int = PIECE_BYTES,
+                   at_spaces: bool = True) -> Iterator[str]:
+    """The decoded, newline-normalised text of a raw byte stream, in pieces. Counts into `stats`;
+    call `stats.check()` after the last piece for the binary checks that need the whole input.
+
+    Raises:
+        NotText: for an HTML page, or NUL bytes in a non-UTF-16 input (as soon as one is seen).
+    """
+    blocks = iter(blocks)
+    head = b""
+    for block in blocks:  # enough bytes for the HTML probe and the BOM
+        head += block
+        if len(head) >= _HTML_PROBE:
+            break
+    if _HTML_START.match(head[:_HTML_PROBE]):
+        raise NotText(SKIP_HTML)
+    is_utf16 = head.startswith(_UTF16_BOMS)
+    if is_utf16:
+        stream: Iterable[bytes] = _utf16_as_utf8(head, _counting(blocks, stats))
+        stats.data_bytes += len(head)
+    else:
+        has_bom = head.startswith(_UTF8_BOM)
+        stats.data_bytes += len(_UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
+        stream = _chain_first(head[len(_UTF8_BOM):] if has_bom else head, blocks)
+    for piece in cut_pieces(stream, piece_bytes, at_spaces):
+        if is_utf16:
+            text = piece.decode("utf-8", "surrogatepass")
+            stats.replaced += text.count("\ufffd")
+            stats.controls += len(_CONTROL.findall(text))
+            stats.chars += len(text)  # clean_bytes measures UTF-16 text before normalising newlines
+            text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+        else:
+            if b"\x00" in piece:
+                raise NotText(SKIP_BINARY_NUL)
+            if b"\r" in piece:
+                piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            text, replaced = decode(piece)
+            stats.data_bytes += len(piece)
+            stats.replaced += replaced
+            stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
+            stats.chars += len(text)
+        yield text
+
+
+def _chain_first(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _counting(blocks: Iterator[bytes], stats: RawTextStats) -> Iterator[bytes]:
+    for block in blocks:
+        stats.data_bytes += len(block)
+        yield block
+
+
+class GutenbergStripper:
+    """`strip_gutenberg` over a stream of pieces, each starting at a line start: yields the text
+    of the books' bodies (a "\\n" between two bodies), as the whole-text function keeps them.
+    `found_start` says whether any `*** START OF` line was seen; a text without one is kept whole,
+    which only the caller can do once the stream has ended."""
+
+    def __init__(self) -> None:
+        self.found_start = False
+        self._in_body = False
+        self._bodies = 0
+        self.body_chars = 0  # characters kept in bodies (without the joining newlines)
+
+    def feed(self, text: str) -> Iterator[str]:
+        position = 0
+        while position <= len(text):
+            if not self._in_body:
+                start = _find_marker(_GUTENBERG_START, text, position)
+                if start is None:
+                    return
+                self.found_start = True
+                self._in_body = True
+                if self._bodies:
+                    yield "\n"
+                self._bodies += 1
+                position = start.end()
+                continue
+            end = _find_marker(_GUTENBERG_END, text, position)
+            body = text[position: end.start() if end else len(text)]
+            self.body_chars += len(body)
+            if body:
+                yield body
+            if end is None:
+                return
+            self._in_body = False
+            position = end.end()
+
+
+@dataclass
+class TextMeasure:
+    """What one pass over a document's clean text yields: its content digest (sha256 of the UTF-8,
+    as `content_digest`), length, letters per script, and whether it holds anything but whitespace."""
+
+    sha256: Any = field(default_factory=hashlib.sha256)  # a hashlib sha256 object
+    chars: int = 0
+    utf8_bytes: int = 0
+    letters: np.ndarray | None = None
+    has_text: bool = False
+
+    def add(self, text: str) -> None:
+        data = text.encode("utf-8", "surrogatepass")
+        self.sha256.update(data)
+        self.chars += len(text)
+        self.utf8_bytes += len(data)
+        self.letters = script_letter_counts(data, self.letters)
+        self.has_text = self.has_text or not (text == "" or text.isspace())
+
+    @property
+    def digest(self) -> str:
+        return self.sha256.hexdigest()
+
+
+@dataclass
+class TextScan:
+    """The first pass over a text input: the measure of its clean text and how to clean it again."""
+
+    measure: TextMeasure
+    strip: bool  # the text has a Gutenberg START line: only the bodies are kept
+    replaced_bytes: int
+    boilerplate_chars_removed: int
+
+
+def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool) -> TextScan:
+    """Measure the clean text of decoded pieces (from `decoded_pieces`) without holding it: the
+    whole text and the Gutenberg bodies are measured side by side, since only the end of the
+    stream says whether a START line exists.
+
+    Raises:
+        NotText: as `clean_bytes` would for the whole input.
+    """
+    whole, body, stripper = TextMeasure(), TextMeasure(), GutenbergStripper()
+    for text in pieces:
+        whole.add(text)
+        if not keep_boilerplate:
+            for part in stripper.feed(text):
+                body.add(part)
+    stats.check()
+    strip = stripper.found_start
+    kept = body if strip else whole
+    if not kept.has_text:
+        raise NotText(SKIP_EMPTY)
+    return TextScan(measure=kept, strip=strip, replaced_bytes=stats.replaced,
+                    boilerplate_chars_removed=whole.chars - stripper.body_chars if strip else 0)
+
+
+def clean_pieces(pieces: Iterable[str], strip: bool) -> Iterator[str]:
+    """The clean text of decoded pieces, given `TextScan.strip` from the first pass."""
+    if not strip:
+        yield from (text for text in pieces if text)
+        return
+    stripper = GutenbergStripper()
+    for text in pieces:
+        yield from stripper.feed(text)
