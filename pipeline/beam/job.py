@@ -18,7 +18,14 @@ from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress
-from pipeline.beam.readers import WorkUnit, expand_inputs, hf_revision, hf_units, split_large_inputs
+from pipeline.beam.readers import (
+    WorkUnit,
+    expand_inputs,
+    hf_revision,
+    hf_units,
+    split_large_inputs,
+    unsplittable_inputs,
+)
 from pipeline.beam.resume import prepare_resume, run_record, start_run
 from pipeline.beam.runner_options import (
     close_dask_client,
@@ -32,6 +39,7 @@ from pipeline.beam.runner_options import (
 from pipeline.beam.summary import summary_lines
 from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.console import Interrupted, run_interruptible
+from pipeline.console.formatting import human_bytes
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -67,6 +75,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
     config = dataclasses.replace(config, tokenizer_backend=backend)
     units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
+    _log_splitting(units, config.split_bytes)
     if config.hf_dataset:
         config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
         units += hf_units(config.hf_dataset, config.hf_split, config.text_column, config.hf_revision)
@@ -78,6 +87,21 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         prepare_output(config.output, overwrite)
         start_run(config.output, record)
     return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
+
+
+def _log_splitting(units: list[WorkUnit], split_bytes: int) -> None:
+    """Say which large inputs many workers share and which one worker streams alone."""
+    split = [u for u in units if u.split_bytes]
+    if split:
+        _log.info("%d large text input(s) are tokenized by many workers in byte ranges of about %s "
+                  "(--split_bytes): %s", len(split), human_bytes(split_bytes),
+                  ", ".join(posixpath.basename(u.source) for u in split[:5]) + (" ..." if len(split) > 5 else ""))
+    alone = unsplittable_inputs(units, split_bytes)
+    if alone:
+        _log.info("%d compressed input(s) over --split_bytes %s are each streamed by one worker (a compressed "
+                  "stream cannot be split; store it uncompressed or in parts to spread it): %s", len(alone),
+                  human_bytes(split_bytes),
+                  ", ".join(posixpath.basename(u.source) for u in alone[:5]) + (" ..." if len(alone) > 5 else ""))
 
 
 def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import json
@@ -16,7 +17,7 @@ FORMAT_TEXT = "text"
 FORMAT_JSONL = "jsonl"
 FORMAT_PARQUET = "parquet"
 FORMAT_HF = "hf_dataset"
-_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
 _GLOB_CHARS = set("*?[")
 HF_ROWS_PER_UNIT = 20_000
 
@@ -39,6 +40,7 @@ class WorkUnit:
     modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
     path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
     revision: str = ""  # a --hf_dataset's Hub commit or local fingerprint
+    split_bytes: int = 0  # a large uncompressed text file: scanned, then tokenized in ranges of this size
 
     @property
     def identity(self) -> str:
@@ -46,25 +48,34 @@ class WorkUnit:
 
 
 def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
-    """Cut uncompressed .jsonl files larger than `split_bytes` into byte ranges, so one huge file is
-    read by many workers. A line belongs to the range holding its first byte."""
+    """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
+    into byte ranges here (a line belongs to the range holding its first byte); a text file is
+    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py).
+    Compressed files cannot be split: one worker streams each."""
     out = []
     for unit in units:
-        splittable = unit.format == FORMAT_JSONL and not unit.source.lower().endswith(_COMPRESSED_SUFFIXES)
-        if not splittable or unit.size <= split_bytes:
+        compressed = unit.source.lower().endswith(COMPRESSED_SUFFIXES)
+        if compressed or unit.size <= split_bytes or unit.format not in (FORMAT_JSONL, FORMAT_TEXT):
             out.append(unit)
-            continue
-        for start in range(0, unit.size, split_bytes):
-            stop = min(start + split_bytes, unit.size)
-            out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
-                                start=start, stop=stop, modified=unit.modified, path=unit.source))
+        elif unit.format == FORMAT_TEXT:
+            out.append(dataclasses.replace(unit, split_bytes=split_bytes))
+        else:
+            for start in range(0, unit.size, split_bytes):
+                stop = min(start + split_bytes, unit.size)
+                out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
+                                    start=start, stop=stop, modified=unit.modified, path=unit.source))
     return out
+
+
+def unsplittable_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
+    """Compressed inputs over `split_bytes`: each is streamed by a single worker."""
+    return [u for u in units if u.size > split_bytes and u.source.lower().endswith(COMPRESSED_SUFFIXES)]
 
 
 def input_format(path: str) -> str:
     """The format of a file from its name, compression suffix ignored."""
     name = path.lower()
-    for suffix in _COMPRESSED_SUFFIXES:
+    for suffix in COMPRESSED_SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break

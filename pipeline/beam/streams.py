@@ -24,12 +24,20 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.readers import FORMAT_HF, FORMAT_JSONL, FORMAT_PARQUET, WorkUnit, load_hf_dataset
+from pipeline.beam.readers import (
+    COMPRESSED_SUFFIXES,
+    FORMAT_HF,
+    FORMAT_JSONL,
+    FORMAT_PARQUET,
+    WorkUnit,
+    load_hf_dataset,
+)
 from pipeline.kernels.cleaning import SKIP_EMPTY, NotText, clean_text
 from pipeline.kernels.hashing import content_digest
 from pipeline.kernels.quality import script_letter_counts
 from pipeline.kernels.text_stream import (
     PIECE_BYTES,
+    ByteRange,
     RawTextStats,
     TextMeasure,
     clean_pieces,
@@ -40,6 +48,10 @@ from pipeline.kernels.text_stream import (
 READ_BLOCK_BYTES = 4 << 20
 COMPRESSED_BLOCK_BYTES = 1 << 16  # compressed input fed per call, so one call's output stays small
 CACHE_CHARS = 32 << 20
+SIGNATURE_SEED = 0x4D696E48  # fixed: near-duplicate pairs do not depend on --seed
+# A compressed text input's MinHash table is sized for this many times its size (its text's size is
+# unknown until it has been read; the table's size only has to be the same in every run).
+COMPRESSED_TEXT_RATIO = 4
 PARQUET_BATCH_ROWS = 4096
 UNREADABLE = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
 
@@ -159,6 +171,8 @@ class UnitScan:
     boilerplate_chars_removed: int = 0
     records_skipped: dict[str, int] = field(default_factory=dict)
     strip: bool = False
+    signature: np.ndarray | None = None  # text inputs: the MinHash signature, from this pass
+    ranges: list[ByteRange] = field(default_factory=list)  # a split text input: its byte ranges
 
     def skip_record(self, reason: str) -> None:
         self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
@@ -171,11 +185,12 @@ class UnitReader:
     document, in order. Bad content is never raised: `scan()` returns the reason."""
 
     def __init__(self, unit: WorkUnit, text_column: str, keep_boilerplate: bool,
-                 piece_bytes: int | None = None) -> None:
+                 piece_bytes: int | None = None, split_bytes: int = 0) -> None:
         self.unit = unit
         self._text_column = text_column
         self._keep_boilerplate = keep_boilerplate
-        self._piece_bytes = piece_bytes or PIECE_BYTES
+        self._split_bytes = split_bytes
+        self.piece_bytes = min(piece_bytes or PIECE_BYTES, split_bytes or PIECE_BYTES)
         self._cache: list[str] | None = None
         self.scanned: UnitScan | None = None
 
@@ -203,7 +218,7 @@ class UnitReader:
         return out
 
     def _decoded(self, stats: RawTextStats, at_spaces: bool = True) -> Iterator[str]:
-        return decoded_pieces(raw_blocks(self.unit), stats, self._piece_bytes, at_spaces)
+        return decoded_pieces(raw_blocks(self.unit), stats, self.piece_bytes, at_spaces)
 
     def _caching(self, pieces: Iterator[str]) -> Iterator[str]:
         """Pass the pieces through, keeping them while their total stays under CACHE_CHARS."""
@@ -221,7 +236,10 @@ class UnitReader:
 
     def _scan_text(self, out: UnitScan) -> None:
         stats = RawTextStats()
-        scan = scan_text(self._caching(self._decoded(stats)), stats, self._keep_boilerplate)
+        compressed = self.unit.source.lower().endswith(COMPRESSED_SUFFIXES)
+        scan = scan_text(self._caching(self._decoded(stats)), stats, self._keep_boilerplate,
+                         signature_bytes=self.unit.size * (COMPRESSED_TEXT_RATIO if compressed else 1),
+                         signature_seed=SIGNATURE_SEED, split_bytes=self._split_bytes)
         out.documents = 1
         out.characters = scan.measure.chars
         out.joined_bytes = scan.measure.utf8_bytes
@@ -230,6 +248,8 @@ class UnitReader:
         out.replaced_bytes = scan.replaced_bytes
         out.boilerplate_chars_removed = scan.boilerplate_chars_removed
         out.strip = scan.strip
+        out.signature = scan.measure.signature()
+        out.ranges = scan.ranges
 
     def _scan_records(self, out: UnitScan) -> None:
         keys = hashlib.sha256()

@@ -19,6 +19,7 @@ from apache_beam.transforms.combiners import ToListCombineFn
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.finalize import finalize_output
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
+from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range
 from pipeline.beam.readers import WorkUnit
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.beam.units import (
@@ -27,6 +28,7 @@ from pipeline.beam.units import (
     STAGE_TOKENIZE,
     STAGE_WRITE_PARTS,
     StageClock,
+    UnitResult,
     mark_duplicates,
     process_unit,
 )
@@ -69,7 +71,12 @@ def _id_dtype(spec: TokenizerSpec) -> np.dtype:
     return id_dtype_for_vocab(spec.vocab_size)
 
 
-class _ProcessUnitFn(beam.DoFn):
+RANGES = "ranges"  # the tagged output of byte ranges of split inputs
+
+
+class _TokenizerFn(beam.DoFn):
+    """A DoFn holding the tokenizer and the row layout (built once per worker in setup)."""
+
     def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  tokenizer_threads: int | None) -> None:
         self._spec = spec
@@ -90,18 +97,49 @@ class _ProcessUnitFn(beam.DoFn):
                            else tokenizer)
         self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
 
-    def process(self, unit: WorkUnit):
-        clock = StageClock()
-        try:
-            result = process_unit(unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config,
-                                  self._temp_dir, clock)
-        except Exception as error:
-            raise WorkFailed(f"input {unit.source}", error) from error
+    def _count(self, result: UnitResult, clock: StageClock | None = None) -> UnitResult:
         for name, value in result.counts.items():
             self._counters[name].inc(value)
-        for stage, seconds in clock.seconds.items():
+        for stage, seconds in (clock.seconds.items() if clock else ()):
             self._stage_ms[stage].inc(int(1000 * seconds))
-        yield result
+        return result
+
+
+class _ProcessUnitFn(_TokenizerFn):
+    def process(self, unit: WorkUnit):
+        clock = StageClock()
+        args = (unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config, self._temp_dir, clock)
+        try:
+            outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
+        except Exception as error:
+            raise WorkFailed(f"input {unit.source}", error) from error
+        if isinstance(outcome, UnitResult):
+            yield self._count(outcome, clock)
+            return
+        for task in outcome:
+            yield beam.pvalue.TaggedOutput(RANGES, task)
+
+
+class _TokenizeRangeFn(_TokenizerFn):
+    def process(self, task):
+        try:
+            tokens = tokenize_range(task, self._tokenizer, self._layout, self._config, self._temp_dir)
+        except Exception as error:
+            raise WorkFailed(f"input {task.source}", error) from error
+        yield task.unit.source, tokens
+
+
+class _StitchRangesFn(_TokenizerFn):
+    def setup(self) -> None:
+        self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
+
+    def process(self, source_and_ranges):
+        source, ranges = source_and_ranges
+        try:
+            result = stitch_ranges(list(ranges), self._layout, _id_dtype(self._spec), self._config, self._temp_dir)
+        except Exception as error:
+            raise WorkFailed(f"input {source}", error) from error
+        yield self._count(result)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -154,19 +192,27 @@ class SpreadUnits(beam.PTransform):
 
 
 class TokenizeAndChunk(beam.PTransform):
-    """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files."""
+    """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
+    A large text input marked for splitting is scanned by one worker, its byte ranges tokenized
+    by many, and its rows stitched by one (ranges.py)."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
-        self._fn = _ProcessUnitFn(spec, config, temp_dir, tokenizer_threads)
+        self._args = (spec, config, temp_dir, tokenizer_threads)
         self._local_workers = local_workers
 
     def expand(self, units):
-        return (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
-                | "ProcessUnits" >> beam.ParDo(self._fn))
+        processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
+                     | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)).with_outputs(RANGES, main="results"))
+        stitched = (processed[RANGES]
+                    | "SpreadRanges" >> SpreadUnits(n_bins=self._local_workers)
+                    | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
+                    | "GroupRanges" >> beam.GroupByKey()
+                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(*self._args)))
+        return (processed.results, stitched) | "AllUnitResults" >> beam.Flatten()
 
 
 class WriteShards(beam.PTransform):

@@ -14,7 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.arrow_io import AtomicArrowWriter, part_batch, read_text, write_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.readers import FORMAT_HF, WorkUnit
-from pipeline.beam.streams import UnitReader
+from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan
 from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
 from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
 from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
@@ -106,7 +106,6 @@ def part_path(temp_dir: str, source: str, split: str) -> str:
 
 STAGE_READ = "read_clean"
 STAGE_QUALITY = "quality"  # script mix and MinHash signature
-SIGNATURE_SEED = 0x4D696E48  # fixed: near-duplicate pairs do not depend on --seed
 STAGE_TOKENIZE = "tokenize_chunk"
 STAGE_WRITE_PARTS = "write_parts"
 
@@ -143,10 +142,20 @@ def process_unit(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_
 
 def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
              config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
+    reader = UnitReader(unit, config.text_column, config.keep_boilerplate)
+    result, scan = scan_unit(reader, config, clock)
+    if result.skip_reason is not None or scan.skip_reason is not None:
+        return result
+    return tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+
+
+def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -> tuple[UnitResult, UnitScan]:
+    """The first pass: the unit's result as far as it is known before tokenizing (skipped with the
+    reason, or kept out by --scripts)."""
+    unit = reader.unit
     result = UnitResult(source=unit.source, size=unit.size, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
     counts = result.counts
     clock.restart()
-    reader = UnitReader(unit, config.text_column, config.keep_boilerplate)
     scan = reader.scan()
     clock.lap(STAGE_READ)
     # A byte range of a large file is not a file: the file counts once, with its first range.
@@ -157,30 +166,47 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     counts[m.RECORDS_SKIPPED] = sum(scan.records_skipped.values())
     result.records_skipped = scan.records_skipped
     if scan.skip_reason is not None and is_range and scan.skip_reason.startswith(("empty", "no usable records")):
-        return result  # a range holding no record start, or only bad lines (counted as records skipped)
+        return result, scan  # a range holding no record start, or only bad lines (counted as records skipped)
     if scan.skip_reason is not None:
         counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
         result.skip_reason = scan.skip_reason
-        return result
-
+        return result, scan
     counts[m.DOCUMENTS] = scan.documents
     counts[m.CHARACTERS] = scan.characters
     result.key = scan.key
     result.scripts = script_shares(scan.letters) if scan.letters is not None else {}
+    if scan.signature is not None:
+        result.signature = scan.signature.tobytes().hex()
     clock.lap(STAGE_QUALITY)
     if config.scripts and result.dominant_script not in config.scripts:
-        return _gated(result, f"script: mostly {result.dominant_script or 'no letters'} "
-                              f"({', '.join(f'{k} {v:.0%}' for k, v in result.scripts.items()) or 'no letters'}), "
-                              f"not in --scripts {','.join(config.scripts)}")
-    writer = PartWriter(temp_dir, unit.source, layout, id_dtype, config)
-    signature = MinHasher(scan.joined_bytes, seed=SIGNATURE_SEED)
+        result = _gated(result, f"script: mostly {result.dominant_script or 'no letters'} "
+                                f"({', '.join(f'{k} {v:.0%}' for k, v in result.scripts.items()) or 'no letters'}), "
+                                f"not in --scripts {','.join(config.scripts)}")
+    return result, scan
+
+
+def tokenize_unit(reader: UnitReader, result: UnitResult, tokenizer: AnyTokenizer, layout: RowLayout,
+                  id_dtype: np.dtype, config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
+    """The second pass: rows into the unit's parts, then the [UNK] gate."""
+    counts = result.counts
+    writer = PartWriter(temp_dir, reader.unit.source, layout, id_dtype, config)
+    # Text inputs get their signature in the first pass; records here, once their joined size is known.
+    signature = MinHasher(reader.scanned.joined_bytes, seed=SIGNATURE_SEED) if not result.signature else None
     try:
         _write_rows(reader, tokenizer, layout, id_dtype, config, writer, signature, counts)
     except BaseException:
         writer.abort()
         raise
-    result.signature = signature.signature().tobytes().hex()
+    if signature is not None:
+        result.signature = signature.signature().tobytes().hex()
     clock.lap(STAGE_TOKENIZE)
+    return finish_parts(result, writer, config, clock)
+
+
+def finish_parts(result: UnitResult, writer: PartWriter, config: PreprocessConfig,
+                 clock: StageClock | None = None) -> UnitResult:
+    """Close the unit's parts, or delete them when the [UNK] gate keeps the unit out."""
+    counts = result.counts
     result.unk_fraction = round(counts[m.UNK_TOKENS] / counts[m.TOKENS], 4) if counts[m.TOKENS] else 0.0
     if counts[m.TOKENS] and counts[m.UNK_TOKENS] / counts[m.TOKENS] > config.max_unk_fraction:
         writer.abort()
@@ -188,7 +214,8 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
                               f"{counts[m.TOKENS]:,} tokens are [UNK] for tokenizer {config.tokenizer} "
                               f"(--max_unk_fraction {config.max_unk_fraction})")
     result.parts = writer.close()
-    clock.lap(STAGE_WRITE_PARTS)
+    if clock is not None:
+        clock.lap(STAGE_WRITE_PARTS)
     return result
 
 
@@ -264,41 +291,52 @@ class PartWriter:
 
 
 def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
-                config: PreprocessConfig, writer: PartWriter, signature: MinHasher, counts: dict[str, int]) -> None:
+                config: PreprocessConfig, writer: PartWriter, signature: MinHasher | None,
+                counts: dict[str, int]) -> None:
     """The second pass: tokenize each document's pieces and cut rows as `--packing` says."""
     sentences = config.packing == PACKING_SENTENCES
     concat = config.packing == PACKING_CONCAT and not sentences
 
     def new_stream(digest: str) -> tuple[RowStream, np.uint64]:
-        key = digest_to_u64(digest)
-        targets = ((lambda n: short_row_targets(key, n, config.short_seq_prob, layout.content_len))
-                   if sentences else None)
-        return RowStream(layout, id_dtype, sentences=sentences, short_targets=targets), key
+        return new_row_stream(digest, layout, id_dtype, config)
 
     shared = new_stream(reader.scanned.key) if concat else None
     for index, (digest, pieces) in enumerate(reader.documents()):
         stream, key = shared if concat else new_stream(digest)
-        if index:
+        if index and signature is not None:
             signature.update(b"\n")
-            if concat:  # [SEP] between documents: not a content token
-                writer.add(stream.add(np.array([layout.sep_id], dtype=np.int32)), stream, key)
-                counts[m.TOKENS] -= 1
+        if index and concat:  # [SEP] between documents: not a content token
+            writer.add(stream.add(np.array([layout.sep_id], dtype=np.int32)), stream, key)
+            counts[m.TOKENS] -= 1
         for piece in pieces:
-            signature.update(piece.encode("utf-8", "surrogatepass"))
-            lengths = None
-            if sentences:
-                tokens, lengths = tokenize_sentences(tokenizer, piece)
-            else:
-                tokens = tokenize_text(tokenizer, piece)
+            if signature is not None:
+                signature.update(piece.encode("utf-8", "surrogatepass"))
+            tokens, lengths = tokenize_piece(tokenizer, piece, sentences)
             counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
             writer.add(stream.add(tokens, lengths), stream, key)
         if not concat:
-            _finish(stream, key, writer, counts)
+            finish_stream(stream, key, writer, counts)
     if concat:
-        _finish(*shared, writer, counts)
+        finish_stream(*shared, writer, counts)
 
 
-def _finish(stream: RowStream, key: np.uint64, writer: PartWriter, counts: dict[str, int]) -> None:
+def tokenize_piece(tokenizer: AnyTokenizer, piece: str, sentences: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Content ids of a piece of clean text, and with `sentences` the token count of each sentence."""
+    if sentences:
+        return tokenize_sentences(tokenizer, piece)
+    return tokenize_text(tokenizer, piece), None
+
+
+def new_row_stream(digest: str, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig
+                   ) -> tuple[RowStream, np.uint64]:
+    """The row stream of one document (or, with --packing concat, of a unit) and its content key."""
+    sentences = config.packing == PACKING_SENTENCES
+    key = digest_to_u64(digest)
+    targets = (lambda n: short_row_targets(key, n, config.short_seq_prob, layout.content_len)) if sentences else None
+    return RowStream(layout, id_dtype, sentences=sentences, short_targets=targets), key
+
+
+def finish_stream(stream: RowStream, key: np.uint64, writer: PartWriter, counts: dict[str, int]) -> None:
     last = stream.finish()
     writer.add(last, stream, key)
     counts[m.TOKENS] += stream.tokens

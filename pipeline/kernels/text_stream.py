@@ -15,7 +15,6 @@ import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -38,7 +37,7 @@ from pipeline.kernels.cleaning import (
     _find_marker,
     decode,
 )
-from pipeline.kernels.quality import script_letter_counts
+from pipeline.kernels.quality import MinHasher, script_letter_counts
 
 PIECE_BYTES = 8 << 20
 _HTML_PROBE = 4096
@@ -103,6 +102,8 @@ class RawTextStats:
     chars: int = 0  # characters of the decoded text
     replaced: int = 0
     controls: int = 0
+    raw_end: int = 0  # input bytes up to the end of the piece last handed out (UTF-8 input only)
+    utf16: bool = False
 
     def check(self) -> None:
         """Raise NotText as `clean_bytes` does for undecodable or control-heavy input."""
@@ -122,9 +123,10 @@ def _utf16_as_utf8(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: int = PIECE_BYTES,
-                   at_spaces: bool = True) -> Iterator[str]:
+                   at_spaces: bool = True, at_start: bool = True) -> Iterator[str]:
     """The decoded, newline-normalised text of a raw byte stream, in pieces. Counts into `stats`;
     call `stats.check()` after the last piece for the binary checks that need the whole input.
+    `at_start` False: the stream is a later byte range of a UTF-8 input (no HTML probe, no BOM).
 
     Raises:
         NotText: for an HTML page, or NUL bytes in a non-UTF-16 input (as soon as one is seen).
@@ -135,15 +137,16 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         head += block
         if len(head) >= _HTML_PROBE:
             break
-    if _HTML_START.match(head[:_HTML_PROBE]):
+    if at_start and _HTML_START.match(head[:_HTML_PROBE]):
         raise NotText(SKIP_HTML)
-    is_utf16 = head.startswith(_UTF16_BOMS)
+    is_utf16 = stats.utf16 = at_start and head.startswith(_UTF16_BOMS)
     if is_utf16:
         stream: Iterable[bytes] = _utf16_as_utf8(head, _counting(blocks, stats))
         stats.data_bytes += len(head)
     else:
-        has_bom = head.startswith(_UTF8_BOM)
+        has_bom = at_start and head.startswith(_UTF8_BOM)
         stats.data_bytes += len(_UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
+        stats.raw_end += len(_UTF8_BOM) if has_bom else 0
         stream = _chain_first(head[len(_UTF8_BOM):] if has_bom else head, blocks)
     for piece in cut_pieces(stream, piece_bytes, at_spaces):
         if is_utf16:
@@ -153,6 +156,7 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             stats.chars += len(text)  # clean_bytes measures UTF-16 text before normalising newlines
             text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
         else:
+            stats.raw_end += len(piece)
             if b"\x00" in piece:
                 raise NotText(SKIP_BINARY_NUL)
             if b"\r" in piece:
@@ -183,11 +187,15 @@ class GutenbergStripper:
     `found_start` says whether any `*** START OF` line was seen; a text without one is kept whole,
     which only the caller can do once the stream has ended."""
 
-    def __init__(self) -> None:
-        self.found_start = False
-        self._in_body = False
-        self._bodies = 0
+    def __init__(self, state: tuple[bool, int] = (False, 0)) -> None:
+        self._in_body, self._bodies = state
+        self.found_start = self._bodies > 0
         self.body_chars = 0  # characters kept in bodies (without the joining newlines)
+
+    @property
+    def state(self) -> tuple[bool, int]:
+        """(inside a body, bodies begun so far): where a later byte range of the input resumes."""
+        return self._in_body, self._bodies
 
     def feed(self, text: str) -> Iterator[str]:
         position = 0
@@ -214,16 +222,19 @@ class GutenbergStripper:
             position = end.end()
 
 
-@dataclass
 class TextMeasure:
     """What one pass over a document's clean text yields: its content digest (sha256 of the UTF-8,
-    as `content_digest`), length, letters per script, and whether it holds anything but whitespace."""
+    as `content_digest`), length, letters per script, whether it holds anything but whitespace,
+    and (given `signature_bytes`, the size that sizes its table) its MinHash signature."""
 
-    sha256: Any = field(default_factory=hashlib.sha256)  # a hashlib sha256 object
-    chars: int = 0
-    utf8_bytes: int = 0
-    letters: np.ndarray | None = None
-    has_text: bool = False
+    def __init__(self, signature_bytes: int | None = None, signature_seed: int = 0) -> None:
+        self.sha256 = hashlib.sha256()
+        self.chars = 0
+        self.utf8_bytes = 0
+        self.letters: np.ndarray | None = None
+        self.has_text = False
+        self._signature_args = (signature_bytes, signature_seed)
+        self._hasher: MinHasher | None = None
 
     def add(self, text: str) -> None:
         data = text.encode("utf-8", "surrogatepass")
@@ -232,10 +243,29 @@ class TextMeasure:
         self.utf8_bytes += len(data)
         self.letters = script_letter_counts(data, self.letters)
         self.has_text = self.has_text or not (text == "" or text.isspace())
+        if self._signature_args[0] is not None:
+            if self._hasher is None:
+                self._hasher = MinHasher(*self._signature_args)
+            self._hasher.update(data)
 
     @property
     def digest(self) -> str:
         return self.sha256.hexdigest()
+
+    def signature(self) -> np.ndarray | None:
+        if self._signature_args[0] is None:
+            return None
+        return (self._hasher or MinHasher(*self._signature_args)).signature()
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """A byte range of a UTF-8 text input that starts and ends at piece boundaries, and the
+    Gutenberg stripper's state where it starts."""
+
+    start: int
+    stop: int
+    strip_state: tuple[bool, int]
 
 
 @dataclass
@@ -246,36 +276,54 @@ class TextScan:
     strip: bool  # the text has a Gutenberg START line: only the bodies are kept
     replaced_bytes: int
     boilerplate_chars_removed: int
+    ranges: list[ByteRange] = field(default_factory=list)  # with `split_bytes`: the input in ranges
 
 
-def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool) -> TextScan:
+def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool, signature_bytes: int | None = None,
+              signature_seed: int = 0, split_bytes: int = 0) -> TextScan:
     """Measure the clean text of decoded pieces (from `decoded_pieces`) without holding it: the
-    whole text and the Gutenberg bodies are measured side by side, since only the end of the
-    stream says whether a START line exists.
+    whole text and the Gutenberg bodies are measured side by side until a START line is found
+    (only the end of the stream says whether one exists). With `split_bytes`, also cut the input
+    into byte ranges of at least that size at piece boundaries (UTF-8 input only).
 
     Raises:
         NotText: as `clean_bytes` would for the whole input.
     """
-    whole, body, stripper = TextMeasure(), TextMeasure(), GutenbergStripper()
+    whole, body = TextMeasure(signature_bytes, signature_seed), TextMeasure(signature_bytes, signature_seed)
+    stripper = GutenbergStripper()
+    ranges: list[ByteRange] = []
+    range_start, range_state = 0, stripper.state
     for text in pieces:
-        whole.add(text)
+        if stripper.found_start:
+            whole.chars += len(text)  # the bodies are kept: of the whole, only its length is needed
+        else:
+            whole.add(text)
         if not keep_boilerplate:
             for part in stripper.feed(text):
                 body.add(part)
+        if split_bytes and stats.raw_end - range_start >= split_bytes:
+            ranges.append(ByteRange(range_start, stats.raw_end, range_state))
+            range_start, range_state = stats.raw_end, stripper.state
     stats.check()
+    if split_bytes and not stats.utf16:
+        if stats.raw_end > range_start or not ranges:
+            ranges.append(ByteRange(range_start, stats.raw_end, range_state))
+    else:
+        ranges = []
     strip = stripper.found_start
     kept = body if strip else whole
     if not kept.has_text:
         raise NotText(SKIP_EMPTY)
     return TextScan(measure=kept, strip=strip, replaced_bytes=stats.replaced,
-                    boilerplate_chars_removed=whole.chars - stripper.body_chars if strip else 0)
+                    boilerplate_chars_removed=whole.chars - stripper.body_chars if strip else 0, ranges=ranges)
 
 
-def clean_pieces(pieces: Iterable[str], strip: bool) -> Iterator[str]:
-    """The clean text of decoded pieces, given `TextScan.strip` from the first pass."""
+def clean_pieces(pieces: Iterable[str], strip: bool, strip_state: tuple[bool, int] = (False, 0)) -> Iterator[str]:
+    """The clean text of decoded pieces, given `TextScan.strip` from the first pass (and, for a
+    later byte range, the stripper's state where it starts)."""
     if not strip:
         yield from (text for text in pieces if text)
         return
-    stripper = GutenbergStripper()
+    stripper = GutenbergStripper(strip_state)
     for text in pieces:
         yield from stripper.feed(text)

@@ -66,7 +66,7 @@ def _local_files(folder) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-MODES = {"static-threads": ["--num_shards", "2"],
+MODES = {"static-threads": ["--num_shards", "2", "--split_bytes", "65536"],  # books over 64 KB: tokenized in ranges
          "dynamic-processes": ["--masking", "dynamic", "--tokenizer_backend", "hf"]}
 
 

@@ -17,7 +17,7 @@ from pipeline.kernels.cleaning import clean_bytes
 from pipeline.kernels.hashing import content_digest
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
-from tests.conftest import HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, corpus_book, run_preprocess
+from tests.conftest import BOOKS, HTML_PAGES, TOKENIZER_DIR, binomial_tolerance, corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -357,6 +357,37 @@ def test_tiny_byte_ranges_count_one_file_and_skip_none(tmp_path):
     assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0 and manifest[m.KEY_SKIPPED] == []
     assert counts[m.DOCUMENTS] == 12
     assert manifest[m.KEY_DUPLICATES] == []  # ranges without a record are not duplicates of each other
+
+
+@pytest.mark.parametrize("packing", ["doc", "sentences"])
+def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(tmp_path, packing, caplog):
+    """Three books in one file (three Gutenberg bodies) in 64 KB ranges tokenized by many workers:
+    rows that span two ranges are stitched, so the shards are byte-identical to the unsplit run;
+    a compressed input over --split_bytes is streamed by one worker, and the log says so."""
+    import gzip
+    import logging
+
+    caplog.set_level(logging.INFO, logger="maskbeam")
+    books = sorted(BOOKS.glob("*.txt"))[:3]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "three_books.txt").write_bytes(b"\n".join(p.read_bytes() for p in books))
+    (inputs / "book.txt.gz").write_bytes(gzip.compress(books[0].read_bytes()))
+    assert (inputs / "three_books.txt").stat().st_size > 8 * 65536
+    manifests = {}
+    for name, split_bytes in (("split", "65536"), ("whole", str(1 << 30))):
+        run_preprocess([inputs], tmp_path / name, "--split_bytes", split_bytes, "--packing", packing)
+        manifests[name] = load_manifest(str(tmp_path / name))
+    log = caplog.text
+    assert "1 large text input(s) are tokenized by many workers in byte ranges" in log
+    assert "1 compressed input(s) over --split_bytes" in log and "book.txt.gz" in log
+    split, whole = manifests["split"], manifests["whole"]
+    assert split[m.KEY_COUNTS] == whole[m.KEY_COUNTS] and split[m.KEY_INPUTS] == whole[m.KEY_INPUTS]
+    assert split[m.KEY_COUNTS][m.FILES_READ] == 2 and split[m.KEY_COUNTS][m.DOCUMENTS] == 2
+    for name in m.SPLITS:
+        shards = [s["sha256"] for s in split[m.KEY_SPLITS][name]["shards"]]
+        assert shards == [s["sha256"] for s in whole[m.KEY_SPLITS][name]["shards"]]
+    assert not list((tmp_path / "split").rglob("*.ids"))  # the range files are gone
 
 
 def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):

@@ -1,0 +1,185 @@
+"""A large uncompressed text input tokenized by many workers, with the rows of the unsplit run.
+
+One worker scans the input (its content key, counts, signature and byte ranges of about
+`--split_bytes` that start and end at piece boundaries, with the Gutenberg stripper's state at each
+start); the ranges are cleaned and tokenized in parallel into token files; then one worker stitches
+the rows in document order, so a row may hold the end of one range and the start of the next and
+chunk boundaries stay every L-2 tokens from the document's start. Rows, keys and seeds are those of
+the unsplit run; the stitch only reads ids back (4 bytes a token), the tokenizing is spread.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.readers import WorkUnit
+from pipeline.beam.streams import READ_BLOCK_BYTES, UnitReader
+from pipeline.beam.units import (
+    PartWriter,
+    StageClock,
+    UnitResult,
+    finish_parts,
+    finish_stream,
+    load_result,
+    new_row_stream,
+    save_result,
+    scan_unit,
+    tokenize_piece,
+    tokenize_unit,
+)
+from pipeline.kernels.chunking import RowLayout
+from pipeline.kernels.text_stream import ByteRange, RawTextStats, clean_pieces, decoded_pieces
+from pipeline.tokenizer.encode import AnyTokenizer
+from schemas import manifest as m
+from schemas.options import PACKING_SENTENCES
+
+TOKEN_DTYPE = np.dtype("<i4")
+
+
+@dataclass
+class RangeTask:
+    """One byte range of a split input, with what the scan found (the partial result)."""
+
+    unit: WorkUnit
+    index: int
+    count: int
+    byte_range: ByteRange
+    strip: bool
+    piece_bytes: int
+    result: UnitResult
+
+    @property
+    def source(self) -> str:
+        return f"{self.unit.source}#bytes={self.byte_range.start}-{self.byte_range.stop}"
+
+    @property
+    def size(self) -> int:
+        return self.byte_range.stop - self.byte_range.start
+
+
+@dataclass
+class RangeTokens:
+    """A tokenized range: its ids (and sentence lengths) in a temp file."""
+
+    task: RangeTask
+    tokens_path: str  # "" when the range holds no text (boilerplate or whitespace only)
+    tokens: int
+    unk_tokens: int
+
+
+def scan_for_ranges(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
+                    config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult | list[RangeTask]:
+    """Scan an input marked for splitting: its byte ranges to tokenize, or its result when it is
+    done (an earlier run), skipped, gated, or not splittable after all (UTF-16, one range), in
+    which case this worker tokenizes it whole."""
+    done = load_result(temp_dir, unit)
+    if done is not None:
+        return done
+    reader = UnitReader(unit, config.text_column, config.keep_boilerplate, split_bytes=unit.split_bytes)
+    result, scan = scan_unit(reader, config, clock)
+    if result.skip_reason is None and scan.skip_reason is None and len(scan.ranges) < 2:
+        result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+    if result.skip_reason is not None or scan.skip_reason is not None or len(scan.ranges) < 2:
+        save_result(temp_dir, unit, result)
+        return result
+    return [RangeTask(unit=unit, index=i, count=len(scan.ranges), byte_range=r, strip=scan.strip,
+                      piece_bytes=reader.piece_bytes, result=result) for i, r in enumerate(scan.ranges)]
+
+
+def _exact_blocks(path: str, start: int, stop: int) -> Iterator[bytes]:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.seek(start)
+        position = start
+        while position < stop:
+            block = handle.read(min(READ_BLOCK_BYTES, stop - position))
+            if not block:
+                raise EOFError(f"{path} ended at byte {position}, before {stop}: changed while being read")
+            position += len(block)
+            yield block
+
+
+def _range_file(temp_dir: str, task: RangeTask) -> str:
+    name = hashlib.sha256(task.unit.source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return posixpath.join(temp_dir, f"{name}-range{task.index:05d}.ids")
+
+
+def tokenize_range(task: RangeTask, tokenizer: AnyTokenizer, layout: RowLayout, config: PreprocessConfig,
+                   temp_dir: str) -> RangeTokens:
+    """Clean and tokenize one range as the unsplit run cleans that part of the input."""
+    r = task.byte_range
+    pieces = clean_pieces(decoded_pieces(_exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
+                                         task.piece_bytes, at_start=r.start == 0), task.strip, r.strip_state)
+    sentences = config.packing == PACKING_SENTENCES
+    out = RangeTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)
+    handle = None  # opened at the first piece: an object store refuses an empty upload
+    try:
+        for piece in pieces:
+            tokens, lengths = tokenize_piece(tokenizer, piece, sentences)
+            lengths = np.zeros(0, dtype=TOKEN_DTYPE) if lengths is None else lengths
+            if handle is None:
+                out.tokens_path = _range_file(temp_dir, task)
+                handle = FileSystems.create(out.tokens_path, compression_type=CompressionTypes.UNCOMPRESSED)
+            # a record per piece: its token and sentence counts, its ids, its sentence lengths
+            handle.write(np.asarray([tokens.shape[0], lengths.shape[0]], dtype=TOKEN_DTYPE).tobytes())
+            handle.write(tokens.astype(TOKEN_DTYPE).tobytes())
+            handle.write(lengths.astype(TOKEN_DTYPE).tobytes())
+            out.tokens += int(tokens.shape[0])
+            out.unk_tokens += int((tokens == layout.unk_id).sum())
+    finally:
+        if handle is not None:
+            handle.close()
+    return out
+
+
+def _read_range(path: str, sentences: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ids and (with `sentences`) sentence lengths a range's file holds."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        data = np.frombuffer(handle.read(), dtype=TOKEN_DTYPE)
+    ids, lengths = [], []
+    position = 0
+    while position < data.shape[0]:
+        n_tokens, n_lengths = int(data[position]), int(data[position + 1])
+        position += 2
+        ids.append(data[position: position + n_tokens])
+        lengths.append(data[position + n_tokens: position + n_tokens + n_lengths])
+        position += n_tokens + n_lengths
+    return np.concatenate(ids), (np.concatenate(lengths) if sentences else None)
+
+
+def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig,
+                  temp_dir: str) -> UnitResult:
+    """The rows of a split input from its tokenized ranges, in document order, into its parts."""
+    ranges = sorted(ranges, key=lambda r: r.task.index)
+    first = ranges[0].task
+    if [r.task.index for r in ranges] != list(range(first.count)):
+        raise RuntimeError(f"{first.unit.source}: {len(ranges)} of its {first.count} ranges arrived")
+    result = copy.deepcopy(first.result)
+    counts = result.counts
+    writer = PartWriter(temp_dir, first.unit.source, layout, id_dtype, config)
+    stream, key = new_row_stream(result.key, layout, id_dtype, config)
+    try:
+        for tokens in ranges:
+            if not tokens.tokens_path:
+                continue  # a range of boilerplate or whitespace only
+            ids, lengths = _read_range(tokens.tokens_path, config.packing == PACKING_SENTENCES)
+            counts[m.UNK_TOKENS] += tokens.unk_tokens
+            writer.add(stream.add(ids, lengths), stream, key)
+        finish_stream(stream, key, writer, counts)
+    except BaseException:
+        writer.abort()
+        raise
+    result = finish_parts(result, writer, config)
+    save_result(temp_dir, first.unit, result)
+    written = [r.tokens_path for r in ranges if r.tokens_path]
+    if written:
+        FileSystems.delete(written)
+    return result
