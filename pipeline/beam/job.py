@@ -19,10 +19,12 @@ from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress
 from pipeline.beam.readers import (
+    FORMAT_HF,
     WorkUnit,
     expand_inputs,
     hf_revision,
     hf_units,
+    outside,
     split_large_inputs,
     unsplittable_inputs,
 )
@@ -74,7 +76,8 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
     backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
     config = dataclasses.replace(config, tokenizer_backend=backend)
-    units = split_large_inputs(expand_inputs(list(config.inputs)), config.split_bytes) if config.inputs else []
+    listed = outside(expand_inputs(list(config.inputs)), config.output) if config.inputs else []
+    units = split_large_inputs(listed, config.split_bytes)
     _log_splitting(units, config.split_bytes)
     if config.hf_dataset:
         config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
@@ -158,7 +161,10 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
                       posixpath.join(config.output, m.TEMP_DIR))
         pipeline = beam.Pipeline(options=options)
         threads = tokenizer_threads(options, config_threads)
-        _ = pipeline | "Preprocess" >> Preprocess(units=run.units, spec=run.spec, config=config,
+        # Files are listed again by the workers: the job graph carries the patterns, not the files.
+        listed = [u for u in run.units if u.format == FORMAT_HF]
+        _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
+                                                  config=config,
                                                   local_workers=workers, tokenizer_threads=threads)
         result = pipeline.run()
         result.wait_until_finish()

@@ -67,6 +67,16 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
     return out
 
 
+def outside(units: list[WorkUnit], folder: str) -> list[WorkUnit]:
+    """The units not inside `folder` (the output: an --input folder holding it must not read the
+    job's own temporary files and shards)."""
+    def resolved(path: str) -> str:
+        return path if "://" in path else os.path.abspath(path)
+
+    prefix = resolved(folder).rstrip("/") + "/"
+    return [u for u in units if not resolved(u.path or u.source).startswith(prefix)]
+
+
 def unsplittable_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
     """Compressed inputs over `split_bytes`: each is streamed by a single worker."""
     return [u for u in units if u.size > split_bytes and u.source.lower().endswith(COMPRESSED_SUFFIXES)]

@@ -19,8 +19,8 @@ from apache_beam.transforms.combiners import ToListCombineFn
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.finalize import finalize_output
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
-from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import WorkUnit
+from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.beam.units import (
     STAGE_QUALITY,
@@ -32,6 +32,7 @@ from pipeline.beam.units import (
     mark_duplicates,
     process_unit,
 )
+from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.planning import balanced_bins
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -71,21 +72,32 @@ def _id_dtype(spec: TokenizerSpec) -> np.dtype:
     return id_dtype_for_vocab(spec.vocab_size)
 
 
-RANGES = "ranges"  # the tagged output of byte ranges of split inputs
+class _CountingFn(beam.DoFn):
+    """A DoFn that reports its units' counts and stage times as Beam metrics."""
+
+    def __init__(self) -> None:
+        self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
+        self._stage_ms = {stage: Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{stage}")
+                          for stage in (STAGE_READ, STAGE_QUALITY, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
+
+    def _count(self, result: UnitResult, clock: StageClock | None = None) -> UnitResult:
+        for name, value in result.counts.items():
+            self._counters[name].inc(value)
+        for stage, seconds in (clock.seconds.items() if clock else ()):
+            self._stage_ms[stage].inc(int(1000 * seconds))
+        return result
 
 
-class _TokenizerFn(beam.DoFn):
+class _TokenizerFn(_CountingFn):
     """A DoFn holding the tokenizer and the row layout (built once per worker in setup)."""
 
     def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  tokenizer_threads: int | None) -> None:
+        super().__init__()
         self._spec = spec
         self._config = config
         self._temp_dir = temp_dir
         self._tokenizer_threads = tokenizer_threads
-        self._counters = {name: Metrics.counter(METRICS_NAMESPACE, name) for name in m.INPUT_COUNT_NAMES}
-        self._stage_ms = {stage: Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{stage}")
-                          for stage in (STAGE_READ, STAGE_QUALITY, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
 
     def setup(self) -> None:
         if self._tokenizer_threads and "RAYON_NUM_THREADS" not in os.environ:
@@ -96,13 +108,6 @@ class _TokenizerFn(beam.DoFn):
         self._tokenizer = (FastTokenizer(tokenizer, self._spec.json) if self._config.tokenizer_backend == BACKEND_FAST
                            else tokenizer)
         self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
-
-    def _count(self, result: UnitResult, clock: StageClock | None = None) -> UnitResult:
-        for name, value in result.counts.items():
-            self._counters[name].inc(value)
-        for stage, seconds in (clock.seconds.items() if clock else ()):
-            self._stage_ms[stage].inc(int(1000 * seconds))
-        return result
 
 
 class _ProcessUnitFn(_TokenizerFn):
@@ -116,8 +121,7 @@ class _ProcessUnitFn(_TokenizerFn):
         if isinstance(outcome, UnitResult):
             yield self._count(outcome, clock)
             return
-        for task in outcome:
-            yield beam.pvalue.TaggedOutput(RANGES, task)
+        yield from outcome  # RangeTasks
 
 
 class _TokenizeRangeFn(_TokenizerFn):
@@ -129,14 +133,20 @@ class _TokenizeRangeFn(_TokenizerFn):
         yield task.unit.source, tokens
 
 
-class _StitchRangesFn(_TokenizerFn):
-    def setup(self) -> None:
-        self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
+class _StitchRangesFn(_CountingFn):
+    """Needs the row layout, not the tokenizer (whose spec would be one more copy in the job graph)."""
+
+    def __init__(self, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig, temp_dir: str) -> None:
+        super().__init__()
+        self._layout = layout
+        self._id_dtype = id_dtype
+        self._config = config
+        self._temp_dir = temp_dir
 
     def process(self, source_and_ranges):
         source, ranges = source_and_ranges
         try:
-            result = stitch_ranges(list(ranges), self._layout, _id_dtype(self._spec), self._config, self._temp_dir)
+            result = stitch_ranges(list(ranges), self._layout, self._id_dtype, self._config, self._temp_dir)
         except Exception as error:
             raise WorkFailed(f"input {source}", error) from error
         yield self._count(result)
@@ -191,6 +201,14 @@ class SpreadUnits(beam.PTransform):
         )
 
 
+def _is_unit_result(element: object) -> bool:
+    return isinstance(element, UnitResult)
+
+
+def _is_range_task(element: object) -> bool:
+    return isinstance(element, RangeTask)
+
+
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
     A large text input marked for splitting is scanned by one worker, its byte ranges tokenized
@@ -202,17 +220,22 @@ class TokenizeAndChunk(beam.PTransform):
         if not temp_dir:
             raise ValueError("temp_dir is required")
         self._args = (spec, config, temp_dir, tokenizer_threads)
+        self._layout = spec.layout(config.max_seq_length, config.min_tokens)
+        self._id_dtype = _id_dtype(spec)
         self._local_workers = local_workers
 
     def expand(self, units):
+        # One output holding both kinds (not tagged outputs, which Beam's Dask runner mixes up).
         processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
-                     | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)).with_outputs(RANGES, main="results"))
-        stitched = (processed[RANGES]
+                     | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)))
+        results = processed | "UnitResults" >> beam.Filter(_is_unit_result)
+        stitched = (processed
+                    | "Ranges" >> beam.Filter(_is_range_task)
                     | "SpreadRanges" >> SpreadUnits(n_bins=self._local_workers)
                     | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
                     | "GroupRanges" >> beam.GroupByKey()
-                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(*self._args)))
-        return (processed.results, stitched) | "AllUnitResults" >> beam.Flatten()
+                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._layout, self._id_dtype, *self._args[1:3])))
+        return (results, stitched) | "AllUnitResults" >> beam.Flatten()
 
 
 class WriteShards(beam.PTransform):
@@ -262,15 +285,43 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
     }
 
 
+def _list_pattern(pattern: str, split_bytes: int, output: str) -> list[tuple[str, WorkUnit]]:
+    units = split_large_inputs(outside(expand_inputs([pattern]), output), split_bytes)
+    return [(unit.source, unit) for unit in units]
+
+
+class ListInputs(beam.PTransform):
+    """`--input` patterns -> WorkUnits, listed by the workers: only the patterns travel in the job
+    graph (a graph carrying 100,000 listed files is megabytes; Dataflow refuses about 10 MB). A file
+    two patterns match is one unit; large files are split or marked for splitting."""
+
+    def __init__(self, patterns: list[str], split_bytes: int, output: str) -> None:
+        super().__init__()
+        self._patterns = sorted(set(patterns))
+        self._split_bytes = split_bytes
+        self._output = output
+
+    def expand(self, root):
+        return (root
+                | "Patterns" >> beam.Create(self._patterns)
+                | "SpreadPatterns" >> beam.Reshuffle()
+                | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output)
+                | "OncePerFile" >> beam.CombinePerKey(min)
+                | "Units" >> beam.Values())
+
+
 class Preprocess(beam.PTransform):
-    """The whole job from a root: work units to shards and a manifest (a PCollection of one dict)."""
+    """The whole job from a root: the inputs (`patterns` listed in the pipeline, plus listed
+    `units` such as dataset row ranges) to shards and a manifest (a PCollection of one dict)."""
 
     def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
-                 local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
+                 local_workers: int | None = None, tokenizer_threads: int | None = None,
+                 patterns: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__()
-        if not units:
-            raise ValueError("no input units")
+        if not units and not patterns:
+            raise ValueError("no input units or patterns")
         self._units = units
+        self._patterns = list(patterns)
         self._spec = spec
         self._config = config
         self._local_workers = local_workers
@@ -278,9 +329,15 @@ class Preprocess(beam.PTransform):
 
     def expand(self, root):
         temp_dir = posixpath.join(self._config.output, m.TEMP_DIR)
+        sources = []
+        if self._patterns:
+            sources.append(root | "ListInputs" >> ListInputs(self._patterns, self._config.split_bytes,
+                                                                 self._config.output))
+        if self._units:
+            sources.append(root | "ListedUnits" >> beam.Create(self._units))
+        units = sources[0] if len(sources) == 1 else tuple(sources) | "AllUnits" >> beam.Flatten()
         return (
-            root
-            | "ListInputs" >> beam.Create(self._units)
+            units
             | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
                                                     local_workers=self._local_workers,
                                                     tokenizer_threads=self._tokenizer_threads)
