@@ -1,4 +1,5 @@
-"""Find inputs through Beam's FileSystems and read each one into documents (no Beam transforms here)."""
+"""Find inputs through Beam's FileSystems: work units, listing, split plans and `datasets` row ranges.
+(Reading a unit is streams.py.)"""
 
 from __future__ import annotations
 

@@ -39,7 +39,6 @@ from pipeline.kernels.text_stream import (
     PIECE_BYTES,
     ByteRange,
     RawTextStats,
-    TextMeasure,
     clean_pieces,
     decoded_pieces,
     scan_text,
@@ -330,11 +329,3 @@ class UnitReader:
             if not has_text:
                 raise NotText(SKIP_EMPTY)
             out.replaced_bytes = stats.replaced
-
-
-def measure_text(pieces: Iterator[str]) -> TextMeasure:
-    """The measure of clean text pieces (for callers that hold a document already)."""
-    measure = TextMeasure()
-    for piece in pieces:
-        measure.add(piece)
-    return measure

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import get_spawning_popen
 
@@ -19,13 +21,16 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
-from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
-from pipeline.storage.shard_cache import cached_shards
+from pipeline.storage.arrow_files import MappedShard, fixed_list_to_numpy, map_shard
+from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
 
 PAD_TO_MULTIPLE_OF = 8
+# A process drops the shard pages it touched from its RSS after gathering about this many bytes of
+# rows (they stay in the page cache): a worker's RSS grows by tens of MB, not by the output's size.
+RELEASE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -37,10 +42,10 @@ class _Block:
     labels_or_seeds: np.ndarray  # (n, L) labels, or (n,) mask seeds
 
 
-def _open_blocks(path: str, seq_len: int, static: bool) -> list[_Block]:
+def _open_blocks(shard: MappedShard, seq_len: int, static: bool) -> list[_Block]:
     third = LABELS if static else MASK_SEED
     blocks = []
-    for batch in open_batches(path):
+    for batch in shard.batches:
         blocks.append(_Block(
             ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
             attention=fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len),
@@ -63,27 +68,39 @@ class MlmShardDataset(Dataset):
     Static output has one stored mask per row (per `--dupe_factor` copy): every epoch repeats it.
 
     Shards are memory-mapped record batch by record batch; rows are copied only into the batch
-    being built, so every DataLoader worker and rank shares the page cache instead of a heap copy.
+    being built, so every DataLoader worker and rank shares the page cache instead of a heap copy,
+    and the mapped pages a process touched are dropped from its RSS every RELEASE_BYTES of rows.
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
                  cache_limit: int | None = None) -> None:
         manifest = load_manifest(directory)
         config = manifest[m.KEY_CONFIG]
+        entries = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
         self.paths = shard_paths(directory, manifest, split)
+        self._remote: list[tuple[str, str, int]] | None = None
+        self._cache = (cache_dir, cache_limit)
+        self.window_shards = 0  # > 0: a cache smaller than the split; read window by window
+        self.windows: ShardWindows | None = None
+        self.prefetched = False  # a windowed sampler's prefetcher manages the cache
         if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, memory-mapped
-            entries = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
             shards = [(path, e[m.KEY_SHA256], e[m.KEY_BYTES]) for path, e in zip(self.paths, entries)]
-            self.paths = cached_shards(shards, cache_dir, cache_limit)
-        rows = [s[m.KEY_ROWS] for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
-        self.offsets = np.cumsum([0] + rows)
+            if cache_limit is None or sum(size for _, _, size in shards) <= cache_limit:
+                self.paths = cached_shards(shards, cache_dir, cache_limit)
+            else:
+                self.window_shards = window_size([size for _, _, size in shards], cache_limit)
+                self.windows = ShardWindows(shards, cache_dir, cache_limit)
+                self._remote = shards
+                self.paths = [local_path(cache_dir, sha) for _, sha, _ in shards]
+        self.offsets = np.cumsum([0] + [e[m.KEY_ROWS] for e in entries])
         self.seq_len = int(config[o.MAX_SEQ_LENGTH])
         self.static = config[o.MASKING] == MASKING_STATIC
         self.rule: MaskingRule = masking_rule(manifest)
         self.vocab_size = self.rule.vocab_size
         self.epoch = epoch
-        self._blocks: list[_Block] | None = None
-        self._block_offsets = np.zeros(1, dtype=np.int64)
+        self._shards: OrderedDict[int, tuple[list[_Block], np.ndarray]] = OrderedDict()
+        self._mapped: dict[int, MappedShard] = {}
+        self._touched = 0  # bytes of mapped rows gathered since the pages were last released
         self._pid = -1
 
     def set_epoch(self, epoch: int) -> None:
@@ -91,26 +108,54 @@ class MlmShardDataset(Dataset):
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         self.epoch = epoch
 
+    def sampler_options(self) -> dict:
+        """Keyword arguments for `ResumableSampler` that make it read this dataset window by window
+        (and prefetch the next window) when its shards come through a cache smaller than the split;
+        {} otherwise."""
+        if not self.window_shards:
+            return {}
+        self.prefetched = True  # before the DataLoader copies the dataset into its workers
+        return {"shard_rows": np.diff(self.offsets).tolist(), "window_shards": self.window_shards,
+                "on_window": self.windows.enter}
+
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_blocks"], state["_pid"] = None, -1  # workers map the files themselves
+        state["_shards"], state["_mapped"], state["_pid"] = OrderedDict(), {}, -1  # workers map the files themselves
+        state["windows"] = None  # the prefetcher stays with the sampler, in the main process
         return state
 
-    def _opened(self) -> list[_Block]:
-        """Every record batch of every shard, mapped once per process."""
-        if self._blocks is None or self._pid != os.getpid():
-            self._blocks = [block for p in self.paths for block in _open_blocks(p, self.seq_len, self.static)]
-            self._block_offsets = np.cumsum([0] + [b.ids.shape[0] for b in self._blocks])
-            if int(self._block_offsets[-1]) != len(self):
-                raise ValueError(f"shards hold {int(self._block_offsets[-1])} rows, the manifest says {len(self)}")
-            self._pid = os.getpid()
-        return self._blocks
+    def _shard(self, i: int) -> tuple[list[_Block], np.ndarray]:
+        """The record batches of shard i (memory-mapped once per process) and their row offsets."""
+        if self._pid != os.getpid():
+            self._shards, self._mapped, self._pid = OrderedDict(), {}, os.getpid()
+        if i in self._shards:
+            self._shards.move_to_end(i)
+            return self._shards[i]
+        path = self.paths[i]
+        if self._remote is not None:  # a shard the prefetcher has not brought (yet), or no prefetcher
+            cache_dir, limit = self._cache
+            # With a windowed sampler its prefetcher alone evicts (it knows the three windows to keep);
+            # read otherwise (an evaluation pass), this process evicts all but the shards it has mapped.
+            keep = {self.paths[j] for j in list(self._shards)[-(2 * self.window_shards - 1):]}
+            path = fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
+        mapped = map_shard(path)
+        blocks = _open_blocks(mapped, self.seq_len, self.static)
+        offsets = np.cumsum([0] + [b.ids.shape[0] for b in blocks])
+        if int(offsets[-1]) != int(self.offsets[i + 1] - self.offsets[i]):
+            raise ValueError(f"shard {path} holds {int(offsets[-1])} rows, the manifest says "
+                             f"{int(self.offsets[i + 1] - self.offsets[i])}")
+        self._shards[i] = (blocks, offsets)
+        self._mapped[i] = mapped
+        # Windowed: the previous and current windows stay mapped (with the next one on disk, the three
+        # windows the cache has room for); older ones are unmapped once no batch holds a view into them.
+        if self.window_shards and len(self._shards) > 2 * self.window_shards:
+            self._mapped.pop(self._shards.popitem(last=False)[0], None)
+        return self._shards[i]
 
     def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
-        blocks = self._opened()
         tagged = np.asarray(indices, dtype=np.int64)
         if tagged.size and tagged.min() < 0:
             raise IndexError(f"negative index {tagged.min()}")
@@ -118,20 +163,36 @@ class MlmShardDataset(Dataset):
         if not self.static and epochs.size and epochs.min() != epochs.max():
             raise IndexError("one batch must not mix epochs")
         epoch = self.epoch + (int(epochs[0]) if epochs.size else 0)
-        which = np.searchsorted(self._block_offsets, index, side="right") - 1
-        local = index - self._block_offsets[which]
-        ids = np.empty((index.size, self.seq_len), dtype=blocks[0].ids.dtype if blocks else np.int32)
-        attention = np.empty((index.size, self.seq_len), dtype=np.int8)
-        third = np.empty((index.size, self.seq_len) if self.static else index.size,
-                         dtype=ids.dtype if self.static else np.uint64)
-        order = np.argsort(which, kind="stable")  # rows grouped by record batch, one gather each
-        starts = np.flatnonzero(np.diff(which[order], prepend=-1))
-        for start, stop in zip(starts, [*starts[1:], order.size]):
-            rows = order[start:stop]
-            block, at = blocks[which[rows[0]]], local[rows]
-            ids[rows] = block.ids[at]
-            attention[rows] = block.attention[at]
-            third[rows] = block.labels_or_seeds[at]
+        shard_of = np.searchsorted(self.offsets, index, side="right") - 1
+        in_shard = index - self.offsets[shard_of]
+        ids = attention = third = None
+        for shard in np.unique(shard_of).tolist():
+            blocks, block_offsets = self._shard(shard)
+            if ids is None:
+                ids = np.empty((index.size, self.seq_len), dtype=blocks[0].ids.dtype)
+                attention = np.empty((index.size, self.seq_len), dtype=np.int8)
+                third = np.empty((index.size, self.seq_len) if self.static else index.size,
+                                 dtype=ids.dtype if self.static else np.uint64)
+            rows_here = np.flatnonzero(shard_of == shard)
+            which = np.searchsorted(block_offsets, in_shard[rows_here], side="right") - 1
+            local = in_shard[rows_here] - block_offsets[which]
+            order = np.argsort(which, kind="stable")  # rows grouped by record batch, one gather each
+            starts = np.flatnonzero(np.diff(which[order], prepend=-1))
+            for start, stop in zip(starts, [*starts[1:], order.size]):
+                picked = order[start:stop]
+                block, at, rows = blocks[which[picked[0]]], local[picked], rows_here[picked]
+                ids[rows] = block.ids[at]
+                attention[rows] = block.attention[at]
+                third[rows] = block.labels_or_seeds[at]
+        if ids is None:
+            ids = np.empty((0, self.seq_len), dtype=np.int32)
+            attention = np.empty((0, self.seq_len), dtype=np.int8)
+            third = np.empty((0, self.seq_len) if self.static else 0, dtype=np.int32 if self.static else np.uint64)
+        self._touched += ids.nbytes + attention.nbytes + third.nbytes
+        if self._touched > RELEASE_BYTES:  # the batch holds copies: the mapped pages can go
+            for mapped in self._mapped.values():
+                mapped.release()
+            self._touched = 0
         if self.static:
             labels = third
         else:
@@ -238,13 +299,19 @@ class ResumableSampler(Sampler[int]):
     """
 
     def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True,
-                 tag_epoch: bool = False) -> None:
+                 tag_epoch: bool = False, shard_rows: list[int] | None = None, window_shards: int = 0,
+                 on_window: Callable[[list[int], list[int]], None] | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if n <= 0:
             raise ValueError(f"cannot sample from {n} rows")
+        if window_shards and (shard_rows is None or sum(shard_rows) != n):
+            raise ValueError("window_shards needs shard_rows, the rows of every shard, summing to n")
         self.n, self.seed, self.rank, self.world_size, self.shuffle = n, seed, rank, world_size, shuffle
         self.tag_epoch = tag_epoch  # yield epoch * n + index (see MlmShardDataset)
+        self.shard_rows = list(shard_rows or [])
+        self.window_shards = window_shards if shuffle else 0
+        self.on_window = on_window  # called on entering a window: (its shards, the next window's shards)
         self.epoch = 0
         self.base = 0  # global stream position where this segment of the epoch began (0, or a resumed one)
         self.position = 0
@@ -256,12 +323,35 @@ class ResumableSampler(Sampler[int]):
         if epoch != self.epoch:
             self.epoch, self.base, self.position = epoch, 0, 0
 
+    def windows(self, epoch: int) -> list[list[int]]:
+        """The shards of each window of `epoch`, in reading order (windowed sampling only)."""
+        shards = np.random.Generator(np.random.PCG64([self.seed, epoch, 1])).permutation(len(self.shard_rows))
+        return [shards[i: i + self.window_shards].tolist() for i in range(0, len(shards), self.window_shards)]
+
+    def _epoch_order(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The permutation of the n rows for this epoch, and (windowed) the window of each position.
+
+        Windowed: shards are shuffled and grouped k at a time; rows are shuffled within each window,
+        so a reader needs only a window's shards at a time. Both are functions of (seed, epoch)."""
+        if not self.shuffle:
+            return np.arange(self.n), None
+        if not self.window_shards:
+            return np.random.Generator(np.random.PCG64([self.seed, self.epoch])).permutation(self.n), None
+        offsets = np.cumsum([0, *self.shard_rows])
+        rows, windows = [], []
+        for w, shards in enumerate(self.windows(self.epoch)):
+            ids = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in shards])
+            rows.append(ids[np.random.Generator(np.random.PCG64([self.seed, self.epoch, 2, w])).permutation(ids.size)])
+            windows.append(np.full(ids.size, w))
+        return np.concatenate(rows), np.concatenate(windows)
+
+    def _padded(self, values: np.ndarray) -> np.ndarray:
+        left = self.n - self.base
+        return np.resize(values, self.base + -(-left // self.world_size) * self.world_size)
+
     def stream(self) -> np.ndarray:
         """The global order of this epoch from `base`, padded by wrapping to a multiple of world_size."""
-        order = (np.random.Generator(np.random.PCG64([self.seed, self.epoch])).permutation(self.n)
-                 if self.shuffle else np.arange(self.n))
-        left = self.n - self.base
-        return np.resize(order, self.base + -(-left // self.world_size) * self.world_size)
+        return self._padded(self._epoch_order()[0])
 
     def order(self) -> np.ndarray:
         """This rank's indices of the current segment."""
@@ -271,10 +361,24 @@ class ResumableSampler(Sampler[int]):
         return -(-(self.n - self.base) // self.world_size)
 
     def __iter__(self):
-        order = self.order()[self.position :]
+        order, windows = self._epoch_order()
+        mine = slice(self.base + self.rank, None, self.world_size)
+        order = self._padded(order)[mine][self.position :]
         self._yielded, self._counted = 0, False
         values = (order + self.epoch * self.n if self.tag_epoch else order).tolist()
-        for value in values:
+        if windows is None or self.on_window is None:
+            for value in values:
+                self._yielded += 1
+                yield value
+            return
+        window_of = self._padded(windows)[mine][self.position :].tolist()
+        plan = self.windows(self.epoch)
+        current = -1
+        for value, window in zip(values, window_of):
+            if window != current:
+                current = window
+                upcoming = plan[window + 1] if window + 1 < len(plan) else self.windows(self.epoch + 1)[0]
+                self.on_window(plan[window], upcoming)
             self._yielded += 1
             yield value
 

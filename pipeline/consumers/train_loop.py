@@ -52,7 +52,8 @@ def train(cfg: TrainConfig) -> dict:
     spec = tokenizer_spec(cfg.data)
     model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
     os.makedirs(cfg.output, exist_ok=True)  # only once the model and data are known to load
-    sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True)  # the epoch travels with indices
+    # the epoch travels with the indices; a cache smaller than the split reads window by window
+    sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True, **train_ds.sampler_options())
     collate = MlmCollator(trim_padding=cfg.trim_padding, compact=True)  # workers ship int16: a fifth of the bytes
     loader_args = {"batch_size": cfg.batch_size, "collate_fn": collate, "num_workers": cfg.num_workers,
                    "pin_memory": device.type == "cuda", "generator": torch.Generator().manual_seed(cfg.seed)}

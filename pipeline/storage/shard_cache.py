@@ -4,14 +4,17 @@ ones instead of holding each shard on every worker's heap.
 Copies are content-addressed by the shard's sha256 from the manifest (`CACHE/ab/abcdef....arrow`),
 verified while they download, written under a temporary name and renamed, so a killed download
 never leaves a bad copy and two outputs sharing a shard share the copy. `limit` bounds the cache:
-least recently used copies of other shards are evicted to make room; a split larger than the limit
-is refused with its size (shards are read in a global random order, so a split must fit).
+least recently used copies of other shards are evicted to make room. A split larger than the limit
+is read in windows of shards (`ShardWindows`): the sampler shuffles shards, then rows within a
+window of k shards, and the cache holds the previous, current and next windows, downloading the
+next in the background while the current one trains.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,9 +32,27 @@ def _local_path(cache_dir: str, sha256: str) -> Path:
     return Path(cache_dir) / sha256[:2] / f"{sha256}.arrow"
 
 
+def local_path(cache_dir: str | None, sha256: str) -> str:
+    """Where a shard's verified copy lives (it may not be there yet)."""
+    return str(_local_path(cache_dir or DEFAULT_CACHE_DIR, sha256))
+
+
+def fetch(url: str, sha256: str, size: int, cache_dir: str | None = None, limit: int | None = None,
+          keep: set[str] | None = None) -> str:
+    """The local copy of one shard, downloaded now if it is missing; with `limit`, least recently
+    used copies other than `keep` (paths) are evicted first to make room."""
+    cache_dir = cache_dir or DEFAULT_CACHE_DIR
+    path = _local_path(cache_dir, sha256)
+    if not (path.exists() and path.stat().st_size == size):
+        if limit is not None:
+            _make_room(cache_dir, size, {Path(p) for p in keep or ()} | {path}, limit)
+        _download(url, sha256, size, path)
+    return str(path)
+
+
 def _download(url: str, sha256: str, size: int, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".partial-{os.getpid()}")
+    partial = target.with_suffix(f".partial-{os.getpid()}-{threading.get_ident()}")
     digest = hashlib.sha256()
     with filesystem.open_binary(url) as source, open(partial, "wb") as sink:
         while chunk := source.read(_CHUNK):
@@ -74,3 +95,52 @@ def cached_shards(shards: list[tuple[str, str, int]], cache_dir: str | None = No
     for path in paths:
         os.utime(path)  # recently used
     return [str(p) for p in paths]
+
+
+def window_size(shard_bytes: list[int], limit: int) -> int:
+    """Shards per window so that three windows (previous, current, next) fit in `limit`.
+
+    Raises:
+        ShardCacheError: when not even three of the largest shards fit.
+    """
+    largest = max(shard_bytes)
+    k = limit // (3 * largest)
+    if k < 1:
+        raise ShardCacheError(f"the shard cache limit is {limit / 1e6:,.0f} MB but reading a split larger than it "
+                              f"needs room for three windows of at least one shard: at least "
+                              f"{3 * largest / 1e6:,.0f} MB (three of its largest shards); raise --cache_limit")
+    return int(k)
+
+
+class ShardWindows:
+    """Keeps the shards of the windows a sampler is about to read in the cache: on entering a
+    window, evicts least recently used copies outside the previous, current and next windows, then
+    downloads the current and next windows' missing shards in a background thread, so training
+    waits only if a window is read faster than the next one downloads."""
+
+    def __init__(self, shards: list[tuple[str, str, int]], cache_dir: str | None, limit: int,
+                 parallel: int = 4) -> None:
+        self.shards = shards
+        self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
+        self.limit = limit
+        self._pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="maskbeam-prefetch")
+        self._previous: list[int] = []
+        self.downloads = 0
+
+    def __getstate__(self) -> dict:
+        raise TypeError("ShardWindows stays in the process that runs the sampler")
+
+    def enter(self, current: list[int], upcoming: list[int]) -> None:
+        """The sampler starts handing out rows of `current`; `upcoming` comes next."""
+        keep_ids = [*self._previous, *current, *upcoming]
+        keep = {_local_path(self.cache_dir, self.shards[i][1]) for i in keep_ids}
+        missing = [i for i in dict.fromkeys([*current, *upcoming])
+                   if not Path(local_path(self.cache_dir, self.shards[i][1])).exists()]
+        _make_room(self.cache_dir, sum(self.shards[i][2] for i in missing), keep, self.limit)
+        for i in missing:
+            self.downloads += 1
+            self._pool.submit(fetch, *self.shards[i], self.cache_dir)
+        self._previous = list(current)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -178,8 +178,14 @@ def _consume(sampler: ResumableSampler, steps: int, batch: int) -> list[int]:
     return out
 
 
-def _ranks(n: int, world: int, epoch: int = 0, state: dict | None = None) -> list[ResumableSampler]:
-    samplers = [ResumableSampler(n, seed=5, rank=r, world_size=world, tag_epoch=True) for r in range(world)]
+SHARD_ROWS = [13, 7, 20, 30, 10, 25, 15]  # 120 rows in 7 shards of unequal sizes
+
+
+def _ranks(n: int, world: int, epoch: int = 0, state: dict | None = None,
+           windowed: bool = False) -> list[ResumableSampler]:
+    windows = {"shard_rows": SHARD_ROWS, "window_shards": 2} if windowed else {}
+    samplers = [ResumableSampler(n, seed=5, rank=r, world_size=world, tag_epoch=True, **windows)
+                for r in range(world)]
     for s in samplers:
         s.set_epoch(epoch)
         if state:
@@ -187,25 +193,27 @@ def _ranks(n: int, world: int, epoch: int = 0, state: dict | None = None) -> lis
     return samplers
 
 
+@pytest.mark.parametrize("windowed", [False, True], ids=["global", "shard-windows"])
 @pytest.mark.parametrize("resume_world", [1, 3])
 @pytest.mark.parametrize("stop_steps", [3, 15])  # mid-epoch, and exactly at the end of epoch 0
-def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_world, stop_steps):
+def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_world, stop_steps, windowed):
     """Saved on 2 ranks, resumed on 1 or 3: the union of consumed (epoch, index) pairs equals the
     uninterrupted run's, with no duplicate and no gap, across the epoch boundary; the tags carry
-    each sample's own epoch (what dynamic masks use)."""
+    each sample's own epoch (what dynamic masks use). Also when rows are shuffled within windows of
+    shards (a shard cache smaller than the split)."""
     n, batch, into_next = 120, 4, 24  # every share divides evenly: no wrap-around padding
-    reference, ranks = [], _ranks(n, 2)
+    reference, ranks = [], _ranks(n, 2, windowed=windowed)
     for s in ranks:
         reference += _consume(s, n // 2 // batch, batch)
     for s in ranks:
         s.set_epoch(1)
         reference += _consume(s, into_next // 2 // batch, batch)
-    consumed, ranks = [], _ranks(n, 2)
+    consumed, ranks = [], _ranks(n, 2, windowed=windowed)
     for s in ranks:
         consumed += _consume(s, stop_steps, batch)
     state = ranks[0].state_dict()
     assert state["global_position"] == 2 * batch * stop_steps
-    resumed = _ranks(n, resume_world, state=state)
+    resumed = _ranks(n, resume_world, state=state, windowed=windowed)
     left = (n - state["global_position"]) // resume_world
     if left:
         assert all(s.epoch == 0 and len(s) == left for s in resumed)
@@ -220,6 +228,32 @@ def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_
     assert sorted(decoded) == sorted(divmod(value, n) for value in reference)
     assert len(set(decoded)) == len(decoded)  # no duplicate
     assert sorted(i for e, i in decoded if e == 0) == list(range(n))  # no gap in epoch 0
+
+
+def test_shard_windows_read_a_few_shards_at_a_time_and_announce_the_next():
+    """Windowed order: a permutation of the rows, a pure function of (seed, epoch); each window's
+    rows come from its own shards only; the sampler announces each window with the next one (the
+    next epoch's first after the last), before handing out its first row."""
+    offsets = np.cumsum([0, *SHARD_ROWS])
+    shard_of = np.searchsorted(offsets, np.arange(sum(SHARD_ROWS)), side="right") - 1
+    calls = []
+    sampler = ResumableSampler(120, seed=9, shard_rows=SHARD_ROWS, window_shards=3,
+                               on_window=lambda current, upcoming: calls.append((current, upcoming, len(seen))))
+    seen: list[int] = []
+    for value in sampler:
+        seen.append(value)
+    assert sorted(seen) == list(range(120)) and seen == list(ResumableSampler(
+        120, seed=9, shard_rows=SHARD_ROWS, window_shards=3))
+    plan = sampler.windows(0)
+    assert sorted(sum(plan, [])) == list(range(7)) and [len(w) for w in plan] == [3, 3, 1]
+    assert [c[0] for c in calls] == plan and [c[1] for c in calls] == [plan[1], plan[2], sampler.windows(1)[0]]
+    position = 0
+    for current, _, first in calls:  # every row until the next announcement is of this window's shards
+        size = sum(SHARD_ROWS[i] for i in current)
+        assert first == position and set(shard_of[seen[position:position + size]]) == set(current)
+        position += size
+    sampler.set_epoch(1)
+    assert sampler.windows(1) != plan or list(sampler) != seen  # another epoch, another order
 
 
 def test_sampler_state_mid_epoch_needs_counted_consumption(outputs):

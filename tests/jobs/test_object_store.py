@@ -219,3 +219,70 @@ def test_unreachable_s3_input_names_the_pattern(s3, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"s3://{BUCKET}/no-such-books/*.txt" in err
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(s3, small_books, tmp_path, workers):
+    """A dynamic output on S3 read through a cache of about half the split: the sampler shuffles
+    shards, then rows within windows of shards, and prefetches the next window; two epochs through
+    ResumableLoader (0 workers, and 2 persistent workers) give the batches of the local output read
+    in the same order, the cache never holds more than its limit, and evicted shards come back."""
+    import threading
+
+    import torch
+
+    from jobs.train import run as train
+    from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+
+    endpoint, client = s3
+    local = tmp_path / "local"
+    run_preprocess([small_books], local, "--masking", "dynamic", "--num_shards", "6", "--validation_fraction", "0.05")
+    prefix = f"windowed-{workers}"
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, f"{prefix}/{path.relative_to(local).as_posix()}")
+    shards = json.loads((local / m.MANIFEST_FILE).read_text())[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS]
+    total, largest = sum(s[m.KEY_BYTES] for s in shards), max(s[m.KEY_BYTES] for s in shards)
+    limit = max(total // 2, 3 * largest)
+    assert limit < total
+    cache = tmp_path / "cache"
+    remote = MlmShardDataset(f"s3://{BUCKET}/{prefix}", m.TRAIN, cache_dir=str(cache), cache_limit=limit)
+    here = MlmShardDataset(str(local), m.TRAIN)
+    options = remote.sampler_options()
+    assert 1 <= options["window_shards"] < len(shards) and not list(cache.glob("*/*.arrow"))  # nothing yet
+
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(p.stat().st_size for p in cache.glob("*/*.arrow") if p.exists()))
+            time.sleep(0.005)
+
+    def batches(dataset, sampler_options):
+        sampler = ResumableSampler(len(dataset), seed=3, tag_epoch=True, **sampler_options)
+        loader = ResumableLoader(dataset, sampler=sampler, batch_size=16, collate_fn=MlmCollator(),
+                                 num_workers=workers, persistent_workers=workers > 0)
+        out = []
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            out += [{k: v.clone() for k, v in batch.items()} for batch in loader]
+        return out
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got = batches(remote, options)
+    finally:
+        done.set()
+        watcher.join()
+        remote.windows.close()
+    want = batches(here, {k: options[k] for k in ("shard_rows", "window_shards")})
+    assert len(got) == len(want) > 2
+    for a, b in zip(got, want):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    assert 0 < peak[0] <= limit, (peak[0], limit)
+    assert remote.windows.downloads > len(shards)  # evicted shards were fetched again in epoch 2
+    final = train(["--data", f"s3://{BUCKET}/{prefix}", "--output", str(tmp_path / "model"), "--config", "tiny",
+                   "--max_steps", "3", "--batch_size", "4", "--eval_batches", "1", "--num_workers", str(workers),
+                   "--cache_dir", str(tmp_path / "train-cache"), "--cache_limit", str(limit)])
+    assert final["eval_targets"] > 0
