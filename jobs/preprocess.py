@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or login)")
     p.add_argument("--hub_private", action="store_true", help="with --push_to_hub: create the repo private")
     p.add_argument("--split_bytes", type=int, default=64 * 1024 * 1024,
-                   help="read uncompressed .jsonl files larger than this in byte ranges on many workers")
+                   help="tokenize uncompressed text and .jsonl files larger than this in byte ranges on many "
+                        "workers (compressed files are streamed by one worker each)")
     p.add_argument("--dask_local_workers", type=int, metavar="N",
                    help="start a local Dask cluster of N worker processes and run on it with DaskRunner")
     p.add_argument("--tokenizer_backend", choices=TOKENIZER_BACKENDS, default=BACKEND_AUTO,

@@ -52,7 +52,7 @@ class PreprocessConfig:
     span_p: float = 0.2
     max_span: int = 10
     short_seq_prob: float = 0.1  # with --packing sentences: share of rows with a shorter target (BERT)
-    split_bytes: int = 64 * 1024 * 1024  # uncompressed .jsonl files above this are read in byte ranges
+    split_bytes: int = 64 * 1024 * 1024  # uncompressed text and .jsonl files above this: byte ranges, many workers
     tokenizer_backend: str = BACKEND_AUTO  # the launcher records the backend it resolved (fast or hf)
     max_unk_fraction: float = 0.1  # inputs with more [UNK] among their tokens are skipped (1 turns it off)
     near_dedup: float | None = None  # drop the later member of near-duplicate clusters at this similarity

@@ -21,16 +21,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
-from pipeline.storage.arrow_files import MappedShard, fixed_list_to_numpy, map_shard
+from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
 from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
 
 PAD_TO_MULTIPLE_OF = 8
-# A process drops the shard pages it touched from its RSS after gathering about this many bytes of
-# rows (they stay in the page cache): a worker's RSS grows by tens of MB, not by the output's size.
-RELEASE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -42,10 +39,10 @@ class _Block:
     labels_or_seeds: np.ndarray  # (n, L) labels, or (n,) mask seeds
 
 
-def _open_blocks(shard: MappedShard, seq_len: int, static: bool) -> list[_Block]:
+def _open_blocks(path: str, seq_len: int, static: bool) -> list[_Block]:
     third = LABELS if static else MASK_SEED
     blocks = []
-    for batch in shard.batches:
+    for batch in open_batches(path):
         blocks.append(_Block(
             ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
             attention=fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len),
@@ -68,8 +65,7 @@ class MlmShardDataset(Dataset):
     Static output has one stored mask per row (per `--dupe_factor` copy): every epoch repeats it.
 
     Shards are memory-mapped record batch by record batch; rows are copied only into the batch
-    being built, so every DataLoader worker and rank shares the page cache instead of a heap copy,
-    and the mapped pages a process touched are dropped from its RSS every RELEASE_BYTES of rows.
+    being built, so every DataLoader worker and rank shares the page cache instead of a heap copy.
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
@@ -99,8 +95,6 @@ class MlmShardDataset(Dataset):
         self.vocab_size = self.rule.vocab_size
         self.epoch = epoch
         self._shards: OrderedDict[int, tuple[list[_Block], np.ndarray]] = OrderedDict()
-        self._mapped: dict[int, MappedShard] = {}
-        self._touched = 0  # bytes of mapped rows gathered since the pages were last released
         self._pid = -1
 
     def set_epoch(self, epoch: int) -> None:
@@ -123,14 +117,14 @@ class MlmShardDataset(Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_shards"], state["_mapped"], state["_pid"] = OrderedDict(), {}, -1  # workers map the files themselves
+        state["_shards"], state["_pid"] = OrderedDict(), -1  # workers map the files themselves
         state["windows"] = None  # the prefetcher stays with the sampler, in the main process
         return state
 
     def _shard(self, i: int) -> tuple[list[_Block], np.ndarray]:
         """The record batches of shard i (memory-mapped once per process) and their row offsets."""
         if self._pid != os.getpid():
-            self._shards, self._mapped, self._pid = OrderedDict(), {}, os.getpid()
+            self._shards, self._pid = OrderedDict(), os.getpid()
         if i in self._shards:
             self._shards.move_to_end(i)
             return self._shards[i]
@@ -141,18 +135,16 @@ class MlmShardDataset(Dataset):
             # read otherwise (an evaluation pass), this process evicts all but the shards it has mapped.
             keep = {self.paths[j] for j in list(self._shards)[-(2 * self.window_shards - 1):]}
             path = fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
-        mapped = map_shard(path)
-        blocks = _open_blocks(mapped, self.seq_len, self.static)
+        blocks = _open_blocks(path, self.seq_len, self.static)
         offsets = np.cumsum([0] + [b.ids.shape[0] for b in blocks])
         if int(offsets[-1]) != int(self.offsets[i + 1] - self.offsets[i]):
             raise ValueError(f"shard {path} holds {int(offsets[-1])} rows, the manifest says "
                              f"{int(self.offsets[i + 1] - self.offsets[i])}")
         self._shards[i] = (blocks, offsets)
-        self._mapped[i] = mapped
         # Windowed: the previous and current windows stay mapped (with the next one on disk, the three
         # windows the cache has room for); older ones are unmapped once no batch holds a view into them.
         if self.window_shards and len(self._shards) > 2 * self.window_shards:
-            self._mapped.pop(self._shards.popitem(last=False)[0], None)
+            self._shards.popitem(last=False)
         return self._shards[i]
 
     def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
@@ -188,11 +180,6 @@ class MlmShardDataset(Dataset):
             ids = np.empty((0, self.seq_len), dtype=np.int32)
             attention = np.empty((0, self.seq_len), dtype=np.int8)
             third = np.empty((0, self.seq_len) if self.static else 0, dtype=np.int32 if self.static else np.uint64)
-        self._touched += ids.nbytes + attention.nbytes + third.nbytes
-        if self._touched > RELEASE_BYTES:  # the batch holds copies: the mapped pages can go
-            for mapped in self._mapped.values():
-                mapped.release()
-            self._touched = 0
         if self.static:
             labels = third
         else:

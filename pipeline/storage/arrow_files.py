@@ -3,9 +3,6 @@ memory-mapped shards whose record batches stay in the map (no copy onto the heap
 
 from __future__ import annotations
 
-import mmap
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 
@@ -35,33 +32,6 @@ def open_batches(path: str) -> list[pa.RecordBatch]:
     else:
         source = pa.BufferReader(filesystem.read_bytes(path))
     return list(pa.ipc.open_stream(source))
-
-
-@dataclass
-class MappedShard:
-    """The record batches of a local shard, zero-copy views into one read-only memory map.
-
-    Pages a reader touched count in its RSS although they are the kernel's page cache, shared by
-    every process that maps the file; `release()` drops them from this process's RSS (the page
-    cache keeps them, a later touch maps them again), so a DataLoader worker's RSS stays bounded."""
-
-    batches: list[pa.RecordBatch]
-    mapping: mmap.mmap | None
-
-    def release(self) -> None:
-        if self.mapping is not None and hasattr(self.mapping, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self.mapping.madvise(mmap.MADV_DONTNEED)
-
-
-def map_shard(path: str) -> MappedShard:
-    """A local shard's record batches in a memory map (see MappedShard); read into memory otherwise."""
-    if not filesystem.is_local(path):
-        return MappedShard(open_batches(path), None)
-    with open(path.removeprefix("file://"), "rb") as handle:
-        if not handle.seek(0, 2):
-            return MappedShard([], None)  # an empty file cannot be mapped
-        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    return MappedShard(list(pa.ipc.open_stream(pa.py_buffer(mapping))), mapping)
 
 
 def read_table(path: str) -> pa.Table:
