@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.storage.arrow_files import fixed_list_array, fixed_list_to_numpy
 from schemas.manifest import PARTIAL_SUFFIX
-from schemas.shard import INPUT_IDS, MASK_SEED, PART_LENGTH, ROWS_PER_RECORD_BATCH, part_schema
+from schemas.shard import INPUT_IDS, MASK_SEED, PART_LENGTH, ROWS_PER_RECORD_BATCH
 
 
 class _HashingWriter:
@@ -139,16 +139,6 @@ def file_sha256(path: str) -> str:
 
 def part_batch(rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
     return pa.record_batch([fixed_list_array(rows), pa.array(lengths), pa.array(seeds)], schema=schema)
-
-
-def write_part(path: str, rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> WrittenFile:
-    """Write unmasked rows of one input and one split. rows: (n, L); lengths: int32 (n,); seeds: uint64 (n,)."""
-    schema = part_schema(rows.shape[1], rows.dtype)
-    writer = AtomicArrowWriter(path, schema, random_access=True)
-    for start in range(0, rows.shape[0], ROWS_PER_RECORD_BATCH):
-        stop = start + ROWS_PER_RECORD_BATCH
-        writer.write(part_batch(rows[start:stop], lengths[start:stop], seeds[start:stop], schema))
-    return writer.close()
 
 
 @dataclass(frozen=True)

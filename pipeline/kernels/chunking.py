@@ -74,19 +74,6 @@ def chunk_tokens(tokens: np.ndarray, layout: RowLayout, dtype: np.dtype) -> Chun
     return Chunks(rows=rows, lengths=lengths, dropped_tokens=0 if keep_tail else tail)
 
 
-def join_documents(documents: list[np.ndarray], sep_id: int) -> np.ndarray:
-    """Concatenate short documents into one stream with [SEP] between them (for `--packing concat`)."""
-    if not documents:
-        return np.zeros(0, dtype=np.int32)
-    pieces: list[np.ndarray] = []
-    separator = np.array([sep_id], dtype=np.int32)
-    for i, doc in enumerate(documents):
-        if i:
-            pieces.append(separator)
-        pieces.append(np.asarray(doc, dtype=np.int32))
-    return np.concatenate(pieces)
-
-
 def _sentence_bounds(sentence_lengths: np.ndarray, width: int, target_of_row, first_row: int = 0,
                      start: int = 0) -> tuple[list[tuple[int, int]], int]:
     """The greedy packing of `pack_sentences`: (start, stop) in tokens of each finished row, and

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.kernels.chunking import RowLayout, chunk_tokens, join_documents
+from pipeline.kernels.chunking import RowLayout, chunk_tokens
 
 LAYOUT = RowLayout(seq_len=8, cls_id=101, sep_id=102, pad_id=0, min_tokens=2)
 
@@ -35,7 +35,3 @@ def test_layout_validation():
     with pytest.raises(ValueError, match="min_tokens"):
         RowLayout(seq_len=8, cls_id=1, sep_id=2, pad_id=0, min_tokens=7)
 
-
-def test_join_documents_puts_sep_between():
-    joined = join_documents([np.array([1, 2]), np.array([3])], sep_id=9)
-    np.testing.assert_array_equal(joined, [1, 2, 9, 3])
