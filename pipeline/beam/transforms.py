@@ -80,8 +80,8 @@ class _CountingFn(beam.DoFn):
         self._stage_ms = {stage: Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{stage}")
                           for stage in (STAGE_READ, STAGE_QUALITY, STAGE_TOKENIZE, STAGE_WRITE_PARTS)}
 
-    def _count(self, result: UnitResult, clock: StageClock | None = None) -> UnitResult:
-        for name, value in result.counts.items():
+    def _count(self, result: UnitResult | None, clock: StageClock | None = None) -> UnitResult | None:
+        for name, value in (result.counts.items() if result else ()):
             self._counters[name].inc(value)
         for stage, seconds in (clock.seconds.items() if clock else ()):
             self._stage_ms[stage].inc(int(1000 * seconds))
@@ -121,6 +121,7 @@ class _ProcessUnitFn(_TokenizerFn):
         if isinstance(outcome, UnitResult):
             yield self._count(outcome, clock)
             return
+        self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # RangeTasks
 
 
