@@ -287,7 +287,7 @@ class ResumableSampler(Sampler[int]):
 
     def __init__(self, n: int, *, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True,
                  tag_epoch: bool = False, shard_rows: list[int] | None = None, window_shards: int = 0,
-                 on_window: Callable[[list[int], list[int]], None] | None = None) -> None:
+                 on_window: Callable[[list[int], list[int], list[int]], None] | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         if n <= 0:
@@ -298,7 +298,9 @@ class ResumableSampler(Sampler[int]):
         self.tag_epoch = tag_epoch  # yield epoch * n + index (see MlmShardDataset)
         self.shard_rows = list(shard_rows or [])
         self.window_shards = window_shards if shuffle else 0
-        self.on_window = on_window  # called on entering a window: (its shards, the next window's shards)
+        # called on entering a window with its shards, the next window's and those of earlier windows
+        # whose rows are not all consumed yet
+        self.on_window = on_window
         self.epoch = 0
         self.base = 0  # global stream position where this segment of the epoch began (0, or a resumed one)
         self.position = 0
@@ -360,12 +362,15 @@ class ResumableSampler(Sampler[int]):
             return
         window_of = self._padded(windows)[mine][self.position :].tolist()
         plan = self.windows(self.epoch)
-        current = -1
+        current, start = -1, self.position
         for value, window in zip(values, window_of):
             if window != current:
                 current = window
                 upcoming = plan[window + 1] if window + 1 < len(plan) else self.windows(self.epoch + 1)[0]
-                self.on_window(plan[window], upcoming)
+                # DataLoader workers still gather rows handed out before: the windows from the oldest
+                # row not yet consumed (known when ResumableLoader counts consumption) stay cached.
+                oldest = window_of[min(self.position - start, len(window_of) - 1)] if self._counted else window
+                self.on_window(plan[window], upcoming, [i for w in range(oldest, window) for i in plan[w]])
             self._yielded += 1
             yield value
 

@@ -114,9 +114,11 @@ def window_size(shard_bytes: list[int], limit: int) -> int:
 
 class ShardWindows:
     """Keeps the shards of the windows a sampler is about to read in the cache: on entering a
-    window, evicts least recently used copies outside the previous, current and next windows, then
-    downloads the current and next windows' missing shards in a background thread, so training
-    waits only if a window is read faster than the next one downloads."""
+    window, evicts least recently used copies outside the previous, current and next windows (and
+    earlier ones still being read), then downloads the current and next windows' missing shards in
+    a background thread, so training waits only if a window is read faster than the next one
+    downloads. Downloads in flight count as cached, and one that lands after its window was left
+    behind is deleted, so the cache stays within its limit however fast windows go by."""
 
     def __init__(self, shards: list[tuple[str, str, int]], cache_dir: str | None, limit: int,
                  parallel: int = 4) -> None:
@@ -124,23 +126,42 @@ class ShardWindows:
         self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
         self.limit = limit
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="maskbeam-prefetch")
+        self._lock = threading.Lock()
         self._previous: list[int] = []
+        self._keep: set[int] = set()
+        self._in_flight: set[int] = set()
         self.downloads = 0
 
     def __getstate__(self) -> dict:
         raise TypeError("ShardWindows stays in the process that runs the sampler")
 
-    def enter(self, current: list[int], upcoming: list[int]) -> None:
-        """The sampler starts handing out rows of `current`; `upcoming` comes next."""
-        keep_ids = [*self._previous, *current, *upcoming]
-        keep = {_local_path(self.cache_dir, self.shards[i][1]) for i in keep_ids}
-        missing = [i for i in dict.fromkeys([*current, *upcoming])
-                   if not Path(local_path(self.cache_dir, self.shards[i][1])).exists()]
-        _make_room(self.cache_dir, sum(self.shards[i][2] for i in missing), keep, self.limit)
-        for i in missing:
-            self.downloads += 1
-            self._pool.submit(fetch, *self.shards[i], self.cache_dir)
-        self._previous = list(current)
+    def _path(self, i: int) -> Path:
+        return _local_path(self.cache_dir, self.shards[i][1])
+
+    def enter(self, current: list[int], upcoming: list[int], behind: list[int] = ()) -> None:
+        """The sampler starts handing out rows of `current`; `upcoming` comes next; `behind` are
+        earlier shards whose rows DataLoader workers may still be gathering. The limit holds while
+        the loader prefetches fewer rows than a window holds (batch x workers x prefetch_factor)."""
+        with self._lock:
+            self._keep = {*behind, *self._previous, *current, *upcoming}
+            missing = [i for i in dict.fromkeys([*current, *upcoming])
+                       if i not in self._in_flight and not self._path(i).exists()]
+            landing = sum(self.shards[i][2] for i in self._in_flight) + sum(self.shards[i][2] for i in missing)
+            _make_room(self.cache_dir, landing, {self._path(i) for i in self._keep}, self.limit)
+            for i in missing:
+                self._in_flight.add(i)
+                self.downloads += 1
+                self._pool.submit(self._fetch, i)
+            self._previous = list(current)
+
+    def _fetch(self, i: int) -> None:
+        try:
+            fetch(*self.shards[i], self.cache_dir)
+        finally:
+            with self._lock:
+                self._in_flight.discard(i)
+                if i not in self._keep:  # its window went by while it downloaded
+                    self._path(i).unlink(missing_ok=True)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -238,7 +238,7 @@ def test_shard_windows_read_a_few_shards_at_a_time_and_announce_the_next():
     shard_of = np.searchsorted(offsets, np.arange(sum(SHARD_ROWS)), side="right") - 1
     calls = []
     sampler = ResumableSampler(120, seed=9, shard_rows=SHARD_ROWS, window_shards=3,
-                               on_window=lambda current, upcoming: calls.append((current, upcoming, len(seen))))
+                               on_window=lambda current, upcoming, behind: calls.append((current, upcoming, len(seen))))
     seen: list[int] = []
     for value in sampler:
         seen.append(value)

@@ -260,8 +260,9 @@ def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(s3, small_b
 
     def batches(dataset, sampler_options):
         sampler = ResumableSampler(len(dataset), seed=3, tag_epoch=True, **sampler_options)
-        loader = ResumableLoader(dataset, sampler=sampler, batch_size=16, collate_fn=MlmCollator(),
-                                 num_workers=workers, persistent_workers=workers > 0)
+        # the loader prefetches 2 x 2 x 4 = 16 rows, fewer than a window (one ~30-row shard) holds
+        loader = ResumableLoader(dataset, sampler=sampler, batch_size=4, collate_fn=MlmCollator(),
+                                 num_workers=workers, persistent_workers=workers > 0, prefetch_factor=2 if workers else None)
         out = []
         for epoch in range(2):
             sampler.set_epoch(epoch)
