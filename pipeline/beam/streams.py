@@ -236,7 +236,9 @@ class UnitReader:
     def _scan_text(self, out: UnitScan) -> None:
         stats = RawTextStats()
         compressed = self.unit.source.lower().endswith(COMPRESSED_SUFFIXES)
-        scan = scan_text(self._caching(self._decoded(stats)), stats, self._keep_boilerplate,
+        # An input marked for splitting is read again by its ranges: keeping its pieces would be waste.
+        pieces = self._decoded(stats) if self._split_bytes else self._caching(self._decoded(stats))
+        scan = scan_text(pieces, stats, self._keep_boilerplate,
                          signature_bytes=self.unit.size * (COMPRESSED_TEXT_RATIO if compressed else 1),
                          signature_seed=SIGNATURE_SEED, split_bytes=self._split_bytes)
         out.documents = 1

@@ -375,17 +375,20 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
     inputs.mkdir()
     (inputs / "three_books.txt").write_bytes(b"\n".join(p.read_bytes() for p in books))
     (inputs / "book.txt.gz").write_bytes(gzip.compress(books[0].read_bytes()))
+    # UTF-16 cannot be cut at byte ranges: marked for splitting by size, then tokenized whole
+    (inputs / "utf16.txt").write_bytes(b"\xff\xfe" + books[1].read_text(encoding="utf-8", errors="replace")
+                                       .encode("utf-16-le"))
     assert (inputs / "three_books.txt").stat().st_size > 8 * 65536
     manifests = {}
     for name, split_bytes in (("split", "65536"), ("whole", str(1 << 30))):
         run_preprocess([inputs], tmp_path / name, "--split_bytes", split_bytes, "--packing", packing)
         manifests[name] = load_manifest(str(tmp_path / name))
     log = caplog.text
-    assert "1 large text input(s) are tokenized by many workers in byte ranges" in log
+    assert "2 large text input(s) are tokenized by many workers in byte ranges" in log
     assert "1 compressed input(s) over --split_bytes" in log and "book.txt.gz" in log
     split, whole = manifests["split"], manifests["whole"]
     assert split[m.KEY_COUNTS] == whole[m.KEY_COUNTS] and split[m.KEY_INPUTS] == whole[m.KEY_INPUTS]
-    assert split[m.KEY_COUNTS][m.FILES_READ] == 2 and split[m.KEY_COUNTS][m.DOCUMENTS] == 2
+    assert split[m.KEY_COUNTS][m.FILES_READ] == 3 and split[m.KEY_COUNTS][m.DOCUMENTS] == 3
     for name in m.SPLITS:
         shards = [s["sha256"] for s in split[m.KEY_SPLITS][name]["shards"]]
         assert shards == [s["sha256"] for s in whole[m.KEY_SPLITS][name]["shards"]]
