@@ -1,7 +1,8 @@
-"""Consume shards in PyTorch: a memory-mapped map-style Dataset (static or dynamic masks), a
+"""Consume shards in PyTorch: a map-style Dataset over the shard files (static or dynamic masks), a
 collator for batches and for HF Trainer, and a resumable distributed sampler.
 
-Only paths travel to DataLoader workers; each process memory-maps the shards on first use.
+Only paths travel to DataLoader workers; each process opens the shards on first use and copies the
+rows of a batch straight from the files (`pipeline.storage.shard_rows`).
 A dynamic row's mask is `mask_rows(row, mask_seed, epoch)`: the same in any worker, rank or process.
 """
 
@@ -11,7 +12,6 @@ import multiprocessing
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.context import get_spawning_popen
 
 import numpy as np
@@ -21,35 +21,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
-from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
 from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
+from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard, open_shard
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
 
 PAD_TO_MULTIPLE_OF = 8
-
-
-@dataclass
-class _Block:
-    """One record batch of a shard as numpy views into the memory map (no copy)."""
-
-    ids: np.ndarray  # (n, L)
-    attention: np.ndarray  # (n, L)
-    labels_or_seeds: np.ndarray  # (n, L) labels, or (n,) mask seeds
-
-
-def _open_blocks(path: str, seq_len: int, static: bool) -> list[_Block]:
-    third = LABELS if static else MASK_SEED
-    blocks = []
-    for batch in open_batches(path):
-        blocks.append(_Block(
-            ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
-            attention=fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len),
-            labels_or_seeds=(fixed_list_to_numpy(batch.column(third), seq_len) if static
-                             else batch.column(third).to_numpy()),
-        ))
-    return blocks
 
 
 class MlmShardDataset(Dataset):
@@ -64,12 +42,18 @@ class MlmShardDataset(Dataset):
     (which never see `set_epoch` on the main process's copy) still mask with the right epoch.
     Static output has one stored mask per row (per `--dupe_factor` copy): every epoch repeats it.
 
-    Shards are memory-mapped record batch by record batch; rows are copied only into the batch
-    being built, so every DataLoader worker and rank shares the page cache instead of a heap copy.
+    Rows are copied from the shard files only into the batch being built, so every DataLoader worker
+    and rank shares the kernel's page cache instead of holding a heap copy. `read_mode="pread"` (the
+    default on POSIX) copies each row with a pread system call: a worker's RSS holds its batches
+    whatever the size of the output. `read_mode="mmap"` gathers from memory maps instead (no system
+    call per row; the pages read count in every worker's RSS, shared and reclaimable).
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
-                 cache_limit: int | None = None) -> None:
+                 cache_limit: int | None = None, read_mode: str = DEFAULT_READ_MODE) -> None:
+        if read_mode not in READ_MODES:
+            raise ValueError(f"read_mode must be one of {', '.join(READ_MODES)}, got {read_mode!r}")
+        self.read_mode = read_mode
         manifest = load_manifest(directory)
         config = manifest[m.KEY_CONFIG]
         entries = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
@@ -94,7 +78,10 @@ class MlmShardDataset(Dataset):
         self.rule: MaskingRule = masking_rule(manifest)
         self.vocab_size = self.rule.vocab_size
         self.epoch = epoch
-        self._shards: OrderedDict[int, tuple[list[_Block], np.ndarray]] = OrderedDict()
+        third = LABELS if self.static else MASK_SEED
+        self.columns = [Column(INPUT_IDS, self.seq_len), Column(ATTENTION_MASK, self.seq_len),
+                        Column(third, self.seq_len if self.static else 0)]
+        self._shards: OrderedDict[int, PreadShard | MappedShard] = OrderedDict()
         self._pid = -1
 
     def set_epoch(self, epoch: int) -> None:
@@ -121,8 +108,8 @@ class MlmShardDataset(Dataset):
         state["windows"] = None  # the prefetcher stays with the sampler, in the main process
         return state
 
-    def _shard(self, i: int) -> tuple[list[_Block], np.ndarray]:
-        """The record batches of shard i (memory-mapped once per process) and their row offsets."""
+    def _shard(self, i: int) -> PreadShard | MappedShard:
+        """Shard i, opened once per process."""
         if self._pid != os.getpid():
             self._shards, self._pid = OrderedDict(), os.getpid()
         if i in self._shards:
@@ -132,20 +119,21 @@ class MlmShardDataset(Dataset):
         if self._remote is not None:  # a shard the prefetcher has not brought (yet), or no prefetcher
             cache_dir, limit = self._cache
             # With a windowed sampler its prefetcher alone evicts (it knows the three windows to keep);
-            # read otherwise (an evaluation pass), this process evicts all but the shards it has mapped.
+            # read otherwise (an evaluation pass), this process evicts all but the shards it has open.
             keep = {self.paths[j] for j in list(self._shards)[-(2 * self.window_shards - 1):]}
             path = fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
-        blocks = _open_blocks(path, self.seq_len, self.static)
-        offsets = np.cumsum([0] + [b.ids.shape[0] for b in blocks])
-        if int(offsets[-1]) != int(self.offsets[i + 1] - self.offsets[i]):
-            raise ValueError(f"shard {path} holds {int(offsets[-1])} rows, the manifest says "
-                             f"{int(self.offsets[i + 1] - self.offsets[i])}")
-        self._shards[i] = (blocks, offsets)
-        # Windowed: the previous and current windows stay mapped (with the next one on disk, the three
-        # windows the cache has room for); older ones are unmapped once no batch holds a view into them.
+        shard = open_shard(path, self.columns, self.read_mode)
+        expected = int(self.offsets[i + 1] - self.offsets[i])
+        if shard.rows != expected:
+            shard.close()
+            raise ValueError(f"shard {path} holds {shard.rows} rows, the manifest says {expected}")
+        self._shards[i] = shard
+        # Windowed: the previous and current windows stay open (with the next one on disk, the three
+        # windows the cache has room for); older ones are closed (a memory map goes once no batch holds
+        # a view into it).
         if self.window_shards and len(self._shards) > 2 * self.window_shards:
-            self._shards.popitem(last=False)
-        return self._shards[i]
+            self._shards.popitem(last=False)[1].close()
+        return shard
 
     def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
         tagged = np.asarray(indices, dtype=np.int64)
@@ -157,29 +145,18 @@ class MlmShardDataset(Dataset):
         epoch = self.epoch + (int(epochs[0]) if epochs.size else 0)
         shard_of = np.searchsorted(self.offsets, index, side="right") - 1
         in_shard = index - self.offsets[shard_of]
-        ids = attention = third = None
-        for shard in np.unique(shard_of).tolist():
-            blocks, block_offsets = self._shard(shard)
-            if ids is None:
-                ids = np.empty((index.size, self.seq_len), dtype=blocks[0].ids.dtype)
-                attention = np.empty((index.size, self.seq_len), dtype=np.int8)
-                third = np.empty((index.size, self.seq_len) if self.static else index.size,
-                                 dtype=ids.dtype if self.static else np.uint64)
-            rows_here = np.flatnonzero(shard_of == shard)
-            which = np.searchsorted(block_offsets, in_shard[rows_here], side="right") - 1
-            local = in_shard[rows_here] - block_offsets[which]
-            order = np.argsort(which, kind="stable")  # rows grouped by record batch, one gather each
-            starts = np.flatnonzero(np.diff(which[order], prepend=-1))
-            for start, stop in zip(starts, [*starts[1:], order.size]):
-                picked = order[start:stop]
-                block, at, rows = blocks[which[picked[0]]], local[picked], rows_here[picked]
-                ids[rows] = block.ids[at]
-                attention[rows] = block.attention[at]
-                third[rows] = block.labels_or_seeds[at]
-        if ids is None:
-            ids = np.empty((0, self.seq_len), dtype=np.int32)
-            attention = np.empty((0, self.seq_len), dtype=np.int8)
-            third = np.empty((0, self.seq_len) if self.static else 0, dtype=np.int32 if self.static else np.uint64)
+        outs = None
+        for i in np.unique(shard_of).tolist():
+            shard = self._shard(i)
+            if outs is None:
+                outs = [np.empty((index.size, self.seq_len) if c.width else index.size, dtype=dtype)
+                        for c, dtype in zip(self.columns, shard.dtypes)]
+            rows_here = np.flatnonzero(shard_of == i)
+            shard.gather(in_shard[rows_here], rows_here, outs)
+        if outs is None:
+            outs = [np.empty((0, self.seq_len), dtype=np.int32), np.empty((0, self.seq_len), dtype=np.int8),
+                    np.empty((0, self.seq_len), dtype=np.int32) if self.static else np.empty(0, dtype=np.uint64)]
+        ids, attention, third = outs
         if self.static:
             labels = third
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader
 from pipeline.consumers.inspection import read_split_rows
 from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.consumers.outputs import load_manifest, masking_rule
+from pipeline.storage.shard_rows import READ_MODES
 from schemas import manifest as m
 from schemas.shard import IGNORE_INDEX
 from tests.conftest import run_preprocess
@@ -28,8 +30,9 @@ def outputs(small_books, tmp_path_factory):
     return base
 
 
-def test_dynamic_masks_repeat_per_epoch_and_change_between_epochs(outputs):
-    ds = MlmShardDataset(str(outputs / "dynamic"))
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_dynamic_masks_repeat_per_epoch_and_change_between_epochs(outputs, read_mode):
+    ds = MlmShardDataset(str(outputs / "dynamic"), read_mode=read_mode)
     rule = masking_rule(load_manifest(str(outputs / "dynamic")))
     expected = read_split_rows(str(outputs / "dynamic"), m.TRAIN, load_manifest(str(outputs / "dynamic")), rule, 2)
     ds.set_epoch(2)
@@ -46,18 +49,37 @@ def test_dynamic_masks_repeat_per_epoch_and_change_between_epochs(outputs):
     np.testing.assert_array_equal(single["labels"], other["labels"][5])
 
 
-def test_static_rows_are_returned_as_stored(outputs):
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_static_rows_are_returned_as_stored(outputs, read_mode):
     import datasets
 
-    ds = MlmShardDataset(str(outputs / "static"))
+    ds = MlmShardDataset(str(outputs / "static"), read_mode=read_mode)
     hf = datasets.load_from_disk(str(outputs / "static"))[m.TRAIN].with_format("numpy")
-    batch = ds.__getitems__([0, len(ds) - 1])
-    np.testing.assert_array_equal(batch["input_ids"][1], hf[len(ds) - 1]["input_ids"])
-    np.testing.assert_array_equal(batch["labels"][0], hf[0]["labels"])
+    picked = np.random.default_rng(0).permutation(len(ds))[:64].tolist() + [0, len(ds) - 1]
+    batch = ds.__getitems__(picked)
+    rows = hf[picked]
+    for key in ("input_ids", "attention_mask", "labels"):
+        np.testing.assert_array_equal(batch[key], rows[key])
 
 
-def test_dataset_pickles_without_data_and_workers_agree(outputs):
-    ds = MlmShardDataset(str(outputs / "dynamic"), epoch=1)
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/self/maps (Linux)")
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_pread_reads_rows_without_mapping_the_shards(outputs, read_mode):
+    """What bounds a DataLoader worker's RSS: with pread no page of a shard is ever mapped into the
+    process (the rows come through the page cache by system call); with mmap they are."""
+    ds = MlmShardDataset(str(outputs / "static"), read_mode=read_mode)
+    batch = ds.__getitems__(list(range(len(ds))))
+    assert batch["input_ids"].shape == (len(ds), 512)
+    with open("/proc/self/maps") as handle:
+        mapped = {line.split(maxsplit=5)[-1].strip() for line in handle if line.count(" ") >= 5}
+    shards = {os.path.realpath(path) for path in ds.paths}
+    assert (shards & {os.path.realpath(p) for p in mapped if p.startswith("/")}) == (
+        set() if read_mode == "pread" else shards)
+
+
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_dataset_pickles_without_data_and_workers_agree(outputs, read_mode):
+    ds = MlmShardDataset(str(outputs / "dynamic"), epoch=1, read_mode=read_mode)
     ds.__getitems__([0])
     blob = pickle.dumps(ds)
     assert len(blob) < 200_000  # paths and the rule travel, not the rows

@@ -1,0 +1,177 @@
+"""Rows of a local shard file copied straight into a batch being built.
+
+A shard is an Arrow IPC stream whose columns are fixed-width per row (fixed_size_list<L> ids,
+attention, labels; or a uint64 mask seed), so row r of a column is `row_bytes` contiguous bytes at a
+file position known from the record batch layout. Two readers with one interface:
+
+- `PreadShard` (default on POSIX): learns the layout from a memory map of the file, unmaps it, and
+  copies each requested row with `pread` (a numba kernel calling libc, one call per batch). The file's
+  pages stay in the kernel's page cache, shared by every process and never mapped into this one, so a
+  DataLoader worker's RSS holds its batches, not the pages of the output it has read.
+- `MappedShard`: gathers from numpy views into the memory map (no system call per row). Pages touched
+  count in the process's RSS (shared, reclaimable page cache; the kernel maps 64 KB around each touch,
+  so random rows map a whole output into every worker within a few dozen batches).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numba import types
+
+from pipeline.kernels.jit import kernel
+from pipeline.storage.arrow_files import fixed_list_to_numpy
+
+READ_PREAD = "pread"
+READ_MMAP = "mmap"
+READ_MODES = (READ_PREAD, READ_MMAP)
+DEFAULT_READ_MODE = READ_PREAD if hasattr(os, "pread") else READ_MMAP
+
+# Resolved by name when the kernel is linked (libc is in every process), so the kernel caches on disk
+# (a ctypes function pointer would be a per-process constant numba refuses to cache).
+_pread = types.ExternalFunction("pread", types.int64(types.int32, types.uintp, types.uintp, types.int64))
+
+
+class ShardReadError(OSError):
+    """A shard file is shorter than its layout says, or cannot be read."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column to gather: its name and its values per row (L for fixed_size_list<L>, 0 for a scalar)."""
+
+    name: str
+    width: int
+
+
+@kernel()
+def _pread_rows(fd, rows, dest, batch_starts, batch_positions, row_bytes, out_addresses):  # pragma: no cover - jitted
+    """Copy row rows[k] of every column c to row dest[k] of out c; -1 when done, else the failing k."""
+    for c in range(row_bytes.size):
+        size = row_bytes[c]
+        for k in range(rows.size):
+            r = rows[k]
+            b = np.searchsorted(batch_starts, r, side="right") - 1
+            position = batch_positions[c, b] + (r - batch_starts[b]) * size
+            address = out_addresses[c] + np.uint64(dest[k] * size)
+            done = 0
+            while done < size:  # a regular file returns all bytes but at its end; loop for the letter of pread
+                got = _pread(np.int32(fd), address + np.uint64(done), np.uint64(size - done), position + done)
+                if got <= 0:
+                    return k
+                done += got
+    return -1
+
+
+def _column_view(batch: pa.RecordBatch, column: Column) -> np.ndarray:
+    values = batch.column(column.name)
+    return fixed_list_to_numpy(values, column.width) if column.width else values.to_numpy()
+
+
+class MappedShard:
+    """A shard's record batches as numpy views into its memory map (see the module docstring)."""
+
+    def __init__(self, path: str, columns: list[Column]) -> None:
+        self.path, self.columns = path, columns
+        self._map = pa.memory_map(path, "r")
+        self.batches = [[_column_view(batch, c) for c in columns] for batch in pa.ipc.open_stream(self._map)]
+        self.starts = np.cumsum([0] + [views[0].shape[0] for views in self.batches])
+        self.dtypes = [np.dtype(self.batches[0][i].dtype) if self.batches else np.dtype(np.int32)
+                       for i in range(len(columns))]
+
+    @property
+    def rows(self) -> int:
+        return int(self.starts[-1])
+
+    def gather(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
+        """Row rows[k] of column c into outs[c][dest[k]]."""
+        which = np.searchsorted(self.starts, rows, side="right") - 1
+        local = rows - self.starts[which]
+        order = np.argsort(which, kind="stable")  # rows grouped by record batch, one gather each
+        starts = np.flatnonzero(np.diff(which[order], prepend=-1))
+        for start, stop in zip(starts, [*starts[1:], order.size]):
+            picked = order[start:stop]
+            views, at, to = self.batches[which[picked[0]]], local[picked], dest[picked]
+            for view, out in zip(views, outs):
+                out[to] = view[at]
+
+    def close(self) -> None:
+        """Drop the views; the map goes once no batch holds one (numpy keeps its buffer alive)."""
+        self.batches = []
+
+
+def _layout(path: str, columns: list[Column]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.dtype]]:
+    """Where each record batch's rows start (cumulative, n_batches + 1), the file position of row 0 of
+    each column in each batch (n_columns, n_batches), the bytes of a row of each column and its dtype,
+    read from a memory map that is closed again (only the pages of the batch headers are touched)."""
+    size = os.path.getsize(path)
+    with pa.memory_map(path, "r") as mapped:
+        base = mapped.read_buffer(1).address if size else 0  # a 1-byte slice: no page is touched
+        mapped.seek(0)
+        starts, positions, row_bytes, dtypes = [0], [[] for _ in columns], [], []
+        for batch in pa.ipc.open_stream(mapped):
+            for i, column in enumerate(columns):
+                view = _column_view(batch, column)
+                stride = view.dtype.itemsize * max(column.width, 1)
+                position = view.ctypes.data - base
+                if view.shape[0] and not (view.flags.c_contiguous and position >= 0
+                                          and position + view.shape[0] * stride <= size):
+                    raise ShardReadError(f"{path}: column {column.name!r} is not stored as fixed-width rows in the "
+                                         "file (nulls or a chunked layout?): read it with read_mode='mmap'")
+                positions[i].append(position)
+                if len(dtypes) < len(columns):
+                    dtypes.append(np.dtype(view.dtype))
+                    row_bytes.append(stride)
+            starts.append(starts[-1] + batch.num_rows)
+    return (np.asarray(starts, dtype=np.int64), np.asarray(positions, dtype=np.int64).reshape(len(columns), -1),
+            np.asarray(row_bytes or [0] * len(columns), dtype=np.int64), dtypes or [np.dtype(np.int32)] * len(columns))
+
+
+class PreadShard:
+    """A shard read row by row with pread (see the module docstring)."""
+
+    def __init__(self, path: str, columns: list[Column]) -> None:
+        self.path, self.columns = path, columns
+        self.starts, self.positions, self.row_bytes, self.dtypes = _layout(path, columns)
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    @property
+    def rows(self) -> int:
+        return int(self.starts[-1])
+
+    def gather(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
+        """Row rows[k] of column c into outs[c][dest[k]]; outs must be C-contiguous, of this shard's dtypes."""
+        for out, dtype, size in zip(outs, self.dtypes, self.row_bytes):
+            if not out.flags.c_contiguous or out.dtype != dtype or (out.size and out.nbytes // out.shape[0] != size):
+                raise ValueError(f"output array {out.dtype}{out.shape} does not take rows of {size} bytes of {dtype}")
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        dest = np.ascontiguousarray(dest, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
+            raise IndexError(f"row {rows.max() if rows.max() >= self.rows else rows.min()} is outside "
+                             f"{self.path} ({self.rows} rows)")
+        addresses = np.asarray([out.ctypes.data for out in outs], dtype=np.uint64)
+        failed = _pread_rows(self._fd, rows, dest, self.starts, self.positions, self.row_bytes, addresses)
+        if failed >= 0:
+            raise ShardReadError(f"{self.path}: could not read row {int(rows[failed])} (the file is shorter than "
+                                 "its record batches say: truncated or replaced while open?)")
+
+    def close(self) -> None:
+        if self._fd >= 0:  # in a forked process, its own copy of the descriptor
+            os.close(self._fd)
+        self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
+
+
+def open_shard(path: str, columns: list[Column], read_mode: str = DEFAULT_READ_MODE) -> PreadShard | MappedShard:
+    """A local shard file opened for row gathers with `read_mode` ('pread' or 'mmap')."""
+    if read_mode == READ_PREAD:
+        return PreadShard(path, columns)
+    if read_mode == READ_MMAP:
+        return MappedShard(path, columns)
+    raise ValueError(f"read_mode must be one of {', '.join(READ_MODES)}, got {read_mode!r}")
