@@ -22,12 +22,17 @@ from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
-from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard, open_shard
+from pipeline.storage.shard_rows import (DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard,
+                                         ShardLayout, open_shard)
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
 
 PAD_TO_MULTIPLE_OF = 8
+# Shard files one process keeps open (a file descriptor each): a large output has thousands of shards
+# and a random batch touches hundreds; the least recently used are closed (pread reopens one with a
+# single open, its layout kept) so a worker stays under the usual limit of 1,024 open files.
+MAX_OPEN_SHARDS = 256
 
 
 class MlmShardDataset(Dataset):
@@ -81,7 +86,8 @@ class MlmShardDataset(Dataset):
         third = LABELS if self.static else MASK_SEED
         self.columns = [Column(INPUT_IDS, self.seq_len), Column(ATTENTION_MASK, self.seq_len),
                         Column(third, self.seq_len if self.static else 0)]
-        self._shards: OrderedDict[int, PreadShard | MappedShard] = OrderedDict()
+        self._shards: OrderedDict[int, PreadShard | MappedShard] = OrderedDict()  # open, least recent first
+        self._layouts: dict[int, ShardLayout] = {}
         self._pid = -1
 
     def set_epoch(self, epoch: int) -> None:
@@ -104,14 +110,14 @@ class MlmShardDataset(Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_shards"], state["_pid"] = OrderedDict(), -1  # workers map the files themselves
+        state["_shards"], state["_layouts"], state["_pid"] = OrderedDict(), {}, -1  # workers open the files
         state["windows"] = None  # the prefetcher stays with the sampler, in the main process
         return state
 
     def _shard(self, i: int) -> PreadShard | MappedShard:
         """Shard i, opened once per process."""
         if self._pid != os.getpid():
-            self._shards, self._pid = OrderedDict(), os.getpid()
+            self._shards, self._layouts, self._pid = OrderedDict(), {}, os.getpid()
         if i in self._shards:
             self._shards.move_to_end(i)
             return self._shards[i]
@@ -122,16 +128,18 @@ class MlmShardDataset(Dataset):
             # read otherwise (an evaluation pass), this process evicts all but the shards it has open.
             keep = {self.paths[j] for j in list(self._shards)[-(2 * self.window_shards - 1):]}
             path = fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
-        shard = open_shard(path, self.columns, self.read_mode)
+        shard = open_shard(path, self.columns, self.read_mode, self._layouts.get(i))
         expected = int(self.offsets[i + 1] - self.offsets[i])
         if shard.rows != expected:
             shard.close()
             raise ValueError(f"shard {path} holds {shard.rows} rows, the manifest says {expected}")
         self._shards[i] = shard
+        if shard.layout is not None:
+            self._layouts[i] = shard.layout
         # Windowed: the previous and current windows stay open (with the next one on disk, the three
         # windows the cache has room for); older ones are closed (a memory map goes once no batch holds
         # a view into it).
-        if self.window_shards and len(self._shards) > 2 * self.window_shards:
+        while len(self._shards) > (2 * self.window_shards if self.window_shards else MAX_OPEN_SHARDS):
             self._shards.popitem(last=False)[1].close()
         return shard
 

@@ -74,8 +74,9 @@ def _column_view(batch: pa.RecordBatch, column: Column) -> np.ndarray:
 class MappedShard:
     """A shard's record batches as numpy views into its memory map (see the module docstring)."""
 
-    def __init__(self, path: str, columns: list[Column]) -> None:
+    def __init__(self, path: str, columns: list[Column], layout: ShardLayout | None = None) -> None:
         self.path, self.columns = path, columns
+        self.layout = layout  # unused: the views are the layout
         self._map = pa.memory_map(path, "r")
         self.batches = [[_column_view(batch, c) for c in columns] for batch in pa.ipc.open_stream(self._map)]
         self.starts = np.cumsum([0] + [views[0].shape[0] for views in self.batches])
@@ -99,14 +100,24 @@ class MappedShard:
                 out[to] = view[at]
 
     def close(self) -> None:
-        """Drop the views; the map goes once no batch holds one (numpy keeps its buffer alive)."""
+        """Close the file and drop the views; the map goes once no array holds a view into it."""
         self.batches = []
+        self._map.close()
 
 
-def _layout(path: str, columns: list[Column]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.dtype]]:
-    """Where each record batch's rows start (cumulative, n_batches + 1), the file position of row 0 of
-    each column in each batch (n_columns, n_batches), the bytes of a row of each column and its dtype,
-    read from a memory map that is closed again (only the pages of the batch headers are touched)."""
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where a shard's rows lie in its file: a few KB, kept to reopen the file without parsing it."""
+
+    starts: np.ndarray  # (n_batches + 1,) cumulative rows: record batch b holds rows starts[b]:starts[b + 1]
+    positions: np.ndarray  # (n_columns, n_batches) file position of row 0 of each column in each batch
+    row_bytes: np.ndarray  # (n_columns,) bytes of one row of each column
+    dtypes: list[np.dtype]
+
+
+def read_layout(path: str, columns: list[Column]) -> ShardLayout:
+    """The layout of a shard file, read from a memory map that is closed again (only the pages of the
+    record batch headers are touched)."""
     size = os.path.getsize(path)
     with pa.memory_map(path, "r") as mapped:
         base = mapped.read_buffer(1).address if size else 0  # a 1-byte slice: no page is touched
@@ -126,16 +137,21 @@ def _layout(path: str, columns: list[Column]) -> tuple[np.ndarray, np.ndarray, n
                     dtypes.append(np.dtype(view.dtype))
                     row_bytes.append(stride)
             starts.append(starts[-1] + batch.num_rows)
-    return (np.asarray(starts, dtype=np.int64), np.asarray(positions, dtype=np.int64).reshape(len(columns), -1),
-            np.asarray(row_bytes or [0] * len(columns), dtype=np.int64), dtypes or [np.dtype(np.int32)] * len(columns))
+    return ShardLayout(np.asarray(starts, dtype=np.int64),
+                       np.asarray(positions, dtype=np.int64).reshape(len(columns), -1),
+                       np.asarray(row_bytes or [0] * len(columns), dtype=np.int64),
+                       dtypes or [np.dtype(np.int32)] * len(columns))
 
 
 class PreadShard:
     """A shard read row by row with pread (see the module docstring)."""
 
-    def __init__(self, path: str, columns: list[Column]) -> None:
+    def __init__(self, path: str, columns: list[Column], layout: ShardLayout | None = None) -> None:
+        """`layout`: one read before from the same file (reopening then costs one `open`)."""
         self.path, self.columns = path, columns
-        self.starts, self.positions, self.row_bytes, self.dtypes = _layout(path, columns)
+        self.layout = layout or read_layout(path, columns)
+        self.starts, self.positions, self.row_bytes = self.layout.starts, self.layout.positions, self.layout.row_bytes
+        self.dtypes = self.layout.dtypes
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     @property
@@ -168,10 +184,12 @@ class PreadShard:
             self.close()
 
 
-def open_shard(path: str, columns: list[Column], read_mode: str = DEFAULT_READ_MODE) -> PreadShard | MappedShard:
-    """A local shard file opened for row gathers with `read_mode` ('pread' or 'mmap')."""
+def open_shard(path: str, columns: list[Column], read_mode: str = DEFAULT_READ_MODE,
+               layout: ShardLayout | None = None) -> PreadShard | MappedShard:
+    """A local shard file opened for row gathers with `read_mode` ('pread' or 'mmap'); `layout`, the
+    `.layout` of an earlier opening of the same file, spares pread the parsing."""
     if read_mode == READ_PREAD:
-        return PreadShard(path, columns)
+        return PreadShard(path, columns, layout)
     if read_mode == READ_MMAP:
-        return MappedShard(path, columns)
+        return MappedShard(path, columns, layout)
     raise ValueError(f"read_mode must be one of {', '.join(READ_MODES)}, got {read_mode!r}")

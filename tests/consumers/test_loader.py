@@ -77,6 +77,33 @@ def test_pread_reads_rows_without_mapping_the_shards(outputs, read_mode):
         set() if read_mode == "pread" else shards)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd (Linux)")
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_open_shard_files_are_bounded_and_reopened_on_use(outputs, read_mode, monkeypatch):
+    """An output of thousands of shards must not hold a file open per shard in every worker (the
+    usual limit is 1,024): past MAX_OPEN_SHARDS the least recently used are closed and reopened."""
+    import pipeline.consumers.loader as loader
+
+    monkeypatch.setattr(loader, "MAX_OPEN_SHARDS", 2)
+    ds = MlmShardDataset(str(outputs / "static"), read_mode=read_mode)
+    assert len(ds.paths) == 3
+    shards = {os.path.realpath(path) for path in ds.paths}
+
+    def open_shard_files() -> int:
+        return sum(os.path.realpath(os.path.join("/proc/self/fd", fd)) in shards for fd in os.listdir("/proc/self/fd")
+                   if os.path.exists(os.path.join("/proc/self/fd", fd)))
+
+    expected = ds.__getitems__(list(range(len(ds))))  # opens all three in turn
+    assert open_shard_files() <= 2
+    rng = np.random.default_rng(3)
+    for _ in range(6):  # every shard in turn, in random order, many times over
+        picked = rng.permutation(len(ds))[:50]
+        batch = ds.__getitems__(picked.tolist())
+        for key in expected:
+            np.testing.assert_array_equal(batch[key], expected[key][picked])
+        assert open_shard_files() <= 2
+
+
 @pytest.mark.parametrize("read_mode", READ_MODES)
 def test_dataset_pickles_without_data_and_workers_agree(outputs, read_mode):
     ds = MlmShardDataset(str(outputs / "dynamic"), epoch=1, read_mode=read_mode)
