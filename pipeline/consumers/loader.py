@@ -22,8 +22,15 @@ from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
-from pipeline.storage.shard_rows import (DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard,
-                                         ShardLayout, open_shard)
+from pipeline.storage.shard_rows import (
+    DEFAULT_READ_MODE,
+    READ_MODES,
+    Column,
+    MappedShard,
+    PreadShard,
+    ShardLayout,
+    open_shard,
+)
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
@@ -68,7 +75,7 @@ class MlmShardDataset(Dataset):
         self.window_shards = 0  # > 0: a cache smaller than the split; read window by window
         self.windows: ShardWindows | None = None
         self.prefetched = False  # a windowed sampler's prefetcher manages the cache
-        if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, memory-mapped
+        if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, read as local
             shards = [(path, e[m.KEY_SHA256], e[m.KEY_BYTES]) for path, e in zip(self.paths, entries)]
             if cache_limit is None or sum(size for _, _, size in shards) <= cache_limit:
                 self.paths = cached_shards(shards, cache_dir, cache_limit)
@@ -137,8 +144,7 @@ class MlmShardDataset(Dataset):
         if shard.layout is not None:
             self._layouts[i] = shard.layout
         # Windowed: the previous and current windows stay open (with the next one on disk, the three
-        # windows the cache has room for); older ones are closed (a memory map goes once no batch holds
-        # a view into it).
+        # windows the cache has room for); older ones are closed. Otherwise at most MAX_OPEN_SHARDS stay open.
         while len(self._shards) > (2 * self.window_shards if self.window_shards else MAX_OPEN_SHARDS):
             self._shards.popitem(last=False)[1].close()
         return shard

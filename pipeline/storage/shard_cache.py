@@ -1,5 +1,5 @@
-"""Local copies of remote shards (s3://, gs://, hf://...), so training memory-maps them like local
-ones instead of holding each shard on every worker's heap.
+"""Local copies of remote shards (s3://, gs://, hf://...), so training reads them like local ones
+(`shard_rows`) instead of holding each shard on every worker's heap.
 
 Copies are content-addressed by the shard's sha256 from the manifest (`CACHE/ab/abcdef....arrow`),
 verified while they download, written under a temporary name and renamed, so a killed download
