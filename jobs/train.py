@@ -12,6 +12,7 @@ from pipeline.console import setup_logging
 from pipeline.consumers.outputs import load_manifest
 from pipeline.consumers.train_loop import train
 from pipeline.consumers.training import MODEL_SIZES, TrainConfig
+from pipeline.storage.shard_rows import READ_MODES
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
@@ -27,6 +28,8 @@ def parse(argv: list[str] | None) -> TrainConfig:
     for name in ("batch_size", "grad_accum", "epochs"):
         if getattr(cfg, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    if cfg.read_mode not in READ_MODES:
+        parser.error(f"--read_mode must be one of {', '.join(READ_MODES)}, got {cfg.read_mode!r}")
     if not cfg.model and cfg.config not in MODEL_SIZES:
         parser.error(f"--config must be one of {sorted(MODEL_SIZES)}, got {cfg.config!r}")
     if cfg.model and not _model_exists(cfg.model):

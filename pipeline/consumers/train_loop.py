@@ -47,7 +47,8 @@ def train(cfg: TrainConfig) -> dict:
     """Train as `cfg` says; returns the final validation metrics."""
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cache = {"cache_dir": cfg.cache_dir, "cache_limit": cfg.cache_limit}  # for a remote --data
+    cache = {"cache_dir": cfg.cache_dir, "cache_limit": cfg.cache_limit,  # for a remote --data
+             "read_mode": cfg.read_mode}
     train_ds, val_ds = MlmShardDataset(cfg.data, m.TRAIN, **cache), MlmShardDataset(cfg.data, m.VALIDATION, **cache)
     spec = tokenizer_spec(cfg.data)
     model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)

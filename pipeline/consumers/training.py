@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from pipeline.storage.shard_rows import DEFAULT_READ_MODE
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
 MODEL_SIZES = {  # hidden, layers, heads, intermediate
@@ -55,6 +56,7 @@ class TrainConfig:
     log_every: int = 10  # steps between progress lines in the log when stdout is not a terminal (0: none)
     cache_dir: str | None = None  # where shards of a remote --data (s3://, gs://, hf://) are copied
     cache_limit: int | None = None  # bytes the shard cache may hold (older copies are evicted)
+    read_mode: str = DEFAULT_READ_MODE  # rows from the shards by pread (RSS holds only batches) or mmap
 
     def save(self, path: str) -> None:
         with open(path, "w") as handle:

@@ -47,6 +47,16 @@ class Column:
     width: int
 
 
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where a shard's rows lie in its file: a few KB, kept to reopen the file without parsing it."""
+
+    starts: np.ndarray  # (n_batches + 1,) cumulative rows: record batch b holds rows starts[b]:starts[b + 1]
+    positions: np.ndarray  # (n_columns, n_batches) file position of row 0 of each column in each batch
+    row_bytes: np.ndarray  # (n_columns,) bytes of one row of each column
+    dtypes: list[np.dtype]
+
+
 @kernel()
 def _pread_rows(fd, rows, dest, batch_starts, batch_positions, row_bytes, out_addresses):  # pragma: no cover - jitted
     """Copy row rows[k] of every column c to row dest[k] of out c; -1 when done, else the failing k."""
@@ -103,16 +113,6 @@ class MappedShard:
         """Close the file and drop the views; the map goes once no array holds a view into it."""
         self.batches = []
         self._map.close()
-
-
-@dataclass(frozen=True)
-class ShardLayout:
-    """Where a shard's rows lie in its file: a few KB, kept to reopen the file without parsing it."""
-
-    starts: np.ndarray  # (n_batches + 1,) cumulative rows: record batch b holds rows starts[b]:starts[b + 1]
-    positions: np.ndarray  # (n_columns, n_batches) file position of row 0 of each column in each batch
-    row_bytes: np.ndarray  # (n_columns,) bytes of one row of each column
-    dtypes: list[np.dtype]
 
 
 def read_layout(path: str, columns: list[Column]) -> ShardLayout:

@@ -151,6 +151,9 @@ def test_flags_keep_the_config_defaults(data128):
     assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False
     cfg = parse(["--data", str(data128), "--output", "unused", "--no_trim_padding", "--compile"])
     assert cfg.trim_padding is False and cfg.compile is True
+    assert cfg.read_mode == "pread"
+    with pytest.raises(SystemExit):
+        parse(["--data", str(data128), "--output", "unused", "--read_mode", "direct"])
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -202,17 +205,20 @@ def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resum
 
 
 def test_two_epochs_with_dataloader_workers(data128, tmp_path):
-    """jobs.train with 2 DataLoader workers (compact batches widened on the device) over 2 epochs:
-    every step of both epochs runs, and the saved sampler state is at the end of epoch 1."""
+    """jobs.train with 2 DataLoader workers (compact batches widened on the device) over 2 epochs,
+    reading rows through memory maps (the other runs use the default, pread): every step of both
+    epochs runs, and the saved sampler state is at the end of epoch 1."""
     from jobs.train import run
     from pipeline.consumers.loader import MlmShardDataset
 
     out = tmp_path / "model"
     per_epoch = len(MlmShardDataset(str(data128))) // 64
     final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--epochs", "2",
-                 "--batch_size", "64", "--num_workers", "2", "--eval_batches", "1", "--warmup_steps", "2"])
+                 "--batch_size", "64", "--num_workers", "2", "--eval_batches", "1", "--warmup_steps", "2",
+                 "--read_mode", "mmap"])
     steps = [r["step"] for r in _metrics(out) if "loss" in r]
     assert per_epoch >= 2 and steps == list(range(1, 2 * per_epoch + 1))
     assert np.isfinite(final["eval_loss"])
     state = torch.load(out / "checkpoint.pt", weights_only=False)["sampler"]
     assert state["epoch"] == 1 and state["position"] == per_epoch * 64
+    assert json.load(open(out / "train_config.json"))["read_mode"] == "mmap"
