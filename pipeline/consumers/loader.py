@@ -62,7 +62,10 @@ class MlmShardDataset(Dataset):
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
-                 cache_limit: int | None = None, read_mode: str = DEFAULT_READ_MODE) -> None:
+                 cache_limit: int | None = None, keep_cached: list[str] = (),
+                 read_mode: str = DEFAULT_READ_MODE) -> None:
+        """`keep_cached`: cached copies of another split read alongside (the validation split while
+        training) that this dataset's cache management never evicts; their bytes count in `cache_limit`."""
         if read_mode not in READ_MODES:
             raise ValueError(f"read_mode must be one of {', '.join(READ_MODES)}, got {read_mode!r}")
         self.read_mode = read_mode
@@ -72,17 +75,20 @@ class MlmShardDataset(Dataset):
         self.paths = shard_paths(directory, manifest, split)
         self._remote: list[tuple[str, str, int]] | None = None
         self._cache = (cache_dir, cache_limit)
+        self._pinned = [str(p) for p in keep_cached]
         self.window_shards = 0  # > 0: a cache smaller than the split; read window by window
         self.windows: ShardWindows | None = None
         self.prefetched = False  # a windowed sampler's prefetcher manages the cache
         if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, read as local
             shards = [(path, e[m.KEY_SHA256], e[m.KEY_BYTES]) for path, e in zip(self.paths, entries)]
-            if cache_limit is None or sum(size for _, _, size in shards) <= cache_limit:
-                self.paths = cached_shards(shards, cache_dir, cache_limit)
+            self._remote = shards  # a copy evicted since (by another dataset or process) is fetched again
+            budget = None if cache_limit is None else cache_limit - sum(
+                os.path.getsize(p) for p in self._pinned if os.path.exists(p))
+            if budget is None or sum(size for _, _, size in shards) <= budget:
+                self.paths = cached_shards(shards, cache_dir, cache_limit, keep=self._pinned)
             else:
-                self.window_shards = window_size([size for _, _, size in shards], cache_limit)
-                self.windows = ShardWindows(shards, cache_dir, cache_limit)
-                self._remote = shards
+                self.window_shards = window_size([size for _, _, size in shards], budget)
+                self.windows = ShardWindows(shards, cache_dir, cache_limit, pinned=self._pinned)
                 self.paths = [local_path(cache_dir, sha) for _, sha, _ in shards]
         self.offsets = np.cumsum([0] + [e[m.KEY_ROWS] for e in entries])
         self.seq_len = int(config[o.MAX_SEQ_LENGTH])
@@ -128,14 +134,15 @@ class MlmShardDataset(Dataset):
         if i in self._shards:
             self._shards.move_to_end(i)
             return self._shards[i]
-        path = self.paths[i]
-        if self._remote is not None:  # a shard the prefetcher has not brought (yet), or no prefetcher
-            cache_dir, limit = self._cache
-            # With a windowed sampler its prefetcher alone evicts (it knows the three windows to keep);
-            # read otherwise (an evaluation pass), this process evicts all but the shards it has open.
-            keep = {self.paths[j] for j in list(self._shards)[-(2 * self.window_shards - 1):]}
-            path = fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
-        shard = open_shard(path, self.columns, self.read_mode, self._layouts.get(i))
+        shard = None
+        for attempt in range(3):
+            path = self._local_copy(i) if self._remote is not None else self.paths[i]
+            try:
+                shard = open_shard(path, self.columns, self.read_mode, self._layouts.get(i))
+                break
+            except FileNotFoundError:  # evicted by another process between the fetch and the open
+                if self._remote is None or attempt == 2:
+                    raise
         expected = int(self.offsets[i + 1] - self.offsets[i])
         if shard.rows != expected:
             shard.close()
@@ -148,6 +155,15 @@ class MlmShardDataset(Dataset):
         while len(self._shards) > (2 * self.window_shards if self.window_shards else MAX_OPEN_SHARDS):
             self._shards.popitem(last=False)[1].close()
         return shard
+
+    def _local_copy(self, i: int) -> str:
+        """The cached copy of remote shard i, downloaded again if it is gone."""
+        cache_dir, limit = self._cache
+        # A windowed sampler's prefetcher alone evicts (it knows the windows to keep); otherwise (an
+        # evaluation pass, a split that fits) this process evicts all but the shards it has open.
+        open_now = list(self._shards)[-(2 * self.window_shards - 1):] if self.window_shards else list(self._shards)
+        keep = {*self._pinned, *(self.paths[j] for j in open_now)}
+        return fetch(*self._remote[i], cache_dir, limit=None if self.prefetched else limit, keep=keep)
 
     def __getitems__(self, indices: list[int]) -> dict[str, np.ndarray]:
         tagged = np.asarray(indices, dtype=np.int64)

@@ -37,6 +37,7 @@ from pipeline.consumers.training import (
     save_checkpoint,
     set_rng_state,
 )
+from pipeline.storage import filesystem
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK
 
@@ -49,7 +50,11 @@ def train(cfg: TrainConfig) -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cache = {"cache_dir": cfg.cache_dir, "cache_limit": cfg.cache_limit,  # for a remote --data
              "read_mode": cfg.read_mode}
-    train_ds, val_ds = MlmShardDataset(cfg.data, m.TRAIN, **cache), MlmShardDataset(cfg.data, m.VALIDATION, **cache)
+    # A remote validation split is cached whole and kept: the train split's cache (windows, when it
+    # is larger than the limit) works in what the limit leaves, so evaluations never download again.
+    val_ds = MlmShardDataset(cfg.data, m.VALIDATION, **cache)
+    kept = [] if filesystem.is_local(cfg.data) else val_ds.paths
+    train_ds = MlmShardDataset(cfg.data, m.TRAIN, keep_cached=kept, **cache)
     spec = tokenizer_spec(cfg.data)
     model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
     os.makedirs(cfg.output, exist_ok=True)  # only once the model and data are known to load

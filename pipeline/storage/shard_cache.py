@@ -76,20 +76,22 @@ def _make_room(cache_dir: str, needed: int, keep: set[Path], limit: int) -> None
 
 
 def cached_shards(shards: list[tuple[str, str, int]], cache_dir: str | None = None, limit: int | None = None,
-                  parallel: int = 4) -> list[str]:
+                  parallel: int = 4, keep: list[str] = ()) -> list[str]:
     """Local paths of `shards` ((url, sha256, bytes) each), downloading what is not cached yet,
-    `parallel` at a time."""
+    `parallel` at a time; `keep`: other copies never evicted to make room (their bytes count)."""
     cache_dir = cache_dir or DEFAULT_CACHE_DIR
     total = sum(size for _, _, size in shards)
-    if limit is not None and total > limit:
-        raise ShardCacheError(f"the split is {total / 1e6:,.0f} MB but the shard cache limit is {limit / 1e6:,.0f} MB: "
+    pinned = sum(os.path.getsize(p) for p in keep if os.path.exists(p))
+    if limit is not None and total + pinned > limit:
+        raise ShardCacheError(f"the split is {total / 1e6:,.0f} MB (besides {pinned / 1e6:,.0f} MB of copies kept for "
+                              f"another split) but the shard cache limit is {limit / 1e6:,.0f} MB: "
                               "raise --cache_limit (or free disk); shards are read in a global random order, "
                               "so the whole split must fit")
     paths = [_local_path(cache_dir, sha) for _, sha, _ in shards]
     missing = [(url, sha, size, path) for (url, sha, size), path in zip(shards, paths)
                if not (path.exists() and path.stat().st_size == size)]
     if limit is not None and missing:
-        _make_room(cache_dir, sum(size for _, _, size, _ in missing), set(paths), limit)
+        _make_room(cache_dir, sum(size for _, _, size, _ in missing), {*paths, *map(Path, keep)}, limit)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(lambda item: _download(*item), missing))
     for path in paths:
@@ -121,10 +123,12 @@ class ShardWindows:
     behind is deleted, so the cache stays within its limit however fast windows go by."""
 
     def __init__(self, shards: list[tuple[str, str, int]], cache_dir: str | None, limit: int,
-                 parallel: int = 4) -> None:
+                 parallel: int = 4, pinned: list[str] = ()) -> None:
+        """`pinned`: copies of another split (validation) never evicted; their bytes count in `limit`."""
         self.shards = shards
         self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
         self.limit = limit
+        self._pinned = {Path(p) for p in pinned}
         self._pool = ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="maskbeam-prefetch")
         self._lock = threading.Lock()
         self._previous: list[int] = []
@@ -147,7 +151,7 @@ class ShardWindows:
             missing = [i for i in dict.fromkeys([*current, *upcoming])
                        if i not in self._in_flight and not self._path(i).exists()]
             landing = sum(self.shards[i][2] for i in self._in_flight) + sum(self.shards[i][2] for i in missing)
-            _make_room(self.cache_dir, landing, {self._path(i) for i in self._keep}, self.limit)
+            _make_room(self.cache_dir, landing, {self._path(i) for i in self._keep} | self._pinned, self.limit)
             for i in missing:
                 self._in_flight.add(i)
                 self.downloads += 1

@@ -221,42 +221,68 @@ def test_unreachable_s3_input_names_the_pattern(s3, tmp_path, capsys):
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.fixture(scope="module")
+def windowed(s3, small_books, tmp_path_factory):
+    """A dynamic output of 6 train shards, locally and on S3, and a cache limit of about half its
+    train split (at least three shards)."""
+    endpoint, client = s3
+    local = tmp_path_factory.mktemp("windowed") / "local"
+    run_preprocess([small_books], local, "--masking", "dynamic", "--num_shards", "6", "--validation_fraction", "0.05")
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, f"windowed/{path.relative_to(local).as_posix()}")
+    shards = json.loads((local / m.MANIFEST_FILE).read_text())[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS]
+    total, largest = sum(s[m.KEY_BYTES] for s in shards), max(s[m.KEY_BYTES] for s in shards)
+    limit = max(total // 2, 3 * largest)
+    assert limit < total
+    return local, f"s3://{BUCKET}/windowed", len(shards), limit
+
+
+def _split_bytes(local, split: str) -> int:
+    return sum(s[m.KEY_BYTES] for s in json.loads((local / m.MANIFEST_FILE).read_text())[m.KEY_SPLITS][split][m.KEY_SHARDS])
+
+
+def _cache_watcher(cache, *, every: float = 0.005):
+    """Polls the cache folder in a thread: the peak bytes it held, and whether `watched` paths were
+    ever missing. Returns (peak, missing, stop)."""
+    import threading
+
+    peak, missing, watched, done = [0], [], [], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], sum(p.stat().st_size for p in cache.glob("*/*.arrow") if p.exists()))
+            missing.extend(p for p in watched if not os.path.exists(p))
+            time.sleep(every)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+
+    return peak, missing, watched, stop
+
+
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(s3, small_books, tmp_path, workers):
+def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(windowed, tmp_path, workers):
     """A dynamic output on S3 read through a cache of about half the split: the sampler shuffles
     shards, then rows within windows of shards, and prefetches the next window; two epochs through
     ResumableLoader (0 workers, and 2 persistent workers) give the batches of the local output read
     in the same order, the cache never holds more than its limit, and evicted shards come back."""
-    import threading
-
     import torch
 
     from jobs.train import run as train
     from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 
-    endpoint, client = s3
-    local = tmp_path / "local"
-    run_preprocess([small_books], local, "--masking", "dynamic", "--num_shards", "6", "--validation_fraction", "0.05")
-    prefix = f"windowed-{workers}"
-    for path in sorted(local.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), BUCKET, f"{prefix}/{path.relative_to(local).as_posix()}")
-    shards = json.loads((local / m.MANIFEST_FILE).read_text())[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS]
-    total, largest = sum(s[m.KEY_BYTES] for s in shards), max(s[m.KEY_BYTES] for s in shards)
-    limit = max(total // 2, 3 * largest)
-    assert limit < total
+    local, url, n_shards, limit = windowed
     cache = tmp_path / "cache"
-    remote = MlmShardDataset(f"s3://{BUCKET}/{prefix}", m.TRAIN, cache_dir=str(cache), cache_limit=limit)
+    remote = MlmShardDataset(url, m.TRAIN, cache_dir=str(cache), cache_limit=limit)
     here = MlmShardDataset(str(local), m.TRAIN)
     options = remote.sampler_options()
-    assert 1 <= options["window_shards"] < len(shards) and not list(cache.glob("*/*.arrow"))  # nothing yet
-
-    peak, done = [0], threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], sum(p.stat().st_size for p in cache.glob("*/*.arrow") if p.exists()))
-            time.sleep(0.005)
+    assert 1 <= options["window_shards"] < n_shards and not list(cache.glob("*/*.arrow"))  # nothing yet
+    peak, _, _, stop = _cache_watcher(cache)
 
     def batches(dataset, sampler_options):
         sampler = ResumableSampler(len(dataset), seed=3, tag_epoch=True, **sampler_options)
@@ -269,22 +295,68 @@ def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(s3, small_b
             out += [{k: v.clone() for k, v in batch.items()} for batch in loader]
         return out
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
     try:
         got = batches(remote, options)
     finally:
-        done.set()
-        watcher.join()
+        stop()
         remote.windows.close()
     want = batches(here, {k: options[k] for k in ("shard_rows", "window_shards")})
     assert len(got) == len(want) > 2
     for a, b in zip(got, want):
         assert all(torch.equal(a[k], b[k]) for k in b)
     assert 0 < peak[0] <= limit, (peak[0], limit)
-    assert remote.windows.downloads > len(shards)  # evicted shards were fetched again in epoch 2
-    if workers:  # jobs.train on the windowed cache, with its DataLoader workers
-        final = train(["--data", f"s3://{BUCKET}/{prefix}", "--output", str(tmp_path / "model"), "--config", "tiny",
+    assert remote.windows.downloads > n_shards  # evicted shards were fetched again in epoch 2
+    if workers:  # jobs.train on the windowed cache (the validation split kept besides), with DataLoader workers
+        final = train(["--data", url, "--output", str(tmp_path / "model"), "--config", "tiny",
                        "--max_steps", "3", "--batch_size", "4", "--eval_batches", "1", "--num_workers", str(workers),
-                       "--cache_dir", str(tmp_path / "train-cache"), "--cache_limit", str(limit)])
+                       "--cache_dir", str(tmp_path / "train-cache"),
+                       "--cache_limit", str(limit + _split_bytes(local, m.VALIDATION))])
         assert final["eval_targets"] > 0
+
+
+def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(windowed, tmp_path):
+    """Two datasets on one cache (what jobs.train does): a copy deleted behind a dataset's back (by
+    another dataset's windows, another process, a user) is downloaded again when a fresh DataLoader
+    worker opens it (it used to fail with FileNotFoundError); and a train split read window by window
+    never evicts the validation copies it was told to keep, whose bytes count in the limit."""
+    from torch.utils.data import DataLoader
+
+    from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+
+    local, url, _, limit = windowed
+    cache = tmp_path / "cache"
+    here = MlmShardDataset(str(local), m.VALIDATION)
+    want = here.__getitems__(list(range(len(here))))
+
+    def first_rows(dataset) -> dict:
+        loader = DataLoader(dataset, batch_size=len(here), num_workers=2, collate_fn=lambda batch: batch)
+        return next(iter(loader))
+
+    val = MlmShardDataset(url, m.VALIDATION, cache_dir=str(cache))
+    copies = [path for path in val.paths if os.path.exists(path)]
+    assert copies and all(p.startswith(str(cache)) for p in copies)
+    for path in copies:
+        os.remove(path)  # gone behind its back
+    got = first_rows(val)
+    for key, value in want.items():
+        assert (got[key] == value).all(), key
+    assert all(os.path.exists(p) for p in copies)  # downloaded again by a worker
+
+    val_bytes = sum(os.path.getsize(p) for p in copies)
+    assert val_bytes == _split_bytes(local, m.VALIDATION)
+    train = MlmShardDataset(url, m.TRAIN, cache_dir=str(cache), cache_limit=limit + val_bytes, keep_cached=val.paths)
+    assert train.window_shards >= 1  # the validation copies leave the train split what it had alone
+    peak, missing, watched, stop = _cache_watcher(cache)
+    watched.extend(copies)
+    sampler = ResumableSampler(len(train), seed=3, tag_epoch=True, **train.sampler_options())
+    loader = ResumableLoader(train, sampler=sampler, batch_size=4, collate_fn=MlmCollator())
+    try:
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            assert sum(1 for _ in loader) == len(train) // 4 + (len(train) % 4 > 0)
+    finally:
+        stop()
+        train.windows.close()
+    assert not missing, f"validation copies evicted: {sorted(set(missing))}"
+    assert 0 < peak[0] <= limit + val_bytes, (peak[0], limit + val_bytes)
+    assert train.windows.downloads > len(train.paths)
