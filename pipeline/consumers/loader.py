@@ -21,7 +21,14 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage import filesystem
-from pipeline.storage.shard_cache import ShardWindows, cached_shards, fetch, local_path, window_size
+from pipeline.storage.shard_cache import (
+    ShardCacheError,
+    ShardWindows,
+    cached_shards,
+    fetch,
+    local_path,
+    window_size,
+)
 from pipeline.storage.shard_rows import (
     DEFAULT_READ_MODE,
     READ_MODES,
@@ -82,12 +89,18 @@ class MlmShardDataset(Dataset):
         if not filesystem.is_local(directory):  # s3://, gs://, hf://: verified local copies, read as local
             shards = [(path, e[m.KEY_SHA256], e[m.KEY_BYTES]) for path, e in zip(self.paths, entries)]
             self._remote = shards  # a copy evicted since (by another dataset or process) is fetched again
-            budget = None if cache_limit is None else cache_limit - sum(
-                os.path.getsize(p) for p in self._pinned if os.path.exists(p))
+            kept = sum(os.path.getsize(p) for p in self._pinned if os.path.exists(p))
+            budget = None if cache_limit is None else cache_limit - kept
             if budget is None or sum(size for _, _, size in shards) <= budget:
                 self.paths = cached_shards(shards, cache_dir, cache_limit, keep=self._pinned)
             else:
-                self.window_shards = window_size([size for _, _, size in shards], budget)
+                try:
+                    self.window_shards = window_size([size for _, _, size in shards], budget)
+                except ShardCacheError as error:
+                    if not kept:
+                        raise
+                    raise ShardCacheError(f"{error} (the limit less the {kept / 1e6:,.0f} MB of kept copies of "
+                                          "another split, e.g. the validation split)") from None
                 self.windows = ShardWindows(shards, cache_dir, cache_limit, pinned=self._pinned)
                 self.paths = [local_path(cache_dir, sha) for _, sha, _ in shards]
         self.offsets = np.cumsum([0] + [e[m.KEY_ROWS] for e in entries])

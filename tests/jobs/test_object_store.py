@@ -322,6 +322,7 @@ def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(
     from torch.utils.data import DataLoader
 
     from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+    from pipeline.storage.shard_cache import ShardCacheError
 
     local, url, _, limit = windowed
     cache = tmp_path / "cache"
@@ -344,6 +345,11 @@ def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(
 
     val_bytes = sum(os.path.getsize(p) for p in copies)
     assert val_bytes == _split_bytes(local, m.VALIDATION)
+    largest = max(s[m.KEY_BYTES] for s in json.loads((local / m.MANIFEST_FILE).read_text())[m.KEY_SPLITS][m.TRAIN][
+        m.KEY_SHARDS])
+    with pytest.raises(ShardCacheError, match="less the .* MB of kept copies of another split"):
+        MlmShardDataset(url, m.TRAIN, cache_dir=str(cache), cache_limit=3 * largest + val_bytes - 1,
+                        keep_cached=val.paths)
     train = MlmShardDataset(url, m.TRAIN, cache_dir=str(cache), cache_limit=limit + val_bytes, keep_cached=val.paths)
     assert train.window_shards >= 1  # the validation copies leave the train split what it had alone
     peak, missing, watched, stop = _cache_watcher(cache)
