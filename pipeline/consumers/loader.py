@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.context import get_spawning_popen
 
 import numpy as np
@@ -69,7 +69,7 @@ class MlmShardDataset(Dataset):
     """
 
     def __init__(self, directory: str, split: str = m.TRAIN, epoch: int = 0, *, cache_dir: str | None = None,
-                 cache_limit: int | None = None, keep_cached: list[str] = (),
+                 cache_limit: int | None = None, keep_cached: Sequence[str] = (),
                  read_mode: str = DEFAULT_READ_MODE) -> None:
         """`keep_cached`: cached copies of another split read alongside (the validation split while
         training) that this dataset's cache management never evicts; their bytes count in `cache_limit`."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,15 +77,16 @@ def _make_room(cache_dir: str, needed: int, keep: set[Path], limit: int) -> None
 
 
 def cached_shards(shards: list[tuple[str, str, int]], cache_dir: str | None = None, limit: int | None = None,
-                  parallel: int = 4, keep: list[str] = ()) -> list[str]:
+                  parallel: int = 4, keep: Sequence[str] = ()) -> list[str]:
     """Local paths of `shards` ((url, sha256, bytes) each), downloading what is not cached yet,
     `parallel` at a time; `keep`: other copies never evicted to make room (their bytes count)."""
     cache_dir = cache_dir or DEFAULT_CACHE_DIR
     total = sum(size for _, _, size in shards)
     pinned = sum(os.path.getsize(p) for p in keep if os.path.exists(p))
     if limit is not None and total + pinned > limit:
-        raise ShardCacheError(f"the split is {total / 1e6:,.0f} MB (besides {pinned / 1e6:,.0f} MB of copies kept for "
-                              f"another split) but the shard cache limit is {limit / 1e6:,.0f} MB: "
+        besides = f" (besides {pinned / 1e6:,.0f} MB of copies kept for another split)" if pinned else ""
+        raise ShardCacheError(f"the split is {total / 1e6:,.0f} MB{besides} but the shard cache limit is "
+                              f"{limit / 1e6:,.0f} MB: "
                               "raise --cache_limit (or free disk); shards are read in a global random order, "
                               "so the whole split must fit")
     paths = [_local_path(cache_dir, sha) for _, sha, _ in shards]
@@ -123,7 +125,7 @@ class ShardWindows:
     behind is deleted, so the cache stays within its limit however fast windows go by."""
 
     def __init__(self, shards: list[tuple[str, str, int]], cache_dir: str | None, limit: int,
-                 parallel: int = 4, pinned: list[str] = ()) -> None:
+                 parallel: int = 4, pinned: Sequence[str] = ()) -> None:
         """`pinned`: copies of another split (validation) never evicted; their bytes count in `limit`."""
         self.shards = shards
         self.cache_dir = cache_dir or DEFAULT_CACHE_DIR
