@@ -92,11 +92,12 @@ def test_rows_reassemble_each_book_exactly(dynamic_full, spec, bert_fast):
     arrays = _split_arrays(dynamic_full, m.TRAIN, [INPUT_IDS, ATTENTION_MASK, MASK_SEED])
     ids, lengths = arrays[INPUT_IDS], arrays[ATTENTION_MASK].sum(axis=1)
     inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: (e["content_sha256"], e[m.KEY_PATH]))
+    texts = [clean_bytes(open(entry[m.KEY_PATH], "rb").read()).text for entry in inputs]
+    every_expected = bert_fast(texts, add_special_tokens=False)["input_ids"]  # one batch: all cores
     start = 0
-    for entry in inputs:
-        text = clean_bytes(open(entry[m.KEY_PATH], "rb").read()).text
+    for entry, text, expected in zip(inputs, texts, every_expected):
         assert content_digest(text) == entry["content_sha256"]
-        expected = np.array(bert_fast(text, add_special_tokens=False)["input_ids"])
+        expected = np.array(expected)
         n = entry[m.KEY_ROWS]
         got = np.concatenate([ids[r, 1 : lengths[r] - 1] for r in range(start, start + n)])
         kept = len(got)
