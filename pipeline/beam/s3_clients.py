@@ -5,9 +5,9 @@ Beam's `S3FileSystem` builds a new `S3IO`, hence a new boto3 session and client,
 service model again. A preprocess run on `s3://` makes dozens of such calls (listing, result
 records, parts, shards, progress), most of the wall time of a small run (the S3 prefix test of
 `tests/jobs/test_object_store.py`, five one-book runs: 161 clients, 45 of its 54 s). Low-level
-boto3 clients are thread-safe and Beam's wrapper keeps its per-download state on itself, so each wrapper still gets its own state and only
-the boto3 client underneath is shared, keyed by the options that shape it and by process (a client
-is not carried across a fork).
+boto3 clients are thread-safe and Beam's wrapper keeps its per-download state on itself, so each
+wrapper still gets its own state and only the boto3 client underneath is shared, keyed by the
+options that shape it and by process (a client is not carried across a fork).
 """
 
 from __future__ import annotations
