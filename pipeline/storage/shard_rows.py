@@ -84,9 +84,10 @@ def _column_view(batch: pa.RecordBatch, column: Column) -> np.ndarray:
 class MappedShard:
     """A shard's record batches as numpy views into its memory map (see the module docstring)."""
 
-    def __init__(self, path: str, columns: list[Column], layout: ShardLayout | None = None) -> None:
-        self.path, self.columns = path, columns
-        self.layout = layout  # unused: the views are the layout
+    layout = None  # the views are the layout: nothing to keep for a reopening
+
+    def __init__(self, path: str, columns: list[Column]) -> None:
+        self.path = path
         self._map = pa.memory_map(path, "r")
         self.batches = [[_column_view(batch, c) for c in columns] for batch in pa.ipc.open_stream(self._map)]
         self.starts = np.cumsum([0] + [views[0].shape[0] for views in self.batches])
@@ -148,7 +149,7 @@ class PreadShard:
 
     def __init__(self, path: str, columns: list[Column], layout: ShardLayout | None = None) -> None:
         """`layout`: one read before from the same file (reopening then costs one `open`)."""
-        self.path, self.columns = path, columns
+        self.path = path
         self.layout = layout or read_layout(path, columns)
         self.starts, self.positions, self.row_bytes = self.layout.starts, self.layout.positions, self.layout.row_bytes
         self.dtypes = self.layout.dtypes
@@ -191,5 +192,5 @@ def open_shard(path: str, columns: list[Column], read_mode: str = DEFAULT_READ_M
     if read_mode == READ_PREAD:
         return PreadShard(path, columns, layout)
     if read_mode == READ_MMAP:
-        return MappedShard(path, columns, layout)
+        return MappedShard(path, columns)
     raise ValueError(f"read_mode must be one of {', '.join(READ_MODES)}, got {read_mode!r}")
