@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from pipeline.console import setup_logging
 from pipeline.consumers.outputs import NotAnOutput
 from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, publish_streaming
+
+DEFAULT_LICENSE = "other"
+_log = logging.getLogger("maskbeam.publish")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo_id", required=True, help="USER/NAME of the dataset repository")
     p.add_argument("--private", action="store_true")
     p.add_argument("--format", choices=FORMATS, default="parquet")
-    p.add_argument("--license", default="other", help="license id for the card (e.g. cc-by-4.0)")
+    p.add_argument("--license", help="license id for the card (e.g. cc-by-4.0; default: the card says "
+                   f"`license: {DEFAULT_LICENSE}`, and the log says so)")
     p.add_argument("--token", help="Hub token (default: HF_TOKEN, then the stored login)")
     p.add_argument("--dry_run", metavar="FOLDER", help="build the exact upload folder here and stop")
     return p
@@ -29,12 +34,16 @@ def run(argv: list[str] | None = None, api=None) -> str:
     """Returns the dry-run folder or the dataset URL."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.license is None:
+        args.license = DEFAULT_LICENSE
+        _log.warning("no --license given: the dataset card will say `license: %s`; pass --license ID (e.g. "
+                     "cc-by-4.0, or the licence of your sources) to name it", DEFAULT_LICENSE)
     try:
         check_repo_id(args.repo_id)
         if args.dry_run:
             folder = build_upload_folder(args.dir, args.dry_run, repo_id=args.repo_id, fmt=args.format,
                                          license_id=args.license)
-            print(f"dry run: {len(folder.files)} files in {folder.path}")
+            print(f"dry run: {len(folder.files)} files in {folder.path} (card license: {args.license})")
             return str(folder.path)
         url = publish_streaming(args.dir, args.repo_id, fmt=args.format, license_id=args.license, token=args.token,
                                 private=args.private, api=api)

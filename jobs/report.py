@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from pipeline.consumers.outputs import NotAnOutput
+from pipeline.consumers.outputs import NotAnOutput, ShardMismatch
 from pipeline.consumers.report import write_report
+from pipeline.tokenizer.spec import TokenizerError
 
 
 def run(argv: list[str] | None = None) -> dict[str, str]:
@@ -25,6 +26,8 @@ def run(argv: list[str] | None = None) -> dict[str, str]:
         figures = write_report(args.dir, out_dir, html_path)
     except NotAnOutput as error:
         parser.error(str(error))
+    except (ShardMismatch, TokenizerError) as error:
+        parser.exit(1, f"report: {error}\n")
     print(f"report: {html_path} ({len(figures)} figures in {out_dir})")
     return figures
 

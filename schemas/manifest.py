@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
+
+from schemas import options as o
+from schemas.shard import MASKING_MODES, MIN_SEQ_LEN, id_dtype_for_vocab
 
 MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
@@ -96,6 +101,22 @@ KEY_NAME_OR_PATH = "name_or_path"
 TOKENIZER_FILE = "tokenizer.json"  # a copy of the tokenizer travels with the data
 
 
+# Bounds a manifest must respect before any consumer sizes an allocation by its numbers.
+MAX_VOCAB_SIZE = 1 << 21  # 2,097,152 ids (the largest published vocabularies hold ~260,000)
+MAX_SEQ_LEN = 1 << 17  # tokens per row
+MAX_SHARDS = 99_999  # what the five-digit shard name can count
+MAX_SHARD_BYTES = 1 << 40  # 1 TiB; shards are ~256 MiB (TARGET_SHARD_BYTES)
+MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+MAX_COUNT = 1 << 62
+_SHARD_NAME = re.compile(r"data-(\d{5})-of-(\d{5})\.arrow")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class ManifestError(ValueError):
+    """A manifest.json MaskBeam did not write (or one tampered with): the message names the key,
+    what is expected and what was found."""
+
+
 def shard_name(index: int, count: int) -> str:
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} outside [0, {count})")
@@ -103,7 +124,10 @@ def shard_name(index: int, count: int) -> str:
 
 
 def shard_record_name(split: str, filename: str) -> str:
-    """Name (in TEMP_DIR) of the record a finished shard leaves for --resume."""
+    """Name (in TEMP_DIR) of the record a finished shard leaves for --resume: only for a split we
+    write and a name of the shard template, so no record lands outside TEMP_DIR."""
+    if split not in SPLITS or not _SHARD_NAME.fullmatch(filename):
+        raise ValueError(f"no shard record for split {split!r}, shard {filename!r}: not a shard MaskBeam writes")
     return f"shard-{split}-{filename}.json"
 
 
@@ -133,3 +157,239 @@ def dataset_dict(splits: tuple[str, ...] = SPLITS) -> dict:
 def dumps(obj: dict) -> str:
     """The one JSON encoding of every side file: sorted keys, stable across runs."""
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation: the one check every consumer runs on a manifest it did not just write itself.
+
+
+def _fail(where: str, expected: str, value: object) -> ManifestError:
+    shown = repr(value)
+    return ManifestError(f"manifest {where}: expected {expected}, got {shown[:80]}{'...' if len(shown) > 80 else ''}")
+
+
+def _dict(where: str, value: object) -> dict:
+    if not isinstance(value, dict):
+        raise _fail(where, "an object", value)
+    return value
+
+
+def _list(where: str, value: object, most: int | None = None) -> list:
+    if not isinstance(value, list):
+        raise _fail(where, "a list", value)
+    if most is not None and len(value) > most:
+        raise _fail(where, f"at most {most:,} entries", f"{len(value):,} entries")
+    return value
+
+
+def _key(where: str, obj: dict, key: str):
+    if key not in obj:
+        raise ManifestError(f"manifest {where}: missing {key!r}")
+    return obj[key]
+
+
+def _int(where: str, value: object, low: int = 0, high: int = MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, "an integer", value)
+    if not low <= value <= high:
+        raise _fail(where, f"an integer in [{low:,}, {high:,}]", value)
+    return value
+
+
+def _num(where: str, value: object, low: float = 0.0, high: float = 1.0, *, open_low: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(where, "a finite number", value)
+    if not (low < value if open_low else low <= value) or value > high:
+        raise _fail(where, f"a number in {'(' if open_low else '['}{low:g}, {high:g}]", value)
+    return float(value)
+
+
+def _str(where: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, "a string", value)
+    return value
+
+
+def _choice(where: str, value: object, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise _fail(where, f"one of {', '.join(choices)}", value)
+    return value
+
+
+def _hex64(where: str, value: object) -> str:
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        raise _fail(where, "a sha256 (64 lowercase hex digits)", value)
+    return value
+
+
+def check_shard_filename(filename: object, index: int, count: int, where: str = "shard") -> str:
+    """The name of shard `index` of `count` is exactly what the writer names it (SHARD_NAME_TEMPLATE):
+    no other name, no folder, no `..`, no absolute path or URL can reach a consumer's `join`."""
+    if not isinstance(filename, str) or not _SHARD_NAME.fullmatch(filename) or filename != shard_name(index, count):
+        raise _fail(f"{where} filename", f"{shard_name(index, count)!r} (shard {index} of {count})", filename)
+    return filename
+
+
+def min_row_bytes(seq_len: int, id_itemsize: int) -> int:
+    """Bytes every row takes in a shard at least: its ids and its attention mask."""
+    return seq_len * (id_itemsize + 1)
+
+
+def _check_config(config: dict) -> None:
+    w = "config"
+    _int(f"{w}.{o.MAX_SEQ_LENGTH}", _key(w, config, o.MAX_SEQ_LENGTH), MIN_SEQ_LEN, MAX_SEQ_LEN)
+    _choice(f"{w}.{o.MASKING}", _key(w, config, o.MASKING), MASKING_MODES)
+    _choice(f"{w}.{o.PACKING}", _key(w, config, o.PACKING), o.PACKING_MODES)
+    _choice(f"{w}.{o.MASKING_UNIT}", config.get(o.MASKING_UNIT, o.UNIT_TOKEN), o.MASKING_UNITS)
+    _num(f"{w}.{o.MLM_PROBABILITY}", _key(w, config, o.MLM_PROBABILITY), open_low=True)
+    mask = _num(f"{w}.{o.MASK_REPLACE_PROB}", _key(w, config, o.MASK_REPLACE_PROB))
+    random = _num(f"{w}.{o.RANDOM_REPLACE_PROB}", _key(w, config, o.RANDOM_REPLACE_PROB))
+    if mask + random > 1.0 + 1e-12:
+        raise _fail(f"{w}.{o.MASK_REPLACE_PROB} + {o.RANDOM_REPLACE_PROB}", "at most 1", mask + random)
+    _num(f"{w}.{o.SPAN_P}", config.get(o.SPAN_P, o.DEFAULT_SPAN_P), open_low=True)
+    _int(f"{w}.{o.MAX_SPAN}", config.get(o.MAX_SPAN, o.DEFAULT_MAX_SPAN), 1, MAX_SEQ_LEN)
+    _int(f"{w}.{o.SEED}", _key(w, config, o.SEED), 0, 2**64 - 1)
+    _num(f"{w}.{o.MAX_UNK_FRACTION}", config.get(o.MAX_UNK_FRACTION, 1.0))
+    if config.get(o.NEAR_DEDUP) is not None:
+        _num(f"{w}.{o.NEAR_DEDUP}", config[o.NEAR_DEDUP], open_low=True)
+    for i, script in enumerate(_list(f"{w}.{o.SCRIPTS}", config.get(o.SCRIPTS, []))):
+        _str(f"{w}.{o.SCRIPTS}[{i}]", script)
+    for key in ("output", "tokenizer"):
+        _str(f"{w}.{key}", config.get(key, ""))
+    for i, pattern in enumerate(_list(f"{w}.inputs", config.get("inputs", []))):
+        _str(f"{w}.inputs[{i}]", pattern)
+    if config.get("hf_dataset") is not None:
+        _str(f"{w}.hf_dataset", config["hf_dataset"])
+    _int(f"{w}.dupe_factor", config.get("dupe_factor", 1), 1, 1 << 20)
+
+
+def _check_ids(where: str, value: object, vocab_size: int) -> None:
+    for i, token_id in enumerate(_list(where, value, vocab_size)):
+        _int(f"{where}[{i}]", token_id, 0, vocab_size - 1)
+
+
+def _check_tokenizer(tok: dict) -> int:
+    w = "tokenizer"
+    vocab_size = _int(f"{w}.{KEY_VOCAB_SIZE}", _key(w, tok, KEY_VOCAB_SIZE), 1, MAX_VOCAB_SIZE)
+    id_dtype = id_dtype_for_vocab(vocab_size)
+    if o.KEY_ID_DTYPE in tok and tok[o.KEY_ID_DTYPE] != id_dtype.name:
+        raise _fail(f"{w}.{o.KEY_ID_DTYPE}", repr(id_dtype.name), tok[o.KEY_ID_DTYPE])
+    special = _dict(f"{w}.{KEY_SPECIAL_IDS}", _key(w, tok, KEY_SPECIAL_IDS))
+    for role in (o.SPECIAL_CLS, o.SPECIAL_SEP, o.SPECIAL_PAD, KEY_MASK_ID):
+        _int(f"{w}.{KEY_SPECIAL_IDS}.{role}", _key(f"{w}.{KEY_SPECIAL_IDS}", special, role), 0, vocab_size - 1)
+    _check_ids(f"{w}.{KEY_NEVER_SELECTED}", _key(w, tok, KEY_NEVER_SELECTED), vocab_size)
+    _check_ids(f"{w}.{KEY_NEVER_REPLACEMENT}", _key(w, tok, KEY_NEVER_REPLACEMENT), vocab_size)
+    _check_ids(f"{w}.{KEY_CONTINUATION}", tok.get(KEY_CONTINUATION, []), vocab_size)
+    _hex64(f"{w}.{KEY_SHA256}", _key(w, tok, KEY_SHA256))
+    _str(f"{w}.{KEY_NAME_OR_PATH}", _key(w, tok, KEY_NAME_OR_PATH))
+    return id_dtype.itemsize
+
+
+def _check_counts(where: str, counts: dict, required: tuple[str, ...]) -> None:
+    for name in required:
+        _key(where, counts, name)
+    for name, value in counts.items():
+        if name == FILES_SKIPPED_BY_REASON:
+            for reason, n in _dict(f"{where}.{name}", value).items():
+                _int(f"{where}.{name}[{reason[:40]!r}]", n)
+        else:
+            _int(f"{where}.{_str(f'{where} key', name)}", value)
+
+
+def _check_splits(splits: dict, row_bytes: int) -> None:
+    if sorted(splits) != sorted(SPLITS):
+        raise _fail(KEY_SPLITS, f"the splits {', '.join(SPLITS)}", sorted(splits))
+    for split in SPLITS:
+        w = f"{KEY_SPLITS}.{split}"
+        info = _dict(w, splits[split])
+        _check_counts(f"{w}.{KEY_MASK_COUNTS}", _dict(f"{w}.{KEY_MASK_COUNTS}", _key(w, info, KEY_MASK_COUNTS)),
+                      MASK_COUNT_NAMES)
+        shards = _list(f"{w}.{KEY_SHARDS}", _key(w, info, KEY_SHARDS), MAX_SHARDS)
+        total = 0
+        for index, entry in enumerate(shards):
+            where = f"{w}.{KEY_SHARDS}[{index}]"
+            entry = _dict(where, entry)
+            check_shard_filename(_key(where, entry, KEY_FILENAME), index, len(shards), where)
+            size = _int(f"{where}.{KEY_BYTES}", _key(where, entry, KEY_BYTES), 0, MAX_SHARD_BYTES)
+            total += _int(f"{where}.{KEY_ROWS}", _key(where, entry, KEY_ROWS), 0, size // row_bytes)
+            _hex64(f"{where}.{KEY_SHA256}", _key(where, entry, KEY_SHA256))
+            _check_counts(f"{where}.{KEY_MASK_COUNTS}",
+                          _dict(f"{where}.{KEY_MASK_COUNTS}", _key(where, entry, KEY_MASK_COUNTS)), MASK_COUNT_NAMES)
+            if KEY_PLAN in entry:
+                _hex64(f"{where}.{KEY_PLAN}", entry[KEY_PLAN])
+        if _int(f"{w}.{KEY_ROWS}", _key(w, info, KEY_ROWS)) != total:
+            raise _fail(f"{w}.{KEY_ROWS}", f"the sum of its shards' rows ({total:,})", info[KEY_ROWS])
+
+
+def _check_entries(section: str, entries: list, strings: tuple[str, ...], required: tuple[str, ...]) -> None:
+    for i, entry in enumerate(entries):
+        where = f"{section}[{i}]"
+        entry = _dict(where, entry)
+        for key in required:
+            _key(where, entry, key)
+        for key in strings:
+            if key in entry:
+                _str(f"{where}.{key}", entry[key])
+        for key in (TOKENS, KEY_ROWS, KEY_SIZE, UNK_TOKENS, BOILERPLATE_CHARS_REMOVED):
+            if key in entry:
+                _int(f"{where}.{key}", entry[key])
+        for key in (KEY_UNK_FRACTION, KEY_BOILERPLATE_SHARE, KEY_SIMILARITY):
+            if entry.get(key) is not None:
+                _num(f"{where}.{key}", entry[key])
+        for script, share in _dict(f"{where}.{KEY_SCRIPTS}", entry.get(KEY_SCRIPTS) or {}).items():
+            _num(f"{where}.{KEY_SCRIPTS}[{script[:40]!r}]", share)
+
+
+def validate_manifest(manifest: object) -> dict:
+    """Check a parsed manifest against what MaskBeam writes: every key a consumer reads is there,
+    with its type and within its range; every shard is named by the template. Returns it unchanged.
+
+    Raises:
+        ManifestError: naming the first key that is missing, of the wrong type or out of range.
+    """
+    manifest = _dict("top level", manifest)
+    _int(KEY_VERSION, _key("top level", manifest, KEY_VERSION), MANIFEST_VERSION, MANIFEST_VERSION)
+    _str(KEY_PACKAGE_VERSION, _key("top level", manifest, KEY_PACKAGE_VERSION))
+    config = _dict(KEY_CONFIG, _key("top level", manifest, KEY_CONFIG))
+    _check_config(config)
+    id_itemsize = _check_tokenizer(_dict(KEY_TOKENIZER, _key("top level", manifest, KEY_TOKENIZER)))
+    _check_counts(KEY_COUNTS, _dict(KEY_COUNTS, _key("top level", manifest, KEY_COUNTS)),
+                  (FILES_READ, FILES_SKIPPED, DOCUMENTS, TOKENS, ROWS, *MASK_COUNT_NAMES))
+    row_bytes = min_row_bytes(config[o.MAX_SEQ_LENGTH], id_itemsize)
+    _check_splits(_dict(KEY_SPLITS, _key("top level", manifest, KEY_SPLITS)), row_bytes)
+    _check_entries(KEY_INPUTS, _list(KEY_INPUTS, _key("top level", manifest, KEY_INPUTS)), (KEY_PATH,),
+                   (KEY_PATH, TOKENS, KEY_ROWS))
+    _check_entries(KEY_SKIPPED, _list(KEY_SKIPPED, _key("top level", manifest, KEY_SKIPPED)), (KEY_PATH, KEY_REASON),
+                   (KEY_PATH, KEY_REASON))
+    _check_entries(KEY_DUPLICATES, _list(KEY_DUPLICATES, manifest.get(KEY_DUPLICATES, [])),
+                   (KEY_PATH, KEY_DUPLICATE_OF), (KEY_PATH, KEY_DUPLICATE_OF))
+    _check_entries(KEY_NEAR_DUPLICATES, _list(KEY_NEAR_DUPLICATES, manifest.get(KEY_NEAR_DUPLICATES, [])),
+                   (KEY_PATH, KEY_NEAR_DUPLICATE_OF), (KEY_PATH, KEY_NEAR_DUPLICATE_OF, KEY_SIMILARITY))
+    return manifest
+
+
+def parse_manifest(text: str | bytes) -> dict:
+    """json.loads plus validate_manifest; a manifest over MAX_MANIFEST_BYTES is refused unparsed.
+
+    Raises:
+        ManifestError: not JSON, too large, too deeply nested, or not a manifest MaskBeam writes.
+    """
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest is {len(text):,} bytes, over the {MAX_MANIFEST_BYTES:,} a manifest may hold")
+    try:
+        manifest = json.loads(text)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ManifestError(f"manifest is not valid JSON ({type(error).__name__}: {str(error)[:200]})") from None
+    return validate_manifest(manifest)
+
+
+def looks_like_own_manifest(text: str | bytes) -> bool:
+    """A JSON object with the keys only a MaskBeam manifest has (any version): what `--overwrite`
+    needs before it deletes anything. Lighter than validate_manifest, so older outputs qualify."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(obj, dict) and isinstance(obj.get(KEY_VERSION), int) and not isinstance(obj[KEY_VERSION], bool)
+            and isinstance(obj.get(KEY_PACKAGE_VERSION), str) and isinstance(obj.get(KEY_SPLITS), dict)
+            and isinstance(obj.get(KEY_TOKENIZER), dict) and isinstance(obj.get(KEY_CONFIG), dict))

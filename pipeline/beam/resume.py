@@ -52,9 +52,9 @@ def prepare_resume(output: str, record: dict, units: list[WorkUnit] | None = Non
     run_file = posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)
     manifest_file = posixpath.join(output, m.MANIFEST_FILE)
     if FileSystems.exists(run_file):
-        old = json.loads(read_text(run_file))
+        old = _read_run_record(run_file)
     elif FileSystems.exists(manifest_file):
-        manifest = json.loads(read_text(manifest_file))
+        manifest = _read_manifest(manifest_file)
         old = {"config": {k: v for k, v in manifest[m.KEY_CONFIG].items() if k not in _NOT_COMPARED},
                "tokenizer_sha256": manifest[m.KEY_TOKENIZER][m.KEY_SHA256],
                "package_version": manifest[m.KEY_PACKAGE_VERSION]}
@@ -64,11 +64,31 @@ def prepare_resume(output: str, record: dict, units: list[WorkUnit] | None = Non
     if diffs:
         raise ResumeMismatch("--resume: the earlier run in the output folder used another config: " + "; ".join(diffs))
     if FileSystems.exists(manifest_file) and not FileSystems.exists(run_file):
-        manifest = json.loads(read_text(manifest_file))
+        manifest = _read_manifest(manifest_file)
         if units is not None:
             _check_inputs_unchanged(output, manifest, units)
         return _complete_or_seed(output, manifest, record)
     return "resume"
+
+
+def _read_manifest(path: str) -> dict:
+    """The output's manifest, validated like every consumer's (the folder may come from anyone):
+    its shard names, above all, become paths and record names here."""
+    try:
+        return m.parse_manifest(read_text(path))
+    except m.ManifestError as error:
+        raise ResumeMismatch(f"--resume: {path}: {error}; not an output this version can resume "
+                             "(--overwrite replaces a MaskBeam output)") from None
+
+
+def _read_run_record(path: str) -> dict:
+    try:
+        record = json.loads(read_text(path))
+    except (ValueError, RecursionError) as error:
+        raise ResumeMismatch(f"--resume: {path} is not a MaskBeam run file ({type(error).__name__})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise ResumeMismatch(f"--resume: {path} is not a MaskBeam run file (no config object)")
+    return record
 
 
 def _check_inputs_unchanged(output: str, manifest: dict, units: list[WorkUnit]) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.consumers.outputs import shard_paths
+from pipeline.consumers.outputs import check_ids, shard_entries, verify_shard
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -31,18 +31,32 @@ class MaskedRows:
 def read_split_rows(directory: str, split: str, manifest: dict, rule: MaskingRule, epoch: int,
                     max_rows: int | None = None) -> MaskedRows:
     """Rows of one split, masked as stored (static) or with `epoch` (dynamic): all of them, or the
-    first whole record batches holding at least `max_rows` rows (nothing else is read)."""
+    first whole record batches holding at least `max_rows` rows (nothing else is read). A shard is
+    checked against the manifest (size, sha256) before it is opened, its ids and labels against
+    the vocabulary before they index the masking tables.
+
+    Raises:
+        ShardMismatch: a shard that is not the manifest's, or ids outside the vocabulary.
+    """
     config = manifest[m.KEY_CONFIG]
     seq_len = config[o.MAX_SEQ_LENGTH]
     static = config[o.MASKING] == MASKING_STATIC
     ids, labels, original = [], [], []
-    for path in shard_paths(directory, manifest, split):
+    def enough() -> bool:
+        return max_rows is not None and sum(x.shape[0] for x in ids) >= max_rows
+
+    for path, entry in shard_entries(directory, manifest, split):
+        if enough():
+            break
+        verify_shard(path, entry)
         for batch in open_batches(path):
-            if max_rows is not None and sum(x.shape[0] for x in ids) >= max_rows:
+            if enough():
                 break
             stored = fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len)
+            check_ids(f"{path}: {INPUT_IDS}", stored, rule.vocab_size)
             if static:
                 stored_labels = fixed_list_to_numpy(batch.column(LABELS), seq_len)
+                check_ids(f"{path}: {LABELS}", stored_labels[stored_labels != IGNORE_INDEX], rule.vocab_size)
                 ids.append(stored)
                 labels.append(stored_labels)
                 original.append(np.where(stored_labels != IGNORE_INDEX, stored_labels, stored))

@@ -1,9 +1,16 @@
 """Read what a preprocess run wrote: the manifest, the shard list, the tokenizer copy and the
-masking rule, so consumers need nothing but the output folder."""
+masking rule, so consumers need nothing but the output folder.
+
+An output folder may come from anyone (a colleague, a download): everything here treats it as
+untrusted. The manifest is validated (schemas.manifest.validate_manifest) before any number in it
+sizes anything, shard paths come only from the validated shard-name template, and a shard is read
+only after its size and sha256 match the manifest (verify_shard)."""
 
 from __future__ import annotations
 
-import json
+import hashlib
+import os
+import stat
 
 from pipeline.kernels.masking import MaskingRule
 from pipeline.storage import filesystem
@@ -11,31 +18,112 @@ from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
 from schemas import options as o
 
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024  # the largest published tokenizer.json files are ~35 MB
+_HASH_CHUNK = 8 * 1024 * 1024
+
 
 class NotAnOutput(FileNotFoundError):
     """The folder is not a complete MaskBeam output."""
 
 
+class BadManifest(NotAnOutput, m.ManifestError):
+    """The folder's manifest.json is not one MaskBeam wrote (invalid JSON, a missing key, a value of
+    the wrong type or out of range, a shard name outside the template)."""
+
+
+class ShardMismatch(ValueError):
+    """A shard's file is not the one its manifest describes (size or sha256 differ, or not a file)."""
+
+
 def load_manifest(directory: str) -> dict:
-    """The manifest of a complete output.
+    """The validated manifest of a complete output.
 
     Raises:
-        NotAnOutput: when there is no manifest.json (missing, or the run did not finish).
+        NotAnOutput: when the folder does not exist or has no manifest.json (the run did not finish).
+        BadManifest: when the manifest is not one MaskBeam writes (see schemas.manifest.validate_manifest).
     """
     path = filesystem.join(directory, m.MANIFEST_FILE)
     if not filesystem.exists(path):
+        if filesystem.is_local(directory) and not os.path.exists(directory):
+            raise NotAnOutput(f"{directory!r} does not exist")
         raise NotAnOutput(f"{directory!r} has no {m.MANIFEST_FILE}: not a complete MaskBeam output")
-    return json.loads(filesystem.read_text(path))
+    _check_regular(path, BadManifest)
+    size = filesystem.size(path)
+    if size > m.MAX_MANIFEST_BYTES:
+        raise BadManifest(f"{path}: {size:,} bytes, over the {m.MAX_MANIFEST_BYTES:,} a manifest may hold")
+    try:
+        return m.parse_manifest(filesystem.read_bytes(path))
+    except m.ManifestError as error:
+        raise BadManifest(f"{path}: {error}") from None
 
 
 def shard_paths(directory: str, manifest: dict, split: str) -> list[str]:
+    """The shard files of a split, in order: the folder joined with names the manifest's schema
+    allows (the writer's template only), so no name leads outside `directory/split`."""
     if split not in manifest[m.KEY_SPLITS]:
         raise ValueError(f"split {split!r} not in {sorted(manifest[m.KEY_SPLITS])}")
-    return [filesystem.join(directory, split, s[m.KEY_FILENAME]) for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
+    shards = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
+    return [filesystem.join(directory, split, m.check_shard_filename(s[m.KEY_FILENAME], i, len(shards)))
+            for i, s in enumerate(shards)]
+
+
+def shard_entries(directory: str, manifest: dict, split: str) -> list[tuple[str, dict]]:
+    """(path, manifest entry) of every shard of a split."""
+    return list(zip(shard_paths(directory, manifest, split), manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]))
+
+
+def _check_regular(path: str, error: type[Exception] = ShardMismatch) -> None:
+    """A local path must be a regular file: a FIFO or a device would block or never end."""
+    if filesystem.is_local(path):
+        local = path[len("file://"):] if path.startswith("file://") else path
+        try:
+            mode = os.stat(local).st_mode
+        except OSError as problem:
+            raise error(f"{path}: cannot be read ({problem.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise error(f"{path}: not a regular file")
+
+
+def verify_shard(path: str, entry: dict) -> None:
+    """Check a shard's size, then its sha256 (streamed), against its manifest entry before anyone
+    reads or publishes it: a file swapped in (a link to a secret, another dataset's shard) is refused.
+
+    Raises:
+        ShardMismatch: naming the file and what differs.
+    """
+    if not filesystem.exists(path):
+        raise ShardMismatch(f"{path}: missing (listed in the manifest)")
+    _check_regular(path)
+    size = filesystem.size(path)
+    if size != entry[m.KEY_BYTES]:
+        raise ShardMismatch(f"{path}: {size:,} bytes, the manifest says {entry[m.KEY_BYTES]:,}")
+    digest = hashlib.sha256()
+    with filesystem.open_binary(path) as handle:
+        while chunk := handle.read(_HASH_CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != entry[m.KEY_SHA256]:
+        raise ShardMismatch(f"{path}: sha256 {digest.hexdigest()[:16]}... does not match the manifest's "
+                            f"{entry[m.KEY_SHA256][:16]}...")
+
+
+def verified_shard_paths(directory: str, manifest: dict, split: str) -> list[str]:
+    """shard_paths, each checked with verify_shard first."""
+    paths = []
+    for path, entry in shard_entries(directory, manifest, split):
+        verify_shard(path, entry)
+        paths.append(path)
+    return paths
+
+
+def check_ids(where: str, values, vocab_size: int) -> None:
+    """Raise ShardMismatch unless every id lies in [0, vocab_size): what a table indexed by id (or a
+    bincount) needs before it is touched. `values`: an integer numpy array."""
+    if values.size and (int(values.min()) < 0 or int(values.max()) >= vocab_size):
+        raise ShardMismatch(f"{where}: ids outside [0, {vocab_size}): [{int(values.min())}, {int(values.max())}]")
 
 
 def masking_rule(manifest: dict) -> MaskingRule:
-    """The masking rule the data was made with, from the manifest alone."""
+    """The masking rule the data was made with, from the (validated) manifest alone."""
     tok, config = manifest[m.KEY_TOKENIZER], manifest[m.KEY_CONFIG]
     return MaskingRule.from_ids(tok[m.KEY_VOCAB_SIZE], tok[m.KEY_NEVER_SELECTED], tok[m.KEY_NEVER_REPLACEMENT],
                                 tok[m.KEY_SPECIAL_IDS][m.KEY_MASK_ID], config[o.MLM_PROBABILITY],
@@ -46,9 +134,17 @@ def masking_rule(manifest: dict) -> MaskingRule:
                                 max_span=config.get(o.MAX_SPAN, o.DEFAULT_MAX_SPAN))
 
 
-def tokenizer_spec(directory: str) -> TokenizerSpec:
-    """The tokenizer copy stored with the data."""
+def tokenizer_spec(directory: str, manifest: dict | None = None) -> TokenizerSpec:
+    """The tokenizer copy stored with the data (checked like any tokenizer file: TokenizerSpec.from_json);
+    with `manifest`, it must be the tokenizer the manifest names (same sha256), or NotAnOutput."""
     path = filesystem.join(directory, m.TOKENIZER_FILE)
     if not filesystem.exists(path):
         raise NotAnOutput(f"{directory!r} has no {m.TOKENIZER_FILE}")
-    return TokenizerSpec.from_json(filesystem.read_text(path))
+    _check_regular(path, NotAnOutput)
+    if filesystem.size(path) > MAX_TOKENIZER_BYTES:
+        raise NotAnOutput(f"{path}: over the {MAX_TOKENIZER_BYTES:,} bytes a tokenizer file may hold")
+    spec = TokenizerSpec.from_json(filesystem.read_text(path))
+    if manifest is not None and spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:
+        raise NotAnOutput(f"{path}: sha256 {spec.fingerprint[:16]}... is not the manifest's tokenizer "
+                          f"({manifest[m.KEY_TOKENIZER][m.KEY_SHA256][:16]}...)")
+    return spec

@@ -6,12 +6,14 @@ values) is unchanged."""
 from __future__ import annotations
 
 import copy
+import functools
 import glob as globlib
 import os
 import posixpath
 
 from pipeline.tokenizer.resolve import looks_like_path
 from schemas import manifest as m
+from schemas.manifest import TOKENIZER_FILE
 
 _HF_SCHEME = "hf://"
 
@@ -54,6 +56,30 @@ def public_name(name_or_path: str) -> str:
     return _name(name_or_path)
 
 
+# The embedded sample tokenizer (pipeline/sample/tokenizer) is a copy of this Hub tokenizer.
+EMBEDDED_TOKENIZER_ORIGIN = "bert-base-uncased"
+
+
+@functools.cache
+def _embedded_fingerprint() -> str:
+    from pipeline.sample import SAMPLE_TOKENIZER
+    from pipeline.tokenizer.resolve import resolve_tokenizer_json
+    from pipeline.tokenizer.spec import TokenizerSpec
+
+    return TokenizerSpec.from_json(resolve_tokenizer_json(str(SAMPLE_TOKENIZER))).fingerprint
+
+
+def tokenizer_origin(name_or_path: str, sha256: str) -> str:
+    """The tokenizer by where it comes from: a Hub id as given; `bert-base-uncased` for the embedded
+    copy (or any file identical to it); else the name of the local folder (not `tokenizer.json`)."""
+    if sha256 == _embedded_fingerprint():
+        return EMBEDDED_TOKENIZER_ORIGIN
+    name = public_name(name_or_path)
+    if name == TOKENIZER_FILE and name != name_or_path:
+        return public_name(posixpath.dirname(name_or_path.rstrip("/"))) or name
+    return name
+
+
 def public_manifest(manifest: dict) -> dict:
     out = copy.deepcopy(manifest)
     config = out[m.KEY_CONFIG]
@@ -80,8 +106,9 @@ def public_manifest(manifest: dict) -> dict:
     config["output"] = _name(config.get("output", ""))
     if local_hf:
         config["hf_dataset"] = public_name(hf_name)
-    config["tokenizer"] = public_name(config.get("tokenizer", ""))
-    out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = public_name(out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])
+    sha256 = out[m.KEY_TOKENIZER][m.KEY_SHA256]
+    config["tokenizer"] = tokenizer_origin(config.get("tokenizer", ""), sha256)
+    out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = tokenizer_origin(out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH], sha256)
     for section, keys in ((m.KEY_INPUTS, (m.KEY_PATH,)), (m.KEY_SKIPPED, (m.KEY_PATH,)),
                           (m.KEY_DUPLICATES, (m.KEY_PATH, m.KEY_DUPLICATE_OF)),
                           (m.KEY_NEAR_DUPLICATES, (m.KEY_PATH, m.KEY_NEAR_DUPLICATE_OF))):

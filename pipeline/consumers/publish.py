@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import re
 import shutil
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__
-from pipeline.consumers.outputs import load_manifest, shard_paths
+from pipeline.consumers.outputs import ShardMismatch, load_manifest, shard_entries, verify_shard
 from pipeline.consumers.public_manifest import public_manifest
 from pipeline.storage import filesystem
 from schemas import manifest as m
 from schemas import options as o
-from schemas.shard import MASKING_STATIC
+from schemas.shard import MASKING_STATIC, id_dtype_for_vocab, shard_schema
 
 FORMATS = ("parquet", "arrow", "both")
 PARQUET_ROWS_PER_GROUP = 1000
@@ -49,27 +51,43 @@ def check_repo_id(repo_id: str) -> None:
 
 
 def _open_stream(source: str):
-    """An Arrow IPC stream reader over a shard: memory-mapped when local, streamed through fsspec
-    (s3://, gs://, hf://) otherwise."""
-    if filesystem.is_local(source):
-        return pa.ipc.open_stream(pa.memory_map(source, "r"))
-    return pa.ipc.open_stream(filesystem.open_binary(source))
+    """An Arrow IPC stream reader over a local shard, memory-mapped."""
+    return pa.ipc.open_stream(pa.memory_map(source, "r"))
 
 
-def _write_parquet(source: str, target: Path) -> None:
+def _write_parquet(source: str, target: Path, schema: pa.Schema) -> None:
     """Stream one Arrow shard into a Parquet file, one ~1000-row group at a time."""
     reader = _open_stream(source)
-    with pq.ParquetWriter(target, reader.schema, compression=PARQUET_COMPRESSION) as writer:
+    _check_schema(source, reader.schema, schema)
+    with pq.ParquetWriter(target, schema, compression=PARQUET_COMPRESSION) as writer:
         for batch in reader:
-            writer.write_table(pa.Table.from_batches([batch]), row_group_size=PARQUET_ROWS_PER_GROUP)
+            table = pa.Table.from_batches([batch]).replace_schema_metadata(schema.metadata)
+            writer.write_table(table, row_group_size=PARQUET_ROWS_PER_GROUP)
 
 
-def _copy_arrow(source: str, target: Path) -> None:
+def _copy(source: str, target: Path) -> None:
     if filesystem.is_local(source):
         shutil.copyfile(source, target)
         return
     with filesystem.open_binary(source) as src, open(target, "wb") as dst:
         shutil.copyfileobj(src, dst, 8 * 1024 * 1024)
+
+
+def _check_schema(source: str, actual: pa.Schema, expected: pa.Schema) -> None:
+    """The shard's columns are ours (names and types): the card and the Hub's viewer show them."""
+    if actual.names != expected.names:
+        raise PublishError(f"{source}: shard columns: expected {expected.names}, got {actual.names}")
+    for expected_field in expected:
+        if actual.field(expected_field.name).type != expected_field.type:
+            raise PublishError(f"{source}: column {expected_field.name!r}: expected type {expected_field.type}, "
+                               f"got {actual.field(expected_field.name).type}")
+
+
+def expected_schema(manifest: dict) -> pa.Schema:
+    """The Arrow schema the manifest's config makes: what every shard must have, and what the card
+    describes (never the column names a file brings)."""
+    config, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_TOKENIZER]
+    return shard_schema(config[o.MASKING], config[o.MAX_SEQ_LENGTH], id_dtype_for_vocab(tok[m.KEY_VOCAB_SIZE]))
 
 
 @dataclass(frozen=True)
@@ -79,10 +97,31 @@ class DataFile:
     name: str  # path in the repository
     source: str  # the MaskBeam shard (local path or URL)
     kind: str  # "parquet" (converted) or "arrow" (copied)
+    entry: dict = field(hash=False, compare=False)  # the shard's manifest entry: its size and sha256
+    schema: pa.Schema = field(hash=False, compare=False)  # the schema the manifest's config makes
 
     def write(self, target: Path) -> None:
+        """Write the file at `target` from its shard, checked first against the manifest (size,
+        sha256, schema): a shard swapped for another file is never converted, copied or uploaded.
+        A remote shard is downloaded beside `target` and checked there."""
         target.parent.mkdir(parents=True, exist_ok=True)
-        (_write_parquet if self.kind == "parquet" else _copy_arrow)(self.source, target)
+        local = self.source
+        if not filesystem.is_local(self.source):
+            local = str(target.with_name(target.name + ".download"))
+            _copy(self.source, Path(local))
+        try:
+            try:
+                verify_shard(local, self.entry)
+            except ShardMismatch as error:
+                raise PublishError(f"refusing to publish {self.source}: {error}") from None
+            if self.kind == "parquet":
+                _write_parquet(local, target, self.schema)
+            else:
+                _check_schema(self.source, _open_stream(local).schema, self.schema)
+                _copy(local, target)
+        finally:
+            if local != self.source:
+                os.unlink(local)
 
 
 def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], dict[str, dict[str, list[str]]]]:
@@ -91,19 +130,19 @@ def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], di
         raise PublishError(f"--format must be one of {FORMATS}, got {fmt!r}")
     files: list[DataFile] = []
     data_files: dict[str, dict[str, list[str]]] = {"default": {}, "arrow": {}}
+    schema = expected_schema(manifest)
     for split in m.SPLITS:
         # Shards without rows are left out (an empty split too): `load_dataset` refuses a split with no data.
-        rows = [s[m.KEY_ROWS] for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]]
-        paths = [p for p, n in zip(shard_paths(directory, manifest, split), rows) if n]
-        for index, source in enumerate(paths):
+        shards = [(path, entry) for path, entry in shard_entries(directory, manifest, split) if entry[m.KEY_ROWS]]
+        for index, (source, entry) in enumerate(shards):
             if fmt in ("parquet", "both"):
-                name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(paths), ext="parquet")
-                files.append(DataFile(name, source, "parquet"))
+                name = HUB_DATA_TEMPLATE.format(split=split, index=index, count=len(shards), ext="parquet")
+                files.append(DataFile(name, source, "parquet", entry, schema))
                 data_files["default"].setdefault(split, []).append(name)
             if fmt in ("arrow", "both"):
                 template = HUB_DATA_TEMPLATE if fmt == "arrow" else ARROW_CONFIG_TEMPLATE
-                name = template.format(split=split, index=index, count=len(paths), ext="arrow")
-                files.append(DataFile(name, source, "arrow"))
+                name = template.format(split=split, index=index, count=len(shards), ext="arrow")
+                files.append(DataFile(name, source, "arrow", entry, schema))
                 data_files["default" if fmt == "arrow" else "arrow"].setdefault(split, []).append(name)
     if not files:
         raise PublishError(f"{directory!r} holds no rows: nothing to publish")
@@ -128,7 +167,7 @@ def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str =
     for data_file in files:
         data_file.write(root / data_file.name)
     (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
-    card = dataset_card(manifest, data_files, repo_id, license_id, _open_stream(files[0].source).schema)
+    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema)
     (root / CARD_FILE).write_text(card, encoding="utf-8")
     return UploadFolder(path=root, files=tuple(sorted([f.name for f in files] + [m.MANIFEST_FILE, CARD_FILE])))
 
@@ -157,13 +196,34 @@ def _card_metadata(manifest: dict, data_files: dict, license_id: str, schema: pa
     return card.to_yaml()
 
 
+def _inert(text: object) -> str:
+    """Text from a manifest made inert for Markdown: control, format and separator characters (newlines,
+    bidi overrides, zero-width marks) become U+FFFD, so nothing can start a line, a heading or a list."""
+    out = []
+    for ch in str(text):
+        category = unicodedata.category(ch)
+        out.append(ch if ch == " " or category[0] not in "CZ" else (" " if category == "Zs" else "\ufffd"))
+    return "".join(out)
+
+
+def md_code(text: object) -> str:
+    """Untrusted text as one Markdown code span: shown literally (no HTML, link, image or emphasis;
+    no autolink), with a fence longer than any backtick run inside and `|` escaped for tables."""
+    inner = _inert(text).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", inner)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {inner} {fence}"
+
+
 def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, schema: pa.Schema) -> str:
-    """A real dataset card: YAML metadata, then what the data is and how to load and train on it."""
+    """A real dataset card: YAML metadata, then what the data is and how to load and train on it.
+    Every string taken from the manifest (input names, skip reasons, the tokenizer's name, the
+    version) goes into a code span (md_code); numbers and enum values are validated by the schema."""
     config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
     static = config[o.MASKING] == MASKING_STATIC
-    sources = "\n".join(f"| `{os.path.basename(e[m.KEY_PATH])}` | {e[m.TOKENS]:,} | {e[m.KEY_ROWS]:,} |"
+    sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]))} | {e[m.TOKENS]:,} | {e[m.KEY_ROWS]:,} |"
                         for e in manifest[m.KEY_INPUTS][:200])
-    skipped = "\n".join(f"- `{os.path.basename(s[m.KEY_PATH])}`: {s[m.KEY_REASON]}"
+    skipped = "\n".join(f"- {md_code(posixpath.basename(s[m.KEY_PATH]))}: {md_code(s[m.KEY_REASON])}"
                         for s in manifest[m.KEY_SKIPPED]) or "none"
     checksums = "\n".join(f"| {split} | `{s[m.KEY_FILENAME]}` | {s[m.KEY_ROWS]:,} | `{s[m.KEY_SHA256]}` |"
                           for split in m.SPLITS for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS])
@@ -179,12 +239,12 @@ def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str
     body = f"""
 # {repo_id}
 
-Masked-language-model pretraining data made with MaskBeam {manifest[m.KEY_PACKAGE_VERSION]}:
+Masked-language-model pretraining data made with MaskBeam {md_code(manifest[m.KEY_PACKAGE_VERSION])}:
 {counts[m.DOCUMENTS]:,} documents from {counts[m.FILES_READ]:,} files ({counts[m.FILES_SKIPPED]:,} skipped),
 {counts[m.TOKENS]:,} tokens in {counts[m.ROWS]:,} rows of {config[o.MAX_SEQ_LENGTH]} tokens
 (`[CLS]` content `[SEP]` `[PAD]`...; packing `{config[o.PACKING]}`).
 
-- tokenizer: `{tok[m.KEY_NAME_OR_PATH]}` (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids)
+- tokenizer: {md_code(tok[m.KEY_NAME_OR_PATH])} (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids)
 - masking: {config[o.MASKING]}, mlm_probability {config[o.MLM_PROBABILITY]}, [MASK] {config[o.MASK_REPLACE_PROB]},
   random {config[o.RANDOM_REPLACE_PROB]}, unchanged {unchanged};
   special tokens are never selected nor used as random replacements; seed {config[o.SEED]}
@@ -295,7 +355,7 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
             local.unlink()
             operations.append(operation)
             _log.info("uploaded %s (%d of %d)", data_file.name, number, len(files))
-    card = dataset_card(manifest, data_files, repo_id, license_id, _open_stream(files[0].source).schema)
+    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema)
     operations += [CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")),
                    CommitOperationAdd(path_in_repo=m.MANIFEST_FILE, path_or_fileobj=m.dumps(manifest).encode("utf-8"))]
     with_retries(lambda: api.create_commit(repo_id, operations=operations, repo_type="dataset", token=secret,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import load_manifest, masking_rule, shard_paths, tokenizer_spec
+from pipeline.consumers.outputs import check_ids, load_manifest, masking_rule, tokenizer_spec, verified_shard_paths
 from pipeline.storage.arrow_files import fixed_list_to_numpy, read_table
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m
@@ -36,20 +36,25 @@ class SplitStats:
 
 
 def collect(directory: str, split: str = m.TRAIN) -> tuple[dict, SplitStats]:
-    """Stream the shards of a split once: lengths, token frequencies, padding, eligible per shard."""
+    """Stream the shards of a split once: lengths, token frequencies, padding, eligible per shard.
+    Each shard is checked against the manifest (size, sha256) before it is read, and its ids and
+    labels against the vocabulary before they index anything (a label of 2e9 would make the
+    bincount ask for 15 GiB)."""
     manifest = load_manifest(directory)
     rule = masking_rule(manifest)
     seq_len = manifest[m.KEY_CONFIG]["max_seq_length"]
     static = manifest[m.KEY_CONFIG]["masking"] == MASKING_STATIC
     stats = SplitStats(token_counts=np.zeros(rule.vocab_size, dtype=np.int64))
-    for path in shard_paths(directory, manifest, split):
+    for path in verified_shard_paths(directory, manifest, split):
         table: pa.Table = read_table(path)
         eligible = 0
         for batch in table.to_batches():
             ids = fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len)
             attention = fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len)
+            check_ids(f"{path}: {INPUT_IDS}", ids, rule.vocab_size)
             if static:
                 labels = fixed_list_to_numpy(batch.column(LABELS), seq_len)
+                check_ids(f"{path}: {LABELS}", labels[labels != IGNORE_INDEX], rule.vocab_size)
                 ids = np.where(labels != IGNORE_INDEX, labels, ids)
             lengths = attention.sum(axis=1)
             stats.lengths.append(lengths - 2)
@@ -60,6 +65,12 @@ def collect(directory: str, split: str = m.TRAIN) -> tuple[dict, SplitStats]:
             eligible += int((~rule.is_special[real]).sum())
         stats.shard_eligible.append(eligible)
     return manifest, stats
+
+
+def _label(text: str) -> str:
+    """A name from the data as a plot label: matplotlib reads `$...$` as math and stops at control
+    characters, so `$` is escaped and non-printable characters shown as U+FFFD."""
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in str(text)).replace("$", r"\$")
 
 
 def _figure(draw, path: str, size=(8, 4.2)) -> str:
@@ -84,11 +95,11 @@ def _base64(path: str) -> str:
 def write_report(directory: str, out_dir: str, html_path: str | None = None) -> dict[str, str]:
     """Write the PNGs to out_dir (and the HTML page); returns {figure name: png path}."""
     manifest, stats = collect(directory)
-    spec = tokenizer_spec(directory)
+    spec = tokenizer_spec(directory, manifest)
     tokenizer = build_tokenizer(spec)
     os.makedirs(out_dir, exist_ok=True)
     inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: -e[m.TOKENS])[:TOP_INPUTS]
-    names = [posixpath.basename(e[m.KEY_PATH])[:40] for e in inputs]
+    names = [_label(posixpath.basename(e[m.KEY_PATH])[:40]) for e in inputs]
     seq_len = manifest[m.KEY_CONFIG]["max_seq_length"]
     lengths = np.concatenate(stats.lengths) if stats.lengths else np.zeros(0)
     ordinary = stats.token_counts.copy()
@@ -109,7 +120,7 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
         ax.tick_params(axis="y", labelsize=6)
 
     def top_plot(ax):
-        labels = [tokenizer.id_to_token(int(i)) for i in top]
+        labels = [_label(tokenizer.id_to_token(int(i))) for i in top]
         ax.bar(range(len(top)), ordinary[top] / max(ordinary.sum(), 1), color="#a74")
         ax.set_xticks(range(len(top)), labels, rotation=70, fontsize=7)
         ax.set(title="Top tokens (share of ordinary tokens, train)", ylabel="share")
@@ -119,7 +130,7 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
                        if e.get(m.KEY_UNK_FRACTION) is not None), key=lambda e: -e[m.KEY_UNK_FRACTION])[:TOP_INPUTS]
 
     def unk_plot(ax):
-        labels = [posixpath.basename(e[m.KEY_PATH])[:40] for e in measured]
+        labels = [_label(posixpath.basename(e[m.KEY_PATH])[:40]) for e in measured]
         rates = [e[m.KEY_UNK_FRACTION] for e in measured]
         colors = ["#c55" if m.KEY_REASON in e else "#47a" for e in measured]
         ax.barh(labels[::-1], rates[::-1], color=colors[::-1])
@@ -134,11 +145,11 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
     mixed = sorted(mixed, key=lambda e: (e[m.KEY_SCRIPTS].get("Latin", 0), e[m.KEY_PATH]))[:TOP_INPUTS]
 
     def scripts_plot(ax):
-        labels = [posixpath.basename(e[m.KEY_PATH])[:40] for e in mixed][::-1]
+        labels = [_label(posixpath.basename(e[m.KEY_PATH])[:40]) for e in mixed][::-1]
         left = np.zeros(len(mixed))
         for script in sorted({s for e in mixed for s in e[m.KEY_SCRIPTS]}):
             shares = np.array([e[m.KEY_SCRIPTS].get(script, 0.0) for e in mixed][::-1])
-            ax.barh(labels, shares, left=left, label=script)
+            ax.barh(labels, shares, left=left, label=_label(script))
             left += shares
         ax.set(title=f"Script mix of the letters per input (the {len(mixed)} least Latin)", xlabel="share of letters",
                xlim=(0, 1))
@@ -181,38 +192,44 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
     return figures
 
 
+def _e(value: object) -> str:
+    """Any value as HTML text (quotes too): every field of the page goes through here."""
+    return html.escape(str(value), quote=True)
+
+
 def write_html(manifest: dict, figures: dict[str, str], stats: SplitStats, path: str) -> None:
-    """One self-contained page: the summary table and every figure inlined as base64 PNG."""
+    """One self-contained page: the summary table and every figure inlined as base64 PNG. Every
+    value from the manifest is escaped (_e), whatever its type should be."""
     counts = manifest[m.KEY_COUNTS]
     config = manifest[m.KEY_CONFIG]
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:,}</td></tr>"
+    rows = "".join(f"<tr><td>{_e(k)}</td><td>{_e(f'{v:,}')}</td></tr>"
                    for k, v in sorted(counts.items()) if isinstance(v, int))
     by_reason = counts.get(m.FILES_SKIPPED_BY_REASON) or {}
-    reasons = "".join(f"<tr><td>{html.escape(reason)}</td><td>{n:,}</td></tr>" for reason, n in by_reason.items())
+    reasons = "".join(f"<tr><td>{_e(reason)}</td><td>{_e(f'{n:,}')}</td></tr>" for reason, n in by_reason.items())
     reason_table = (f"<table><tr><th>reason</th><th>inputs</th></tr>{reasons}</table>" if reasons else "")
-    skipped = "".join(f"<li>{html.escape(posixpath.basename(s[m.KEY_PATH]))}: {html.escape(s[m.KEY_REASON])}</li>"
+    skipped = "".join(f"<li>{_e(posixpath.basename(s[m.KEY_PATH]))}: {_e(s[m.KEY_REASON])}</li>"
                       for s in manifest[m.KEY_SKIPPED]) or "<li>none</li>"
-    near = "".join(f"<tr><td>{html.escape(posixpath.basename(e[m.KEY_PATH]))}</td>"
-                   f"<td>{html.escape(posixpath.basename(e[m.KEY_NEAR_DUPLICATE_OF]))}</td>"
-                   f"<td>{e[m.KEY_SIMILARITY]:.2f}</td></tr>" for e in manifest.get(m.KEY_NEAR_DUPLICATES, []))
+    near = "".join(f"<tr><td>{_e(posixpath.basename(e[m.KEY_PATH]))}</td>"
+                   f"<td>{_e(posixpath.basename(e[m.KEY_NEAR_DUPLICATE_OF]))}</td>"
+                   f"<td>{_e(f'{e[m.KEY_SIMILARITY]:.2f}')}</td></tr>" for e in manifest.get(m.KEY_NEAR_DUPLICATES, []))
     near_table = (f"<table><tr><th>input</th><th>near duplicate of</th><th>similarity</th></tr>{near}</table>"
                   if near else "<p>none (word-bigram similarity of every pair below 0.5)</p>")
     near_dedup = config.get(o.NEAR_DEDUP)
     dropping = f"dropped at similarity {near_dedup:g}" if near_dedup else "reported, not dropped"
-    kept_scripts = f"; scripts kept: {html.escape(', '.join(config[o.SCRIPTS]))}" if config.get(o.SCRIPTS) else ""
-    gates = (f"<p>[UNK] gate: inputs with more than {config.get(o.MAX_UNK_FRACTION, 1):g} of their tokens [UNK] "
-             f"are skipped; near duplicates are {dropping}{kept_scripts}.</p>")
+    kept_scripts = f"; scripts kept: {_e(', '.join(config[o.SCRIPTS]))}" if config.get(o.SCRIPTS) else ""
+    gates = (f"<p>[UNK] gate: inputs with more than {_e(f'{config.get(o.MAX_UNK_FRACTION, 1):g}')} of their "
+             f"tokens [UNK] are skipped; near duplicates are {_e(dropping)}{kept_scripts}.</p>")
     images = "".join(
-        f'<figure><img alt="{name}" src="data:image/png;base64,{_base64(p)}">'
-        f"<figcaption>{name.replace('_', ' ')}</figcaption></figure>" for name, p in figures.items())
+        f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{_base64(p)}">'
+        f"<figcaption>{_e(name.replace('_', ' '))}</figcaption></figure>" for name, p in figures.items())
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>MaskBeam report</title>
 <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto}}td{{padding:2px 12px}}
 figure{{margin:1.5em 0}}img{{max-width:100%}}</style></head><body>
 <h1>MaskBeam dataset report</h1>
-<p>masking {html.escape(config[o.MASKING])}, unit {html.escape(config.get(o.MASKING_UNIT, o.UNIT_TOKEN))},
-max_seq_length {config[o.MAX_SEQ_LENGTH]}, packing {html.escape(config[o.PACKING])}, seed {config[o.SEED]},
-tokenizer {html.escape(manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])};
+<p>masking {_e(config[o.MASKING])}, unit {_e(config.get(o.MASKING_UNIT, o.UNIT_TOKEN))},
+max_seq_length {_e(config[o.MAX_SEQ_LENGTH])}, packing {_e(config[o.PACKING])}, seed {_e(config[o.SEED])},
+tokenizer {_e(manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH])};
 padding {stats.padding / max(stats.slots, 1):.1%} of train slots.</p>
 <table>{rows}</table>
 <h2>Skipped inputs</h2>{reason_table}<ul>{skipped}</ul>

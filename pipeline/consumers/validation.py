@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import load_manifest, masking_rule
+from pipeline.consumers.outputs import load_manifest, masking_rule, shard_entries
 from pipeline.kernels.masking import DRAW_BITS, MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy
@@ -155,8 +155,7 @@ def validate_output(directory: str) -> dict:
         for extra in sorted(present - listed):
             raise ValidationError(f"{posixpath.join(directory, split, extra)}: shard not in the manifest")
         totals = SplitTotals()
-        for entry in info[m.KEY_SHARDS]:
-            path = posixpath.join(directory, split, entry[m.KEY_FILENAME])
+        for path, entry in shard_entries(directory, manifest, split):
             check_shard(path, _read_checked(path, entry), entry, manifest, rule, totals)
             summary["shards"] += 1
             summary["rows"] += entry[m.KEY_ROWS]

@@ -7,7 +7,7 @@ import os
 
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer.spec import TokenizerError
+from pipeline.tokenizer.spec import MAX_TOKENIZER_BYTES, TokenizerError, check_tokenizer_json
 from schemas.manifest import TOKENIZER_FILE
 
 
@@ -17,8 +17,21 @@ def looks_like_path(name: str) -> bool:
             or (os.sep != "/" and os.sep in name))
 
 
+def _read(path: str) -> str:
+    size = os.path.getsize(path)
+    if size > MAX_TOKENIZER_BYTES:
+        raise TokenizerError(f"{path!r}: {size:,} bytes, over the {MAX_TOKENIZER_BYTES:,} a tokenizer file may hold")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except UnicodeDecodeError as error:
+        raise TokenizerError(f"{path!r}: not a tokenizer.json: not UTF-8 text ({error.reason})") from None
+
+
 def resolve_tokenizer_json(name_or_path: str) -> str:
     """Read a `tokenizer.json` from a file, a folder holding one, or the Hub (through the HF cache).
+    Only that one file is read (never a tokenizer_config.json, code or another file of the folder),
+    and it is checked (spec.check_tokenizer_json) before `tokenizers` builds or serialises it.
 
     Raises:
         TokenizerError: naming the path or Hub id that could not be read.
@@ -29,8 +42,7 @@ def resolve_tokenizer_json(name_or_path: str) -> str:
             raise TokenizerError(f"tokenizer folder {name_or_path!r} has no {TOKENIZER_FILE}")
         name_or_path = path
     if os.path.isfile(name_or_path):
-        with open(name_or_path, encoding="utf-8") as handle:
-            raw = handle.read()
+        raw = _read(name_or_path)
     elif looks_like_path(name_or_path):
         raise TokenizerError(f"tokenizer path {name_or_path!r} does not exist")
     else:
@@ -43,8 +55,11 @@ def resolve_tokenizer_json(name_or_path: str) -> str:
                 f"cannot load tokenizer {name_or_path!r}: not a local file or folder, and the Hub "
                 f"download failed ({type(error).__name__}: {error})"
             ) from error
-        with open(path, encoding="utf-8") as handle:
-            raw = handle.read()
+        raw = _read(path)
+    try:
+        check_tokenizer_json(raw)
+    except TokenizerError as error:
+        raise TokenizerError(f"{name_or_path!r}: {error}") from None
     try:
         tokenizer = Tokenizer.from_str(raw)
     except Exception as error:  # tokenizers raises a bare Exception on malformed JSON

@@ -13,6 +13,8 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.masking import MaskingRule
+from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
+from schemas.manifest import MAX_VOCAB_SIZE
 from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP, UNIT_TOKEN
 
 # Candidate spellings of each special token, BERT first, then RoBERTa/SentencePiece style.
@@ -23,10 +25,94 @@ SPECIAL_CANDIDATES = {
     "mask": ("[MASK]", "<mask>"),
 }
 _UNUSED = re.compile(r"^\[unused\d+\]$|^<unused\d+>$")
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024  # the largest published tokenizer.json files are ~35 MB
+MIN_FREE_IDS = 1024  # unused ids (gaps) always allowed; beyond, at most as many as there are tokens
 
 
 class TokenizerError(ValueError):
     """The tokenizer cannot be loaded or lacks a special token the job needs."""
+
+
+def _ids_in(config: dict) -> list[int]:
+    """Every id a tokenizer.json assigns: its model's vocabulary and its added tokens."""
+    model = config["model"]
+    vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        ids = list(vocab.values())
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids are positions
+        ids = list(range(len(vocab)))
+    elif vocab is None:
+        ids = []
+    else:
+        raise TokenizerError(f"tokenizer model vocab: expected an object or a list, got {type(vocab).__name__}")
+    added = config.get("added_tokens") or []
+    if not isinstance(added, list):
+        raise TokenizerError(f"tokenizer added_tokens: expected a list, got {type(added).__name__}")
+    for token in added:
+        ids.append(token.get("id") if isinstance(token, dict) else token)
+    return ids
+
+
+def _check_id_space(ids: list) -> None:
+    """Ids are integers in [0, MAX_VOCAB_SIZE), and at most max(MIN_FREE_IDS, tokens) ids of the id
+    space (largest id + 1: the size of every table indexed by id) are unused. One token at id
+    2**31 - 8 would otherwise make serialising the tokenizer ask for 8 GiB, the masking tables ~30 GB."""
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise TokenizerError(f"tokenizer ids must be integers >= 0, got {token_id!r}")
+    if not ids:
+        raise TokenizerError("tokenizer has an empty vocabulary")
+    highest, distinct = max(ids), len(set(ids))
+    if highest >= MAX_VOCAB_SIZE:
+        raise TokenizerError(f"tokenizer id {highest:,} is over the {MAX_VOCAB_SIZE - 1:,} MaskBeam accepts "
+                             f"(it holds {distinct:,} tokens)")
+    allowed = max(MIN_FREE_IDS, distinct)
+    if highest + 1 - distinct > allowed:
+        raise TokenizerError(f"tokenizer ids run to {highest:,} but only {distinct:,} are used: "
+                             f"{highest + 1 - distinct:,} unused ids (at most {allowed:,} allowed)")
+
+
+def _regexes(node, where: str = ""):
+    """(where, pattern) of every `{"Regex": pattern}` in a tokenizer.json (Split pre-tokenizers,
+    Replace normalizers, ...)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "Regex":
+                yield where or "tokenizer", value
+            else:
+                yield from _regexes(value, f"{where}.{key}" if where else key)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _regexes(value, f"{where}[{i}]")
+
+
+def check_tokenizer_json(raw: str) -> dict:
+    """Check a tokenizer.json before `tokenizers` builds or serialises it: JSON with a model, ids in
+    range without large gaps, and no regex that can backtrack catastrophically (regex_safety).
+    Returns the parsed JSON.
+
+    Raises:
+        TokenizerError: naming what is wrong (not JSON, not a tokenizer, an id, a pattern).
+    """
+    if len(raw) > MAX_TOKENIZER_BYTES:
+        raise TokenizerError(f"tokenizer file is {len(raw):,} bytes, over the {MAX_TOKENIZER_BYTES:,} accepted")
+    try:
+        config = json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        raise TokenizerError(f"not a valid tokenizer.json: not JSON ({str(error)[:200]})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        keys = ", ".join(sorted(map(str, config))[:5]) if isinstance(config, dict) else type(config).__name__
+        raise TokenizerError(f"valid JSON but not a tokenizer.json: it has no \"model\" object (found: {keys}); "
+                             "give the tokenizer.json that `tokenizers` or `transformers` saves")
+    _check_id_space(_ids_in(config))
+    for where, pattern in _regexes(config):
+        if not isinstance(pattern, str):
+            raise TokenizerError(f"tokenizer {where}: a regex must be a string, got {type(pattern).__name__}")
+        try:
+            check_regex(pattern)
+        except UnsafeRegex as error:
+            raise TokenizerError(f"tokenizer {where}: {error}") from None
+    return config
 
 
 def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
@@ -79,7 +165,15 @@ class TokenizerSpec:
 
     @classmethod
     def from_json(cls, raw: str) -> TokenizerSpec:
-        tokenizer = Tokenizer.from_str(raw)
+        """The spec of a tokenizer.json, checked first (check_tokenizer_json).
+
+        Raises:
+            TokenizerError: the file is not a safe tokenizer.json, or lacks a special token."""
+        check_tokenizer_json(raw)
+        try:
+            tokenizer = Tokenizer.from_str(raw)
+        except Exception as error:  # tokenizers raises a bare Exception on a malformed file
+            raise TokenizerError(f"not a valid tokenizer.json: {error}") from None
         ids = {}
         for role, candidates in SPECIAL_CANDIDATES.items():
             found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]
