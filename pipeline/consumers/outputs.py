@@ -47,7 +47,7 @@ def load_manifest(directory: str) -> dict:
         if filesystem.is_local(directory) and not os.path.exists(directory):
             raise NotAnOutput(f"{directory!r} does not exist")
         raise NotAnOutput(f"{directory!r} has no {m.MANIFEST_FILE}: not a complete MaskBeam output")
-    _check_regular(path, BadManifest)
+    check_regular_file(path, BadManifest)
     size = filesystem.size(path)
     if size > m.MAX_MANIFEST_BYTES:
         raise BadManifest(f"{path}: {size:,} bytes, over the {m.MAX_MANIFEST_BYTES:,} a manifest may hold")
@@ -72,7 +72,7 @@ def shard_entries(directory: str, manifest: dict, split: str) -> list[tuple[str,
     return list(zip(shard_paths(directory, manifest, split), manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]))
 
 
-def _check_regular(path: str, error: type[Exception] = ShardMismatch) -> None:
+def check_regular_file(path: str, error: type[Exception] = ShardMismatch) -> None:
     """A local path must be a regular file: a FIFO or a device would block or never end."""
     if filesystem.is_local(path):
         local = path[len("file://"):] if path.startswith("file://") else path
@@ -93,7 +93,7 @@ def verify_shard(path: str, entry: dict) -> None:
     """
     if not filesystem.exists(path):
         raise ShardMismatch(f"{path}: missing (listed in the manifest)")
-    _check_regular(path)
+    check_regular_file(path)
     size = filesystem.size(path)
     if size != entry[m.KEY_BYTES]:
         raise ShardMismatch(f"{path}: {size:,} bytes, the manifest says {entry[m.KEY_BYTES]:,}")
@@ -140,7 +140,7 @@ def tokenizer_spec(directory: str, manifest: dict | None = None) -> TokenizerSpe
     path = filesystem.join(directory, m.TOKENIZER_FILE)
     if not filesystem.exists(path):
         raise NotAnOutput(f"{directory!r} has no {m.TOKENIZER_FILE}")
-    _check_regular(path, NotAnOutput)
+    check_regular_file(path, NotAnOutput)
     if filesystem.size(path) > MAX_TOKENIZER_BYTES:
         raise NotAnOutput(f"{path}: over the {MAX_TOKENIZER_BYTES:,} bytes a tokenizer file may hold")
     spec = TokenizerSpec.from_json(filesystem.read_text(path))

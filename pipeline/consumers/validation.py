@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import load_manifest, masking_rule, shard_entries
+from pipeline.consumers.outputs import check_regular_file, load_manifest, masking_rule, shard_entries
 from pipeline.kernels.masking import DRAW_BITS, MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy
@@ -46,6 +46,10 @@ class SplitTotals:
 def _read_checked(path: str, entry: dict) -> bytes:
     if not filesystem.exists(path):
         raise ValidationError(f"{path}: missing (listed in the manifest)")
+    check_regular_file(path, ValidationError)  # a FIFO would block the read forever
+    size = filesystem.size(path)
+    if size != entry[m.KEY_BYTES]:  # before reading: the whole shard is read into memory
+        raise ValidationError(f"{path}: {size} bytes, the manifest says {entry[m.KEY_BYTES]} (truncated?)")
     data = filesystem.read_bytes(path)
     if len(data) != entry[m.KEY_BYTES]:
         raise ValidationError(f"{path}: {len(data)} bytes, the manifest says {entry[m.KEY_BYTES]} (truncated?)")

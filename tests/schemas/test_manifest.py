@@ -1,0 +1,161 @@
+"""schemas.manifest.validate_manifest: the one check every consumer runs on a manifest it did not
+write. A valid manifest passes unchanged; each crafted one is refused naming its key, and no input
+makes it raise anything but ManifestError."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import manifest as m
+
+SHA = "ab" * 32
+
+
+def _shard(index: int, count: int, rows: int = 4, size: int = 4096) -> dict:
+    counts = {m.SELECTED: 3, m.MASKED: 2, m.RANDOM: 1, m.UNCHANGED: 0}
+    return {m.KEY_FILENAME: m.shard_name(index, count), m.KEY_ROWS: rows, m.KEY_BYTES: size, m.KEY_SHA256: SHA,
+            m.KEY_MASK_COUNTS: counts, m.KEY_PLAN: SHA}
+
+
+def valid() -> dict:
+    """A manifest as finalize writes it (two train shards, one validation shard)."""
+    counts = {name: 0 for name in (*m.INPUT_COUNT_NAMES, *m.MASK_COUNT_NAMES)}
+    counts[m.FILES_SKIPPED_BY_REASON] = {"not text: an HTML/XML page": 1}
+    split_counts = {m.SELECTED: 6, m.MASKED: 4, m.RANDOM: 2, m.UNCHANGED: 0}
+    return {
+        m.KEY_VERSION: 1, m.KEY_PACKAGE_VERSION: "0.1.0", m.KEY_MASK_COUNTS_EPOCH: 0,
+        m.KEY_CONFIG: {"inputs": ["books"], "output": "out", "tokenizer": "bert-base-uncased", "hf_dataset": None,
+                       "max_seq_length": 32, "masking": "static", "packing": "doc", "masking_unit": "token",
+                       "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1, "seed": 0,
+                       "span_p": 0.2, "max_span": 10, "max_unk_fraction": 0.1, "near_dedup": None, "scripts": [],
+                       "dupe_factor": 1},
+        m.KEY_TOKENIZER: {"id_dtype": "int16", m.KEY_NAME_OR_PATH: "bert-base-uncased", m.KEY_SHA256: SHA,
+                          m.KEY_VOCAB_SIZE: 30522, m.KEY_NEVER_SELECTED: [0, 100, 101, 102, 103],
+                          m.KEY_NEVER_REPLACEMENT: [1, 2], m.KEY_CONTINUATION: [1996],
+                          m.KEY_SPECIAL_IDS: {"cls": 101, "sep": 102, "pad": 0, "mask": 103}},
+        m.KEY_COUNTS: counts,
+        m.KEY_SPLITS: {
+            m.TRAIN: {m.KEY_ROWS: 8, m.KEY_MASK_COUNTS: split_counts, m.KEY_SHARDS: [_shard(0, 2), _shard(1, 2)]},
+            m.VALIDATION: {m.KEY_ROWS: 4, m.KEY_MASK_COUNTS: split_counts, m.KEY_SHARDS: [_shard(0, 1)]},
+        },
+        m.KEY_INPUTS: [{m.KEY_PATH: "books/a.txt", m.KEY_SIZE: 10, m.TOKENS: 5, m.KEY_ROWS: 1,
+                        m.KEY_UNK_FRACTION: 0.0, m.KEY_SCRIPTS: {"Latin": 1.0}}],
+        m.KEY_SKIPPED: [{m.KEY_PATH: "books/b.html", m.KEY_REASON: "not text: an HTML/XML page", m.KEY_SIZE: 3}],
+        m.KEY_DUPLICATES: [], m.KEY_NEAR_DUPLICATES: [],
+    }
+
+
+def test_a_valid_manifest_passes_unchanged():
+    manifest = valid()
+    assert m.validate_manifest(manifest) is manifest and manifest == valid()
+    assert m.parse_manifest(json.dumps(manifest)) == manifest
+
+
+def _set(manifest: dict, path: tuple, value) -> dict:
+    node = manifest
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return manifest
+
+
+TRAIN0 = (m.KEY_SPLITS, m.TRAIN, m.KEY_SHARDS, 0)
+
+
+@pytest.mark.parametrize("path, value, named", [
+    # shard names: only the writer's template, in its place (finding 2, 12)
+    ((*TRAIN0, m.KEY_FILENAME), "../../proc/self/environ", "filename"),
+    ((*TRAIN0, m.KEY_FILENAME), "/etc/passwd", "filename"),
+    ((*TRAIN0, m.KEY_FILENAME), "s3://other-bucket/data-00000-of-00002.arrow", "filename"),
+    ((*TRAIN0, m.KEY_FILENAME), "data-00001-of-00002.arrow", "data-00000-of-00002.arrow"),  # another's slot
+    ((*TRAIN0, m.KEY_FILENAME), "x/../data-00000-of-00002.arrow", "filename"),
+    ((m.KEY_SPLITS, "../x"), {}, "splits"),
+    # numbers that size allocations (finding 7)
+    ((m.KEY_TOKENIZER, m.KEY_VOCAB_SIZE), 2_000_000_000, "vocab_size"),
+    ((*TRAIN0, m.KEY_ROWS), 5_000_000_000, "rows"),  # more rows than its bytes can hold
+    ((*TRAIN0, m.KEY_BYTES), 2**50, "bytes"),
+    ((m.KEY_CONFIG, "max_seq_length"), 10**9, "max_seq_length"),
+    ((m.KEY_TOKENIZER, m.KEY_SPECIAL_IDS, "mask"), 30522, "mask"),
+    ((m.KEY_TOKENIZER, m.KEY_NEVER_SELECTED), [2**40], "never_selected_ids"),
+    ((m.KEY_TOKENIZER, "id_dtype"), "int32", "id_dtype"),
+    ((m.KEY_SPLITS, m.TRAIN, m.KEY_ROWS), 9, "sum of its shards"),
+    # types (finding 3): a string where a number belongs never reaches a page
+    ((m.KEY_CONFIG, "seed"), "0 <script>alert(1)</script>", "seed"),
+    ((m.KEY_CONFIG, "seed"), True, "seed"),
+    ((m.KEY_CONFIG, "masking"), "<b>static</b>", "masking"),
+    ((m.KEY_CONFIG, "mlm_probability"), float("nan"), "mlm_probability"),
+    ((m.KEY_TOKENIZER, m.KEY_SHA256), "../../victim/planted", "sha256"),
+    ((*TRAIN0, m.KEY_SHA256), "A" * 64, "sha256"),
+    ((m.KEY_INPUTS, 0, m.KEY_PATH), ["a"], "path"),
+    ((m.KEY_SKIPPED, 0, m.KEY_REASON), {"x": 1}, "reason"),
+    ((m.KEY_COUNTS, m.ROWS), -1, "rows"),
+    ((m.KEY_VERSION,), 99, "manifest_version"),
+])
+def test_crafted_values_are_refused_naming_the_key(path, value, named):
+    with pytest.raises(m.ManifestError, match=named.replace("(", r"\(")):
+        m.validate_manifest(_set(valid(), path, value))
+
+
+def test_a_foreign_manifest_is_refused():
+    for text in ('{"name": "my web app"}', "[]", "{not json", '{"a": ' * 100_000 + "1" + "}" * 100_000):
+        with pytest.raises(m.ManifestError):
+            m.parse_manifest(text)
+        assert not m.looks_like_own_manifest(text)
+    assert m.looks_like_own_manifest(json.dumps(valid()))
+
+
+def test_record_names_only_for_template_shards():
+    assert m.shard_record_name(m.TRAIN, "data-00000-of-00001.arrow") == "shard-train-data-00000-of-00001.arrow.json"
+    for split, name in ((m.TRAIN, "../../x"), ("../x", "data-00000-of-00001.arrow"), (m.TRAIN, "/abs")):
+        with pytest.raises(ValueError):
+            m.shard_record_name(split, name)
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _paths(value, (*prefix, i))
+
+
+PATHS = [p for p in _paths(valid()) if p]
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                       max_size=3), max_leaves=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PATHS), JSON_VALUES | st.just("__delete__")), min_size=1, max_size=3))
+def test_any_tampering_is_a_manifest_error_or_still_valid(edits):
+    """Whatever is replaced or deleted, the validator answers with ManifestError or accepts a
+    manifest whose keys still have the types the consumers use (no KeyError, TypeError...)."""
+    manifest = valid()
+    for path, value in edits:
+        node = manifest
+        try:
+            for key in path[:-1]:
+                node = node[key]
+            if value == "__delete__":
+                del node[path[-1]]
+            else:
+                node[path[-1]] = copy.deepcopy(value)
+        except (KeyError, IndexError, TypeError):
+            continue  # an earlier edit removed or replaced the parent
+    try:
+        m.validate_manifest(manifest)
+    except m.ManifestError:
+        return
+    tok, config = manifest[m.KEY_TOKENIZER], manifest[m.KEY_CONFIG]
+    assert isinstance(tok[m.KEY_VOCAB_SIZE], int) and 0 < tok[m.KEY_VOCAB_SIZE] <= m.MAX_VOCAB_SIZE
+    assert isinstance(config["seed"], int) and isinstance(config["max_seq_length"], int)
+    for split in m.SPLITS:
+        shards = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
+        assert [s[m.KEY_FILENAME] for s in shards] == [m.shard_name(i, len(shards)) for i in range(len(shards))]
