@@ -206,13 +206,18 @@ def _inert(text: object) -> str:
     return "".join(out)
 
 
-def md_code(text: object) -> str:
+def md_code(text: object, *, in_table: bool = False) -> str:
     """Untrusted text as one Markdown code span: shown literally (no HTML, link, image or emphasis;
-    no autolink), with a fence longer than any backtick run inside and `|` escaped for tables."""
-    inner = _inert(text).replace("|", "\\|")
+    no autolink), with a fence longer than any backtick run inside; `|` escaped in a table cell (GFM
+    splits cells before it reads code spans, and drops the backslash)."""
+    inner = _inert(text)
+    if in_table:
+        inner = inner.replace("|", "\\|")
     longest = max((len(run) for run in re.findall(r"`+", inner)), default=0)
     fence = "`" * (longest + 1)
-    return f"{fence} {inner} {fence}"
+    # CommonMark strips one space from each side when both are there: pad only where that is needed.
+    pad = " " if not inner.strip(" ") or inner[0] == "`" or inner[-1] == "`" or inner[0] == inner[-1] == " " else ""
+    return f"{fence}{pad}{inner}{pad}{fence}"
 
 
 def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, schema: pa.Schema) -> str:
@@ -221,8 +226,8 @@ def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str
     version) goes into a code span (md_code); numbers and enum values are validated by the schema."""
     config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
     static = config[o.MASKING] == MASKING_STATIC
-    sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]))} | {e[m.TOKENS]:,} | {e[m.KEY_ROWS]:,} |"
-                        for e in manifest[m.KEY_INPUTS][:200])
+    sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]), in_table=True)} | {e[m.TOKENS]:,} | "
+                        f"{e[m.KEY_ROWS]:,} |" for e in manifest[m.KEY_INPUTS][:200])
     skipped = "\n".join(f"- {md_code(posixpath.basename(s[m.KEY_PATH]))}: {md_code(s[m.KEY_REASON])}"
                         for s in manifest[m.KEY_SKIPPED]) or "none"
     checksums = "\n".join(f"| {split} | `{s[m.KEY_FILENAME]}` | {s[m.KEY_ROWS]:,} | `{s[m.KEY_SHA256]}` |"
