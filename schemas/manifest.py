@@ -239,7 +239,7 @@ def _check_config(config: dict) -> None:
     _choice(f"{w}.{o.MASKING}", _key(w, config, o.MASKING), MASKING_MODES)
     _choice(f"{w}.{o.PACKING}", _key(w, config, o.PACKING), o.PACKING_MODES)
     _choice(f"{w}.{o.MASKING_UNIT}", config.get(o.MASKING_UNIT, o.UNIT_TOKEN), o.MASKING_UNITS)
-    _num(f"{w}.{o.MLM_PROBABILITY}", _key(w, config, o.MLM_PROBABILITY), open_low=True)
+    _num(f"{w}.{o.MLM_PROBABILITY}", _key(w, config, o.MLM_PROBABILITY))
     mask = _num(f"{w}.{o.MASK_REPLACE_PROB}", _key(w, config, o.MASK_REPLACE_PROB))
     random = _num(f"{w}.{o.RANDOM_REPLACE_PROB}", _key(w, config, o.RANDOM_REPLACE_PROB))
     if mask + random > 1.0 + 1e-12:

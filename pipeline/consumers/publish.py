@@ -372,5 +372,8 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
 
 
 def publish_output(directory: str, repo_id: str, *, private: bool, token: str | None = None) -> str:
-    """Publish an output (local or on an object store) shard by shard; returns the dataset URL."""
+    """Publish an output (local or on an object store) shard by shard; returns the dataset URL.
+    The card's licence is `other` (logged): `jobs.publish --license ID` republishes with one."""
+    _log.warning("the dataset card will say `license: other`; to name the licence, publish with "
+                 "`python -m jobs.publish %s --repo_id %s --license ID`", directory, repo_id)
     return publish_streaming(directory, repo_id, token=token, private=private)

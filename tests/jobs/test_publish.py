@@ -18,7 +18,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from pipeline.consumers.publish import PublishError, build_upload_folder, publish_streaming, with_retries
 from schemas import manifest as m
-from tests.conftest import TOKENIZER_DIR, run_preprocess
+from tests.conftest import run_preprocess
 
 pytestmark = pytest.mark.slow
 TOKEN = "hf_SECRETsecretSECRETsecret1234567890"
@@ -71,7 +71,8 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, s
     assert sorted(e[m.KEY_PATH] for e in published[m.KEY_INPUTS]) == sorted(
         e[m.KEY_PATH].rsplit("/", 1)[1] for e in source[m.KEY_INPUTS])
     assert published[m.KEY_CONFIG]["inputs"] == [small_books.name]
-    assert published[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] == TOKENIZER_DIR.name
+    # named by its origin: the shared folder's and the embedded copy are both bert-base-uncased
+    assert published[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] == "bert-base-uncased" and "`bert-base-uncased`" in text
     assert published[m.KEY_TOKENIZER][m.KEY_SHA256] == source[m.KEY_TOKENIZER][m.KEY_SHA256]
     assert published[m.KEY_SPLITS] == source[m.KEY_SPLITS] and published[m.KEY_COUNTS] == source[m.KEY_COUNTS]
 

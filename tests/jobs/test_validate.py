@@ -102,6 +102,8 @@ def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
 def test_not_an_output(tmp_path, capsys):
     code, text = _validate(tmp_path, capsys)
     assert code == 1 and "manifest.json" in text
+    code, text = _validate(tmp_path / "nonexistent", capsys)  # issue 25: said "has no manifest.json"
+    assert code == 1 and "does not exist" in text and "manifest.json" not in text
 
 
 def test_maskbeam_console_script_dispatches_to_jobs(good, capsys):
