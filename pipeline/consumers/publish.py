@@ -119,6 +119,11 @@ class DataFile:
             else:
                 _check_schema(self.source, _open_stream(local).schema, self.schema)
                 _copy(local, target)
+                try:  # what is uploaded is what was checked, even if the source changed in between
+                    verify_shard(str(target), self.entry)
+                except ShardMismatch as error:
+                    target.unlink()
+                    raise PublishError(f"refusing to publish {self.source}: changed while copied ({error})") from None
         finally:
             if local != self.source:
                 os.unlink(local)
