@@ -289,3 +289,21 @@ def test_the_card_names_the_tokenizer_by_its_origin(tiny, tmp_path, caplog):
     card = (tmp_path / "dry" / "README.md").read_text()
     assert "- tokenizer: `bert-base-uncased`" in card and "license: other" in card
     assert "license: other" in caplog.text and "--license" in caplog.text
+
+
+def test_report_and_inspection_read_only_the_shards_the_manifest_describes(tiny, tmp_path, capsys):
+    """Finding 2 for the readers: a shard swapped for another (here the validation shard) is refused
+    before its rows are counted or masked."""
+    from jobs.report import run as report
+    from pipeline.consumers.inspection import read_split_rows
+    from pipeline.consumers.outputs import masking_rule
+
+    out = copy_output(tiny, tmp_path / "out")
+    (out / m.TRAIN / SHARD0).write_bytes((out / m.VALIDATION / SHARD0).read_bytes())
+    with pytest.raises(SystemExit) as exit_code:
+        report([str(out), "--html", str(tmp_path / "report.html")])
+    assert exit_code.value.code == 1 and SHARD0 in capsys.readouterr().err
+    manifest = load_manifest(str(out))
+    with pytest.raises(ShardMismatch, match="bytes|sha256"):
+        read_split_rows(str(out), m.TRAIN, manifest, masking_rule(manifest), 0, max_rows=10)
+    assert read_split_rows(str(out), m.VALIDATION, manifest, masking_rule(manifest), 0).ids.shape[0] > 0
