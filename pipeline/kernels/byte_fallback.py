@@ -22,8 +22,8 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.unigram import utf8_width
-from pipeline.kernels.wordpiece import ByteTable, _lookup
+from pipeline.kernels.unigram import find, utf8_width
+from pipeline.kernels.wordpiece import ByteTable
 
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
 _FNV_OFFSET = FNV_OFFSET
@@ -124,7 +124,7 @@ def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     h = _FNV_OFFSET
     for j in range(a, b):
         h = (h ^ np.uint64(word[j])) * _FNV_PRIME
-    return _lookup(h, word, a, b, blob, starts, lengths, ids, slots)
+    return find(h, word, a, b, blob, starts, lengths, ids, slots)
 
 
 @kernel()

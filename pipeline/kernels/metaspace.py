@@ -19,8 +19,8 @@ chunk is encoded exactly like a whole text:
 A chunk holding a character the table does not vouch for (flag 0: a combining mark, a Hangul jamo,
 a format character, a code point beyond the BMP, invalid UTF-8, ...) is not encoded here: maximal
 runs of such chunks are returned as fallback spans for the real tokenizer, their ids spliced in at
-the recorded position. A chunk of at most CACHE_WORD_BYTES bytes is remembered with its ids
-(checked byte for byte on a hit), so a repeated word costs one hash.
+the recorded position. A chunk of at most CACHE_WORD_BYTES bytes is remembered with its ids in a
+two-way cache (checked byte for byte on a hit), so a repeated word costs one hash.
 """
 
 from __future__ import annotations
@@ -169,47 +169,38 @@ def _apply_op(op, blob, src, m, dst):
 
 
 @kernel()
-def _model(word, a, b, is_bpe, uni, bpe, scratch, out, n_out):
-    if is_bpe:
-        return bpe_ids(word, a, b, bpe[0], bpe[1], bpe[2], bpe[3], bpe[4], bpe[5], bpe[6], bpe[7], bpe[8], bpe[9],
-                       bpe[10], bpe[11], bpe[12][0] != 0, bpe[12][1] != 0, bpe[12][2] != 0, bpe[12][3], bpe[12][4],
-                       scratch[3], out, n_out)
-    return viterbi_ids(word, a, b, uni[0], uni[1], uni[2], uni[3], uni[4], uni[5], uni[6], uni[8][0], uni[7][0],
-                       uni[8][1] != 0, uni[8][2], scratch[4], scratch[5], scratch[3], out, n_out)
-
-
-@kernel()
-def _metaspace(norm, a, b, prepend, split, is_bpe, uni, bpe, scratch, out, n_out):
-    """Metaspace on norm[a:b] into scratch[2], then the model per word."""
-    word = scratch[2]
-    k = 0
+def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
+    """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
+    from n_words. Returns (k, n_words)."""
+    first = k
     starts_meta = b - a >= 3 and norm[a] == _META0 and norm[a + 1] == _META1 and norm[a + 2] == _META2
     if prepend and b > a and not starts_meta and norm[a] != 32:
-        word[0] = _META0
-        word[1] = _META1
-        word[2] = _META2
-        k = 3
+        words[k] = _META0
+        words[k + 1] = _META1
+        words[k + 2] = _META2
+        k += 3
     for i in range(a, b):
         if norm[i] == 32:
-            word[k] = _META0
-            word[k + 1] = _META1
-            word[k + 2] = _META2
+            words[k] = _META0
+            words[k + 1] = _META1
+            words[k + 2] = _META2
             k += 3
         else:
-            word[k] = norm[i]
+            words[k] = norm[i]
             k += 1
-    if not split:
-        return _model(word, 0, k, is_bpe, uni, bpe, scratch, out, n_out)
-    begin = 0
-    for i in range(1, k - 2):
-        if word[i] == _META0 and word[i + 1] == _META1 and word[i + 2] == _META2:
-            n_out = _model(word, begin, i, is_bpe, uni, bpe, scratch, out, n_out)
-            if n_out < 0:
-                return -1
-            begin = i
+    begin = first
+    if split:
+        for i in range(first + 1, k - 2):
+            if words[i] == _META0 and words[i + 1] == _META1 and words[i + 2] == _META2:
+                bounds[n_words, 0] = begin
+                bounds[n_words, 1] = i
+                n_words += 1
+                begin = i
     if k > begin:
-        n_out = _model(word, begin, k, is_bpe, uni, bpe, scratch, out, n_out)
-    return n_out
+        bounds[n_words, 0] = begin
+        bounds[n_words, 1] = k
+        n_words += 1
+    return k, n_words
 
 
 @kernel()
@@ -236,11 +227,10 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
 
 
 @kernel()
-def _encode_chunk(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, uni, bpe, scratch, out,
-                  n_out):
-    """ids of text[a:b] as a text of its own, appended from n_out; -1 to hand it to the real tokenizer."""
-    src = scratch[0]
-    dst = scratch[1]
+def _pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
+    """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
+    and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
+    the real tokenizer."""
     m = b - a
     for t in range(m):
         src[t] = text[a + t]
@@ -252,12 +242,17 @@ def _encode_chunk(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pr
         else:
             m = _apply_op(ops[r], op_blob, src, m, dst)
         src, dst = dst, src
-    ws_split, metaspace, prepend, split, is_bpe = pretok[0] != 0, pretok[1] != 0, pretok[2] != 0, pretok[3] != 0, \
-        pretok[4] != 0
+    ws_split, metaspace, prepend, split = pretok[0] != 0, pretok[1] != 0, pretok[2] != 0, pretok[3] != 0
     if not metaspace:
-        return _model(src, 0, m, is_bpe, uni, bpe, scratch, out, n_out)
+        for t in range(m):
+            words[t] = src[t]
+        bounds[0, 0] = 0
+        bounds[0, 1] = m
+        return 1 if m > 0 else 0
     if not ws_split:
-        return _metaspace(src, 0, m, prepend, split, is_bpe, uni, bpe, scratch, out, n_out)
+        return _metaspace(src, 0, m, prepend, split, words, 0, bounds, 0)[1]
+    k = 0
+    n_words = 0
     i = 0
     while i < m:
         cp, width = _decode(src, i)
@@ -270,11 +265,9 @@ def _encode_chunk(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pr
             if is_white(cp):
                 break
             e += width
-        n_out = _metaspace(src, i, e, prepend, split, is_bpe, uni, bpe, scratch, out, n_out)
-        if n_out < 0:
-            return -1
+        k, n_words = _metaspace(src, i, e, prepend, split, words, k, bounds, n_words)
         i = e
-    return n_out
+    return n_words
 
 
 @kernel()
@@ -282,11 +275,25 @@ def encode_kernel(text, begin, cut_mode, cut_left, cut_right, flags, cp_start, c
                   growth, uni, bpe, cache_keys, cache_words, cache_ids, out, n_out, spans, n_spans):
     """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
     had no room for the next chunk (call again from stop with a larger `out`)."""
+    u_blob, u_starts, u_lengths, u_ids, u_slots, u_scores, u_bytes = uni[0], uni[1], uni[2], uni[3], uni[4], uni[5], \
+        uni[6]
+    unk_score = uni[7][0]
+    u_unk, u_fallback, u_max = uni[8][0], uni[8][1] != 0, uni[8][2]
+    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
+    m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes = bpe[5], bpe[6], bpe[7], bpe[8], bpe[9], bpe[10], bpe[11]
+    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[12][0] != 0, bpe[12][1] != 0, bpe[12][2] != 0, \
+        bpe[12][3], bpe[12][4]
+    is_bpe = pretok[4] != 0
     n = text.shape[0]
     cache_mask = cache_keys.shape[0] - 1
     size = 256
-    scratch = (np.empty(size, np.uint8), np.empty(size, np.uint8), np.empty(3 * size + 8, np.uint8),
-               np.empty(3 * size + 8, np.int32), np.empty(3 * size + 8, np.float64), np.empty(3 * size + 8, np.int64))
+    src = np.empty(size, np.uint8)
+    dst = np.empty(size, np.uint8)
+    words = np.empty(3 * size + 8, np.uint8)
+    bounds = np.empty((3 * size + 8, 2), np.int64)
+    symbols = np.empty(3 * size + 8, np.int32)
+    best_score = np.empty(3 * size + 8, np.float64)
+    best_start = np.empty(3 * size + 8, np.int64)
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     i = begin
     while i < n:
@@ -305,33 +312,58 @@ def encode_kernel(text, begin, cut_mode, cut_left, cut_right, flags, cp_start, c
         following = j + 1 if (j < n and cut_mode == CUT_DROP) else j
         slot = np.int64(h & np.uint64(cache_mask))
         key = (h & _HIGH_BITS) | np.uint64(length)
-        if length <= cache_words.shape[1] and cache_keys[slot] == key:
-            hit = True
-            for k in range(length):
-                if cache_words[slot, k] != text[i + k]:
-                    hit = False
+        if length <= cache_words.shape[1]:  # two ways: the slot and its neighbour
+            hit = False
+            probe = slot
+            for way in range(2):
+                probe = slot ^ way
+                if cache_keys[probe] != key:
+                    continue
+                hit = True
+                for k in range(length):
+                    if cache_words[probe, k] != text[i + k]:
+                        hit = False
+                        break
+                if hit:
                     break
             if hit:
                 if n_out + cache_ids.shape[1] > out.shape[0]:
                     return n_out, n_spans, i
-                for k in range(cache_ids[slot, 0]):
-                    out[n_out] = cache_ids[slot, k + 1]
+                for k in range(cache_ids[probe, 0]):
+                    out[n_out] = cache_ids[probe, k + 1]
                     n_out += 1
                 open_span = False
                 i = following
                 continue
+            if cache_keys[slot] != 0 and cache_keys[slot ^ 1] == 0:
+                slot = slot ^ 1  # keep what the first way holds while the second is free
         need = length * growth[0] + growth[1]
-        if need > scratch[0].shape[0]:
+        if need > src.shape[0]:
             size = need
-            scratch = (np.empty(size, np.uint8), np.empty(size, np.uint8), np.empty(3 * size + 8, np.uint8),
-                       np.empty(3 * size + 8, np.int32), np.empty(3 * size + 8, np.float64),
-                       np.empty(3 * size + 8, np.int64))
+            src = np.empty(size, np.uint8)
+            dst = np.empty(size, np.uint8)
+            words = np.empty(3 * size + 8, np.uint8)
+            bounds = np.empty((3 * size + 8, 2), np.int64)
+            symbols = np.empty(3 * size + 8, np.int32)
+            best_score = np.empty(3 * size + 8, np.float64)
+            best_start = np.empty(3 * size + 8, np.int64)
         if n_out + 3 * need + 8 > out.shape[0]:
             return n_out, n_spans, i
         first = n_out
-        n_out = _encode_chunk(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, uni, bpe, scratch,
-                              out, n_out)
-        if n_out >= 0:
+        n_words = _pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words,
+                                bounds)
+        w = 0
+        while w < n_words and n_out >= 0:
+            if is_bpe:
+                n_out = bpe_ids(words, bounds[w, 0], bounds[w, 1], b_blob, b_starts, b_lengths, b_ids, b_slots,
+                                m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore,
+                                b_unk_mode, b_unk, symbols, out, n_out)
+            else:
+                n_out = viterbi_ids(words, bounds[w, 0], bounds[w, 1], u_blob, u_starts, u_lengths, u_ids, u_slots,
+                                    u_scores, u_bytes, u_unk, unk_score, u_fallback, u_max, best_score, best_start,
+                                    symbols, out, n_out)
+            w += 1
+        if n_words >= 0 and n_out >= 0:
             if length <= cache_words.shape[1] and n_out - first < cache_ids.shape[1]:
                 cache_keys[slot] = key
                 for k in range(length):

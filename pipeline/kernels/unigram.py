@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.wordpiece import ByteTable, _lookup
+from pipeline.kernels.wordpiece import ByteTable
 
 PREFIX_ONLY = -2  # a proper prefix of some piece, not a piece itself
 UNK_PENALTY = 10.0  # K_UNK_PENALTY in model.rs
@@ -73,6 +73,27 @@ class UnigramTables:
 
 
 @kernel()
+def find(h, word, start, stop, blob, starts, lengths, ids, slots):
+    """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
+    mask = slots.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    n = stop - start
+    while slots[slot] != 0:
+        entry = slots[slot] - 1
+        if lengths[entry] == n:
+            base = starts[entry]
+            same = True
+            for k in range(n):
+                if blob[base + k] != word[start + k]:
+                    same = False
+                    break
+            if same:
+                return ids[entry]
+        slot = (slot + 1) & mask
+    return -1
+
+
+@kernel()
 def utf8_width(lead):
     """Bytes of the UTF-8 sequence that starts with byte `lead` (valid UTF-8 assumed)."""
     if lead < 0x80:
@@ -107,7 +128,7 @@ def viterbi_ids(word, start, stop, blob, starts, lengths, ids, slots, scores, by
             e += 1
             if e < size and (word[start + e] & 0xC0) == 0x80:
                 continue  # inside a character: no piece ends here
-            found = _lookup(h, word, start + s, start + e, blob, starts, lengths, ids, slots)
+            found = find(h, word, start + s, start + e, blob, starts, lengths, ids, slots)
             if found == -1:
                 break  # no piece starts with these bytes
             if found >= 0:
@@ -153,7 +174,7 @@ def viterbi_ids(word, start, stop, blob, starts, lengths, ids, slots, scores, by
         h = _FNV_OFFSET
         for j in range(begin, end):
             h = (h ^ np.uint64(word[start + j])) * _FNV_PRIME
-        found = _lookup(h, word, start + begin, start + end, blob, starts, lengths, ids, slots)
+        found = find(h, word, start + begin, start + end, blob, starts, lengths, ids, slots)
         if found >= 0:
             out[n_out] = found
             n_out += 1

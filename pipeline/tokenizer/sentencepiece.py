@@ -44,9 +44,10 @@ from pipeline.kernels.metaspace import (
     safe_cuts,
 )
 from pipeline.kernels.unigram import UnigramTables
-from pipeline.kernels.wordpiece import BMP, WordCache
+from pipeline.kernels.wordpiece import BMP, CACHE_IDS, CACHE_WORD_BYTES, WordCache
 
 META = "\u2581"
+CACHE_SLOTS = 1 << 17  # chunks remembered per tokenizer (16 MB): a book's words fit with few collisions
 _PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
 _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
 # Grapheme extenders and prepends that are letters by category (Grapheme_Cluster_Break SpacingMark,
@@ -228,6 +229,15 @@ def _normalizer(per_character_json: str):
     return Tokenizer.from_str(json.dumps(config)).normalizer.normalize_str
 
 
+def _chunk_cache(slots: int) -> WordCache:
+    """The kernel's chunk cache with each slot's key, bytes and ids in one 128-byte row (views of one
+    buffer): a lookup touches one place in memory instead of three tables."""
+    rows = np.zeros((slots, 16), dtype=np.uint64)
+    as_bytes, as_ints = rows.view(np.uint8), rows.view(np.int32)
+    return WordCache(keys=rows[:, 0], words=as_bytes[:, 8:8 + CACHE_WORD_BYTES],
+                     ids=as_ints[:, 2 + CACHE_WORD_BYTES // 4:2 + CACHE_WORD_BYTES // 4 + CACHE_IDS])
+
+
 class SentencePieceFastTokenizer:
     """Encodes text as the given real SentencePiece-style tokenizer does (special-token strings as
     plain text, no special tokens added): the kernel where it can vouch for a chunk, the real
@@ -240,7 +250,7 @@ class SentencePieceFastTokenizer:
         self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
         self.tokenizer.encode_special_tokens = True
         self.tables = _tables(tokenizer_json)
-        self.cache = WordCache.empty()
+        self.cache = _chunk_cache(CACHE_SLOTS)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
