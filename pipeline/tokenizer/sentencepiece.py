@@ -210,7 +210,7 @@ def _vouched(cp: int, char: str, out: str, seconds: frozenset[int], normalize, p
 def _composition_seconds() -> frozenset[int]:
     """Code points that canonical composition can join to the character before them."""
     seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))  # Hangul V and T jamo
-    for cp in range(0x110000):
+    for cp in range(0x30000):  # no code point above U+2FA1D has a canonical decomposition
         decomposition = unicodedata.decomposition(chr(cp)) if not 0xD800 <= cp < 0xE000 else ""
         if decomposition and not decomposition.startswith("<"):
             parts = decomposition.split()

@@ -154,7 +154,7 @@ _WORDS = st.sampled_from(["the", "The", "THE", "running", "<s>", "</s>", "<unk>"
 _TEXT = st.lists(st.one_of(_RISKY, _WORDS, st.characters(blacklist_categories=("Cs",))), max_size=40).map("".join)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(VARIANTS), text=_TEXT)
 def test_random_unicode_gives_the_real_ids(name, text):
     _assert_same(name, text)
