@@ -1,0 +1,239 @@
+"""SentencePiece-style BPE (Llama / Gemma): characters, `<0xNN>` byte pieces for unknown ones, then
+merges by rank, as `tokenizers` computes them for one pre-token.
+
+`bpe_ids` transcribes `BPE::merge_word` and `Word::merge_all` (tokenizers/src/models/bpe/): each
+character is its vocabulary piece, else (byte_fallback) one `<0xNN>` piece per UTF-8 byte when all
+exist, else the unknown piece (consecutive ones fused when fuse_unk; with unk_token unset the
+character is dropped). A pending unknown piece is only written before the next known character or
+at the end, so byte pieces met in between come before it, as in the Rust code. Merges then apply
+lowest rank first, leftmost first among equal ranks (the Rust heap's order; its stale-entry check
+accepts exactly the pairs still present, since a merge's result spells the two pieces it joins).
+
+A long pre-token (the whole text for a tokenizer without a pre-tokenizer) is cut first where no
+vocabulary piece can span the cut (see `splittable`): merges never cross such a cut, so each part
+gives the ids it gets inside the whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.jit import kernel
+from pipeline.kernels.unigram import find, utf8_width
+from pipeline.kernels.wordpiece import ByteTable
+
+UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
+_FNV_OFFSET = FNV_OFFSET
+_FNV_PRIME = FNV_PRIME
+_EMPTY = np.int64(-1)
+
+
+def _int_table(keys: np.ndarray) -> np.ndarray:
+    """Open-addressing slots (index + 1, 0 empty) for int64 keys."""
+    size = 1 << max(4, int(2 * max(len(keys), 1) - 1).bit_length())
+    slots = np.zeros(size, dtype=np.int32)
+    _fill_int_slots(keys, slots)
+    return slots
+
+
+@kernel()
+def _mix(key):
+    z = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+    return z ^ (z >> np.uint64(29))
+
+
+@kernel()
+def _fill_int_slots(keys, slots):
+    mask = slots.shape[0] - 1
+    for i in range(keys.shape[0]):
+        slot = np.int64(_mix(keys[i]) & np.uint64(mask))
+        while slots[slot] != 0:
+            slot = (slot + 1) & mask
+        slots[slot] = i + 1
+
+
+@kernel()
+def int_lookup(key, keys, slots):
+    """Index of `key` in `keys` through `slots`, or -1."""
+    mask = slots.shape[0] - 1
+    slot = np.int64(_mix(key) & np.uint64(mask))
+    while slots[slot] != 0:
+        entry = slots[slot] - 1
+        if keys[entry] == key:
+            return entry
+        slot = (slot + 1) & mask
+    return -1
+
+
+@dataclass(frozen=True)
+class BpeTables:
+    """A BPE model with byte fallback for the kernel.
+
+    Attributes:
+        vocab: byte strings of the pieces.
+        merge_keys: int64: left id << 32 | right id of each merge; merge_slots its hash slots.
+        merge_rank, merge_new: int32: rank and resulting id of each merge.
+        pair_keys: int64: first code point << 21 | second of every two adjacent characters inside a
+            piece (pair_slots its hash slots): a cut between two characters that form no such pair,
+            both pieces themselves, is one no merge crosses.
+        byte_ids: int32, shape (256,): the id of `<0xNN>`, -1 where absent.
+        unk_mode, unk_id: UNK_DROP, UNK_ID (with its id) or UNK_ERROR.
+    """
+
+    vocab: ByteTable
+    merge_keys: np.ndarray
+    merge_slots: np.ndarray
+    merge_rank: np.ndarray
+    merge_new: np.ndarray
+    pair_keys: np.ndarray
+    pair_slots: np.ndarray
+    byte_ids: np.ndarray
+    byte_fallback: bool
+    fuse_unk: bool
+    ignore_merges: bool
+    unk_mode: int
+    unk_id: int
+
+    @classmethod
+    def build(cls, vocab: dict[str, int], merges: list[tuple[str, str]], unk_token: str | None,
+              byte_fallback: bool, fuse_unk: bool, ignore_merges: bool) -> BpeTables:
+        table: dict[int, tuple[int, int]] = {}
+        for rank, (left, right) in enumerate(merges):  # a repeated merge: the last rank wins, as in the Rust map
+            table[(vocab[left] << 32) | vocab[right]] = (rank, vocab[left + right])
+        keys = list(table)
+        ranks = [table[k][0] for k in keys]
+        new = [table[k][1] for k in keys]
+        pairs = sorted({(ord(a) << 21) | ord(b) for token in vocab for a, b in zip(token, token[1:])})
+        merge_keys = np.array(keys or [-1], dtype=np.int64)
+        pair_keys = np.array(pairs or [-1], dtype=np.int64)
+        unk_mode = UNK_DROP if unk_token is None else (UNK_ID if unk_token in vocab else UNK_ERROR)
+        return cls(vocab=ByteTable.build({k.encode("utf-8"): v for k, v in vocab.items()}),
+                   merge_keys=merge_keys, merge_slots=_int_table(merge_keys),
+                   merge_rank=np.array(ranks or [0], dtype=np.int32), merge_new=np.array(new or [0], dtype=np.int32),
+                   pair_keys=pair_keys, pair_slots=_int_table(pair_keys),
+                   byte_ids=np.array([vocab.get(f"<0x{b:02X}>", -1) for b in range(256)], dtype=np.int32),
+                   byte_fallback=bool(byte_fallback), fuse_unk=bool(fuse_unk), ignore_merges=bool(ignore_merges),
+                   unk_mode=unk_mode, unk_id=vocab.get(unk_token, -1) if unk_token is not None else -1)
+
+
+@kernel()
+def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
+    h = _FNV_OFFSET
+    for j in range(a, b):
+        h = (h ^ np.uint64(word[j])) * _FNV_PRIME
+    return find(h, word, a, b, blob, starts, lengths, ids, slots)
+
+
+@kernel()
+def _code_point(word, j, width):
+    if width == 1:
+        return np.int64(word[j])
+    if width == 2:
+        return ((np.int64(word[j]) & 0x1F) << 6) | (np.int64(word[j + 1]) & 0x3F)
+    if width == 3:
+        return (((np.int64(word[j]) & 0x0F) << 12) | ((np.int64(word[j + 1]) & 0x3F) << 6)
+                | (np.int64(word[j + 2]) & 0x3F))
+    return (((np.int64(word[j]) & 0x07) << 18) | ((np.int64(word[j + 1]) & 0x3F) << 12)
+            | ((np.int64(word[j + 2]) & 0x3F) << 6) | (np.int64(word[j + 3]) & 0x3F))
+
+
+@kernel()
+def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank, merge_new,
+                byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out):
+    """merge_word on word[start:stop]; appends ids to out; -1 where tokenizers fails."""
+    n = 0
+    pending = -1  # bytes of the pending unknown piece, -1 when none
+    j = start
+    while j < stop:
+        width = utf8_width(word[j])
+        found = _piece_id(word, j, j + width, blob, starts, lengths, ids, slots)
+        if found >= 0:
+            if pending >= 0:
+                symbols[n] = unk_id
+                n += 1
+                pending = -1
+            symbols[n] = found
+            n += 1
+        else:
+            done = False
+            if byte_fallback:
+                done = True
+                for k in range(j, j + width):
+                    if byte_ids[word[k]] < 0:
+                        done = False
+                        break
+                if done:
+                    for k in range(j, j + width):
+                        symbols[n] = byte_ids[word[k]]
+                        n += 1
+            if not done:
+                if unk_mode == UNK_ERROR:
+                    return -1
+                if unk_mode == UNK_ID:
+                    if pending >= 0 and fuse_unk:
+                        pending += width
+                    elif pending >= 0:
+                        symbols[n] = unk_id
+                        n += 1
+                        pending = width
+                    else:
+                        pending = width
+        j += width
+    if pending >= 0:
+        symbols[n] = unk_id
+        n += 1
+    while n > 1:  # lowest rank first, leftmost among equals
+        best = -1
+        best_rank = np.int64(1) << 40
+        for k in range(n - 1):
+            entry = int_lookup((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_keys, merge_slots)
+            if entry >= 0 and merge_rank[entry] < best_rank:
+                best_rank = merge_rank[entry]
+                best = k
+        if best < 0:
+            break
+        entry = int_lookup((np.int64(symbols[best]) << 32) | np.int64(symbols[best + 1]), merge_keys, merge_slots)
+        symbols[best] = merge_new[entry]
+        for k in range(best + 1, n - 1):
+            symbols[k] = symbols[k + 1]
+        n -= 1
+    for k in range(n):
+        out[n_out] = symbols[k]
+        n_out += 1
+    return n_out
+
+
+@kernel()
+def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank, merge_new,
+            pair_keys, pair_slots, byte_ids, byte_fallback, fuse_unk, ignore_merges, unk_mode, unk_id, symbols,
+            out, n_out):
+    """Append the ids of the pre-token word[start:stop] (valid UTF-8) to out from n_out; returns the
+    new n_out, or -1 where `tokenizers` fails. symbols: int32 scratch, >= stop - start."""
+    if start == stop:
+        return n_out
+    if ignore_merges:
+        whole = _piece_id(word, start, stop, blob, starts, lengths, ids, slots)
+        if whole >= 0:
+            out[n_out] = whole
+            n_out += 1
+            return n_out
+    part = start
+    j = start
+    previous = np.int64(-1)  # code point before j when it is a piece by itself, else -1
+    while j < stop:
+        width = utf8_width(word[j])
+        cp = _code_point(word, j, width)
+        alone = _piece_id(word, j, j + width, blob, starts, lengths, ids, slots) >= 0
+        if previous >= 0 and alone and int_lookup((previous << 21) | cp, pair_keys, pair_slots) < 0:
+            n_out = _merge_part(word, part, j, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank,
+                                merge_new, byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
+            if n_out < 0:
+                return -1
+            part = j
+        previous = cp if alone else np.int64(-1)
+        j += width
+    return _merge_part(word, part, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank,
+                       merge_new, byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)

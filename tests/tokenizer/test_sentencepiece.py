@@ -1,0 +1,241 @@
+"""The SentencePiece fast path gives exactly the real tokenizer's ids: XLM-R / DeBERTa-v3 / T5 style
+Unigram (with a real Precompiled charsmap), a Unigram behind `Sequence[Nmt, NFKC, Replace]` with
+byte fallback, and Llama-style byte-fallback BPE, in the layouts the public models and the
+converters use; on every shared book (a bounded sample of each), a hostile text, random strings
+weighted to the risky classes, and texts cut at the safe cuts."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from pipeline.kernels.cleaning import NotText, clean_bytes
+from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE
+from pipeline.tokenizer.sentencepiece import (
+    SentencePieceFastTokenizer,
+    UnsupportedSentencePiece,
+    sentencepiece_safe_cut,
+    sentencepiece_support,
+)
+from tests.conftest import BOOKS, HAVE_CORPUS
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizers"
+SHIPPED = ("xlmr_unigram", "t5_unigram", "nmt_nfkc_unigram", "llama_bpe")
+BOOK_SAMPLE = 3_000  # characters of each book (from its middle) per tokenizer: the time budget
+
+
+def _config(name: str) -> dict:
+    return json.loads((DATA / name / "tokenizer.json").read_text(encoding="utf-8"))
+
+
+def _variant(name: str) -> dict:
+    """The shipped tokenizers plus the other layouts of the same models that public tokenizers use."""
+    base, _, layout = name.partition(":")
+    config = copy.deepcopy(_config(base))
+    normalizers = config["normalizer"]["normalizers"] if config.get("normalizer") else []
+    if layout == "deberta":  # DeBERTa-v3: Strip, Precompiled, Replace
+        config["normalizer"]["normalizers"] = [{"type": "Strip", "strip_left": True, "strip_right": True},
+                                               *normalizers]
+    elif layout == "never":  # no prefix: the space opens the right part of a cut
+        config["pre_tokenizer"]["prepend_scheme"] = "never"
+    elif layout == "converter":  # transformers' SpmConverter today: whole-text Metaspace, spaces in the normalizer
+        config["normalizer"]["normalizers"] = [
+            *normalizers[:1],
+            {"type": "Replace", "pattern": {"Regex": r"\A +| +\z"}, "content": ""},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            {"type": "Replace", "pattern": {"Regex": "\\A\u2581"}, "content": "\u2581\u2581"}]
+        config["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                   "split": False}
+    elif layout == "first":  # Llama / Gemma converted without legacy: Metaspace first, no split, no normalizer
+        config["normalizer"] = None
+        config["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                   "split": False}
+    elif layout == "gemma":  # Gemma: spaces replaced, nothing prepended
+        config["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    return config
+
+
+VARIANTS = (*SHIPPED, "xlmr_unigram:deberta", "xlmr_unigram:never", "xlmr_unigram:converter", "llama_bpe:first",
+            "llama_bpe:gemma")
+
+
+@functools.lru_cache(maxsize=16)
+def _pair(name: str) -> tuple[Tokenizer, SentencePieceFastTokenizer]:
+    raw = json.dumps(_variant(name), ensure_ascii=False)
+    real = Tokenizer.from_str(raw)
+    real.encode_special_tokens = True
+    return real, SentencePieceFastTokenizer(Tokenizer.from_str(raw), raw)
+
+
+def _assert_same(name: str, text: str) -> None:
+    real, fast = _pair(name)
+    expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+    got = fast.encode(text)
+    if not np.array_equal(expected, got):
+        n = min(len(expected), len(got))
+        first = int(np.flatnonzero(expected[:n] != got[:n])[0]) if (expected[:n] != got[:n]).any() else n
+        raise AssertionError(f"{name}: first difference at token {first}: real "
+                             f"{[real.id_to_token(int(i)) for i in expected[first:first + 4]]} fast "
+                             f"{[real.id_to_token(int(i)) for i in got[first:first + 4]]} "
+                             f"(lengths {len(expected)} / {len(got)}) in {text[:80]!r}")
+
+
+HOSTILE = "".join([
+    "plain words, punctuation!? (brackets) <s> </s> <pad> <unk> <mask> <extra_id_0> as text; ",
+    "  two  spaces   three\tand\ttabs \n\n newlines \r\n crlf \r cr  ",
+    "nbsp\u00a0split ideographic\u3000space line\u2028separator para\u2029graph thin\u2009space ",
+    "control\x1cjoins\x1d\x1e\x1fwords the\x85the zero\u200bwidth bom\ufeffjoins soft\u00adhyphen zwj\u200dx ",
+    "combining e\u0301 alone \u0301 after punctuation the,\u0301the after space the \u0301the ",
+    "\u0303\u0303 double marks a\u0308\u0301 ",
+    "greek \u03a3\u039f\u03a6\u039f\u03a3 \u1f7d \u0390 turkish \u0130stanbul dotless \u0131 ",
+    "cjk \u6f22\u5b57\u306e\u6587\u3002\uff0c\u3001 hangul \ud55c\uad6d\uc5b4 jamo \u1100\u1161\u11a8 \u3131\u314f ",
+    "emoji \U0001F600\U0001F680 family \U0001F468\u200d\U0001F469\u200d\U0001F467 flags \U0001F1EB\U0001F1F7 ",
+    "rtl \u05e9\u05dc\u05d5\u05dd \u0645\u0631\u062d\u0628\u0627 \u202eoverride\u202c \u0600\u0661 ",
+    "ligature \ufb01ne \ufb03 fullwidth \uff21\uff22\uff23\uff11 roman \u2163 fraction \u00bd \u2460 \u33a1 \ufdfa ",
+    "halfwidth \uff76\uff9e\uff8a\uff9f thai \u0e01\u0e33 lao \u0e81\u0eb3 ",
+    "quotes \u201cdouble\u201d \u2018single\u2019 dashes \u2014 \u2013 \u2010 ",
+    "meta \u2581 \u2581\u2581x x\u2581 \u2581 \u2581",
+    "a" * 300 + " " + "b" * 100 + " ",
+    "\ufffd replacement \x00 nul \x7f del \x01\x02 ",
+    "MiXeD CaSe WORDS Caf\u00e9 NA\u00cfVE \u00c5ngstr\u00f6m \u212b ",
+    "numbers 3.14159 1,000,000 2nd 10th 0123456789 ",
+    "\U00020000\U0002A6D6 \U0001D400\U0001D7CE  trailing   ",
+])
+
+
+def _book_samples() -> list[tuple[str, str]]:
+    samples = []
+    for path in sorted(BOOKS.glob("*.txt")):
+        try:
+            text = clean_bytes(path.read_bytes()).text
+        except NotText:
+            continue
+        middle = len(text) // 2
+        samples.append((path.name, text[middle:middle + BOOK_SAMPLE]))
+    return samples
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shared_book_gives_the_real_ids(name):
+    samples = _book_samples()
+    assert len(samples) >= (40 if HAVE_CORPUS else 3)  # the shared corpus, or the embedded sample without it
+    for _, sample in samples:
+        _assert_same(name, sample)
+    whole = "\n\n".join(sample for _, sample in samples[:8])  # also one long text across books
+    _assert_same(name, whole)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_hostile_text_gives_the_real_ids(name):
+    _assert_same(name, HOSTILE)
+    for piece in HOSTILE.split(" "):
+        _assert_same(name, piece)
+        _assert_same(name, " " + piece + " ")
+    for text in ("", " ", "  ", "\u2581", " \u2581", "\u2581 ", "\n", "a", " a", "a ", "\u0301", "\U0001F600"):
+        _assert_same(name, text)
+
+
+_RISKY = st.sampled_from(list(
+    " \t\r\n\u00a0\u3000\u2009\u2028\x1c\x1f\x85\x00\x01\x7f\u200b\u200d\ufeff\u00ad\u0301\u0303\u0308\u0344"
+    ".,!?'\"#-\u2581\u03a3\u03c2\u0130\u0131\u1f7d\u6f22\u3002\uff0c\u00e9\u00c9\u2019\u201c\u2014\ufb01\u00bd"
+    "\u2163\u2460\u33a1\ufdfa\uff21\uff76\uff9e\u0e33\u0600\U0001F600\U00020000\u05e9\u0645\u1100\u1161\u11a8"
+    "\u3131\ud55c\ufffd0123456789"))
+_WORDS = st.sampled_from(["the", "The", "THE", "running", "<s>", "</s>", "<unk>", "<mask>", "<pad>", "<extra_id_3>",
+                          "<0x41>", "\u2581the", "x" * 40, "e\u0301", "  ", "   ", " \u2581 ", "1,000", "...", "--"])
+_TEXT = st.lists(st.one_of(_RISKY, _WORDS, st.characters(blacklist_categories=("Cs",))), max_size=40).map("".join)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(VARIANTS), text=_TEXT)
+def test_random_unicode_gives_the_real_ids(name, text):
+    _assert_same(name, text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(VARIANTS), words=st.lists(st.one_of(_WORDS, _TEXT), min_size=2, max_size=12),
+       data=st.data())
+def test_texts_cut_at_safe_cuts_give_the_ids_of_the_whole(name, words, data):
+    """Encoding the parts between randomly chosen safe cuts and concatenating gives the ids of the whole
+    text; `sentencepiece_safe_cut` finds exactly the cuts the kernel uses."""
+    real, fast = _pair(name)
+    text = " ".join(["word", *words, "end."])
+    cuts = [int(c) for c in fast.safe_cuts(text.encode("utf-8", "surrogatepass"))]
+    positions = sorted(data.draw(st.sets(st.integers(0, len(text)), max_size=6)))
+    chosen = []
+    for position in positions:
+        found = sentencepiece_safe_cut(fast, text, position)
+        if found is None:
+            continue
+        left_end, right_start = found
+        assert left_end <= position and text[left_end] == " "
+        assert right_start == left_end + (1 if fast.tables.cut_mode == CUT_DROP else 0)
+        assert len(text[:left_end].encode("utf-8", "surrogatepass")) in cuts
+        if not chosen or left_end > chosen[-1][1]:
+            chosen.append((left_end, right_start))
+    parts, start = [], 0
+    for left_end, right_start in chosen:
+        parts.append(text[start:left_end])
+        start = right_start
+    parts.append(text[start:])
+    expected = real.encode(text, add_special_tokens=False).ids
+    got = [i for part in parts for i in real.encode(part, add_special_tokens=False).ids]
+    assert got == expected, (name, parts)
+    assert np.array_equal(np.concatenate([fast.encode(part) for part in parts]), np.asarray(expected, np.int32))
+
+
+def test_cut_modes_follow_the_layout():
+    """Cuts drop the space where every text gets a prefix `▁`, keep it where none does, and a Unigram
+    that sees the whole text as one piece allows none; a plain book has many cuts."""
+    modes = {name: _pair(name)[1].tables.cut_mode for name in VARIANTS}
+    assert modes == {"xlmr_unigram": CUT_DROP, "t5_unigram": CUT_DROP, "nmt_nfkc_unigram": CUT_DROP,
+                     "llama_bpe": CUT_DROP, "xlmr_unigram:deberta": CUT_DROP, "xlmr_unigram:never": CUT_KEEP,
+                     "xlmr_unigram:converter": CUT_NONE, "llama_bpe:first": CUT_DROP, "llama_bpe:gemma": CUT_KEEP}
+    _, fast = _pair("xlmr_unigram")
+    assert len(fast.safe_cuts(b"It was the best of times, it was the worst of times.")) == 11
+    assert sentencepiece_safe_cut(_pair("xlmr_unigram:converter")[1], "a b c", 3) is None
+
+
+def test_the_probe_vouches_for_letters_not_for_marks():
+    """The per-code-point table takes accented letters, CJK, curly quotes and compatibility forms
+    (with their NFKC output), and leaves combining marks, jamo and format characters to the real
+    tokenizer."""
+    _, fast = _pair("xlmr_unigram")
+    t = fast.tables
+
+    def out(char: str) -> str:
+        cp = ord(char)
+        return bytes(t.cp_blob[t.cp_start[cp]:t.cp_start[cp] + t.cp_len[cp]]).decode()
+
+    for char in "a\u00e9\u6f22\u2019\u0416\ufb01\uff21":
+        assert t.flags[ord(char)], char
+    assert out("\ufb01") == "fi" and out("\uff21") == "A"
+    for char in "\u0301\u1100\u1161\u200d\u00ad\u0e33\uff9e\u0600\r":
+        assert not t.flags[ord(char)], hex(ord(char))
+
+
+def test_unsupported_tokenizers_are_named():
+    config = _config("xlmr_unigram")
+    assert sentencepiece_support(config) == []
+    bytelevel = dict(config, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                            "use_regex": True})
+    assert sentencepiece_support(bytelevel) == [
+        "pre-tokenizer ByteLevel (only Metaspace, WhitespaceSplit+Metaspace or none)"]
+    bert = dict(config, normalizer={"type": "BertNormalizer"}, model={"type": "WordPiece", "vocab": {}})
+    assert sentencepiece_support(bert) == ["normalizer BertNormalizer", "model WordPiece (only Unigram or BPE)"]
+    plain = dict(config, added_tokens=[*config["added_tokens"], {
+        "id": 5, "content": "foo", "special": False, "single_word": False, "lstrip": False, "rstrip": False,
+        "normalized": True}])
+    assert "1 non-special added tokens (e.g. 'foo')" in sentencepiece_support(plain)
+    regex = dict(config, normalizer={"type": "Replace", "pattern": {"Regex": "[0-9]+"}, "content": "0"})
+    assert sentencepiece_support(regex) == ["normalizer Replace with pattern {'Regex': '[0-9]+'}"]
+    with pytest.raises(UnsupportedSentencePiece, match="pre-tokenizer ByteLevel"):
+        SentencePieceFastTokenizer(Tokenizer.from_str(json.dumps(bytelevel)), json.dumps(bytelevel))
