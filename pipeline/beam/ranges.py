@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import posixpath
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +20,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.inputs.byte_ranges import exact_blocks
 from pipeline.beam.readers import WorkUnit
-from pipeline.beam.streams import READ_BLOCK_BYTES, UnitReader
+from pipeline.beam.streams import UnitReader
 from pipeline.beam.units import (
     PartWriter,
     StageClock,
@@ -95,18 +95,6 @@ def scan_for_ranges(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, 
                       piece_bytes=reader.piece_bytes, result=result) for i, r in enumerate(scan.ranges)]
 
 
-def _exact_blocks(path: str, start: int, stop: int) -> Iterator[bytes]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.seek(start)
-        position = start
-        while position < stop:
-            block = handle.read(min(READ_BLOCK_BYTES, stop - position))
-            if not block:
-                raise EOFError(f"{path} ended at byte {position}, before {stop}: changed while being read")
-            position += len(block)
-            yield block
-
-
 def _range_file(temp_dir: str, task: RangeTask) -> str:
     name = hashlib.sha256(task.unit.source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return posixpath.join(temp_dir, f"{name}-range{task.index:05d}.ids")
@@ -116,7 +104,7 @@ def tokenize_range(task: RangeTask, tokenizer: AnyTokenizer, layout: RowLayout, 
                    temp_dir: str) -> RangeTokens:
     """Clean and tokenize one range as the unsplit run cleans that part of the input."""
     r = task.byte_range
-    pieces = clean_pieces(decoded_pieces(_exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
+    pieces = clean_pieces(decoded_pieces(exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
                                          task.piece_bytes, at_start=r.start == 0), task.strip, r.strip_state)
     sentences = config.packing == PACKING_SENTENCES
     out = RangeTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +35,7 @@ from pipeline.kernels.cleaning import (
     SKIP_HTML,
     NotText,
     _find_marker,
-    decode,
+    decode_utf8,
 )
 from pipeline.kernels.quality import MinHasher, script_letter_counts
 
@@ -72,11 +72,31 @@ def _cut_point(buffer: bytearray, size: int, at_spaces: bool) -> int:
     return cut - 1 if buffer[cut - 1] == 0x0D else cut  # nor between a CR and its LF
 
 
-def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_spaces: bool = True) -> Iterator[bytes]:
+def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_spaces: bool = True,
+               max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """Re-cut a byte stream into pieces of about `piece_bytes` at the safe points of `_cut_point`.
-    With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole)."""
+    With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole),
+    and (with `max_line_bytes`) every line of more than `max_line_bytes` bytes before its newline
+    is dropped, wherever the blocks end, and never held whole: `on_long_line(its length)` is called."""
+    if max_line_bytes and not at_spaces:
+        yield from _without_long_lines(_cut_pieces(blocks, piece_bytes, at_spaces, max_line_bytes, on_long_line),
+                                       max_line_bytes, on_long_line)
+    else:
+        yield from _cut_pieces(blocks, piece_bytes, at_spaces, 0, None)
+
+
+def _cut_pieces(blocks: Iterable[bytes], piece_bytes: int, at_spaces: bool, max_line_bytes: int,
+                on_long_line: Callable[[int], None] | None) -> Iterator[bytes]:
     buffer = bytearray()
+    skipping = 0  # > 0: inside a dropped long line, this many of its bytes seen
     for block in blocks:
+        if skipping:
+            newline = block.find(b"\n")
+            if newline < 0:
+                skipping += len(block)
+                continue
+            _report(on_long_line, skipping + newline)
+            skipping, block = 0, block[newline + 1:]
         buffer += block
         while len(buffer) > 2 * piece_bytes:
             cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
@@ -84,6 +104,15 @@ def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_space
                 break  # one line longer than the buffer: read on until its newline
             yield bytes(buffer[:cut])
             del buffer[:cut]
+        if max_line_bytes and len(buffer) > max_line_bytes:
+            start = buffer.rfind(b"\n") + 1  # the unfinished last line starts here
+            if len(buffer) - start > max_line_bytes:
+                if start:
+                    yield bytes(buffer[:start])
+                skipping = len(buffer) - start
+                buffer = bytearray()
+    if skipping:
+        _report(on_long_line, skipping)
     while len(buffer) > piece_bytes:
         cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
         if not cut:
@@ -92,6 +121,34 @@ def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_space
         del buffer[:cut]
     if buffer:
         yield bytes(buffer)
+
+
+def _without_long_lines(pieces: Iterable[bytes], max_line_bytes: int,
+                        on_long_line: Callable[[int], None] | None) -> Iterator[bytes]:
+    """Pieces ending at newlines, without their lines longer than `max_line_bytes`."""
+    for piece in pieces:
+        if len(piece) <= max_line_bytes:
+            yield piece
+            continue
+        ends = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 0x0A)
+        starts = np.concatenate(([0], ends + 1))
+        ends = np.concatenate((ends, [len(piece)]))
+        long = np.flatnonzero(ends - starts > max_line_bytes)
+        if not long.size:
+            yield piece
+            continue
+        kept, position = [], 0
+        for i in long:
+            kept.append(piece[position: starts[i]])
+            _report(on_long_line, int(ends[i] - starts[i]))
+            position = int(ends[i]) + 1
+        kept.append(piece[position:])
+        yield b"".join(kept)
+
+
+def _report(on_long_line: Callable[[int], None] | None, length: int) -> None:
+    if on_long_line is not None:
+        on_long_line(length)
 
 
 @dataclass
@@ -123,10 +180,13 @@ def _utf16_as_utf8(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: int = PIECE_BYTES,
-                   at_spaces: bool = True, at_start: bool = True) -> Iterator[str]:
+                   at_spaces: bool = True, at_start: bool = True, nul_is_binary: bool = True,
+                   max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None) -> Iterator[str]:
     """The decoded, newline-normalised text of a raw byte stream, in pieces. Counts into `stats`;
     call `stats.check()` after the last piece for the binary checks that need the whole input.
     `at_start` False: the stream is a later byte range of a UTF-8 input (no HTML probe, no BOM).
+    `nul_is_binary` False (records, one a line): NUL bytes stay in the text, for the caller to
+    skip their lines. `max_line_bytes` and `on_long_line`: see `cut_pieces`.
 
     Raises:
         NotText: for an HTML page, or NUL bytes in a non-UTF-16 input (as soon as one is seen).
@@ -148,7 +208,7 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         stats.data_bytes += len(_UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
         stats.raw_end += len(_UTF8_BOM) if has_bom else 0
         stream = _chain_first(head[len(_UTF8_BOM):] if has_bom else head, blocks)
-    for piece in cut_pieces(stream, piece_bytes, at_spaces):
+    for piece in cut_pieces(stream, piece_bytes, at_spaces, max_line_bytes, on_long_line):
         if is_utf16:
             text = piece.decode("utf-8", "surrogatepass")
             stats.replaced += text.count("\ufffd")
@@ -157,11 +217,11 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
         else:
             stats.raw_end += len(piece)
-            if b"\x00" in piece:
+            if nul_is_binary and b"\x00" in piece:
                 raise NotText(SKIP_BINARY_NUL)
             if b"\r" in piece:
                 piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            text, replaced = decode(piece)
+            text, replaced = decode_utf8(piece)  # a BOM only counts at the input's start (above)
             stats.data_bytes += len(piece)
             stats.replaced += replaced
             stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
