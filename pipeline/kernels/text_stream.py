@@ -225,6 +225,8 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             stats.data_bytes += len(piece)
             stats.replaced += replaced
             stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
+            if not nul_is_binary:  # NUL lines are skipped records, not the input's text
+                stats.controls -= piece.count(b"\x00")
             stats.chars += len(text)
         yield text
 

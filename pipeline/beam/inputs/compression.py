@@ -25,7 +25,7 @@ from pipeline.kernels.cleaning import NotText
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
 COMPRESSED_BLOCK_BYTES = 1 << 16  # compressed bytes fed per call (bz2, xz, gzip)
 MAX_CALL_OUTPUT = 1 << 20  # decompressed bytes one call may return
-ZSTD_SLICE_BYTES = 512  # zstd: compressed bytes per call (<= ~16 MiB out, whatever the content)
+ZSTD_SLICE_BYTES = 128  # zstd: compressed bytes per call (<= ~4 MiB out, whatever the content)
 MAX_EXPANSION_RATIO = 256  # real text: 3-10x (bz2 of very repetitive text: ~100x); bombs: 10^3-10^6x
 MIN_OUTPUT_BOUND = 256 << 20  # a small compressed file may still hold this much text
 UNREADABLE = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
