@@ -116,3 +116,21 @@ def test_300mb_line_and_300mb_gzip_have_bounded_memory(tmp_path):
     assert manifest[m.KEY_COUNTS][m.DOCUMENTS] == 2 and manifest[m.KEY_COUNTS][m.TOKENS] > 100_000_000
     print("peak RSS MB", measured.peak_rss_mb, "wall s", measured.wall_s)
     assert measured.peak_rss_mb < PEAK_RSS_BOUND_MB_300MB_INPUTS, measured.peak_rss_mb
+
+
+def test_a_run_that_makes_no_rows_exits_non_zero_naming_the_reasons(tmp_path, capfd):
+    """Whitespace and a .jsonl without the --text_column gave an empty dataset and exit 0. (`main` is
+    what `python -m jobs.preprocess` runs.)"""
+    from jobs.preprocess import main
+    from tests.conftest import TOKENIZER_DIR
+
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "whitespace.txt").write_bytes(b" \n\t\r\n   \n" * 10)
+    (d / "records.jsonl").write_text("".join(json.dumps({"id": i, "body": "words"}) + "\n" for i in range(3)))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--input", str(d), "--output", str(tmp_path / "out"), "--tokenizer", str(TOKENIZER_DIR)])
+    err = capfd.readouterr().err
+    assert exit_.value.code not in (0, None)
+    assert "the run made no rows: 2 input(s) skipped" in err, err[-3000:]
+    assert "empty: no text after cleaning" in err and "fields found: 'id', 'body'" in err
