@@ -27,6 +27,7 @@ from pipeline.beam.units import (
     PartWriter,
     StageClock,
     UnitResult,
+    check_unchanged,
     finish_parts,
     finish_stream,
     load_result,
@@ -148,6 +149,11 @@ def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dty
     """The rows of a split input from its tokenized ranges, in document order, into its parts."""
     ranges = sorted(ranges, key=lambda r: r.task.index)
     first = ranges[0].task
+    written = [r.tokens_path for r in ranges if r.tokens_path]
+    done = load_result(temp_dir, first.unit)
+    if done is not None:  # a retried stitch (at-least-once runners retry bundles): its saved result
+        _delete_existing(written)
+        return done
     if [r.task.index for r in ranges] != list(range(first.count)):
         raise RuntimeError(f"{first.unit.source}: {len(ranges)} of its {first.count} ranges arrived")
     result = copy.deepcopy(first.result)
@@ -165,9 +171,13 @@ def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dty
     except BaseException:
         writer.abort()
         raise
-    result = finish_parts(result, writer, config)
+    result = check_unchanged(first.unit, finish_parts(result, writer, config))
     save_result(temp_dir, first.unit, result)
-    written = [r.tokens_path for r in ranges if r.tokens_path]
-    if written:
-        FileSystems.delete(written)
+    _delete_existing(written)
     return result
+
+
+def _delete_existing(paths: list[str]) -> None:
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)

@@ -52,8 +52,9 @@ from pipeline.kernels.text_stream import (
     decoded_pieces,
 )
 
-__all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "READ_BLOCK_BYTES", "COMPRESSED_BLOCK_BYTES",
-           "CACHE_CHARS", "SIGNATURE_SEED", "COMPRESSED_TEXT_RATIO", "PARQUET_BATCH_ROWS", "UNREADABLE"]
+__all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "input_changed", "READ_BLOCK_BYTES",
+           "COMPRESSED_BLOCK_BYTES", "CACHE_CHARS", "SIGNATURE_SEED", "COMPRESSED_TEXT_RATIO", "PARQUET_BATCH_ROWS",
+           "UNREADABLE"]
 
 CACHE_CHARS = 32 << 20
 SKIP_NO_DOCUMENTS = "empty: no documents"
@@ -81,6 +82,31 @@ def _check_regular(path: str) -> None:
 def _open(path: str):
     _check_regular(path)
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def input_changed(unit: WorkUnit) -> str | None:
+    """Why a file is not the one listed (its size or modification time differ, or it is gone), or
+    None. A file read twice (two passes, or a scan and its ranges) must be the same both times,
+    else its rows would carry the first version's content key."""
+    if unit.format == FORMAT_HF or unit.refused:
+        return None
+    path = unit.file
+    try:
+        if "://" not in path:
+            info = os.stat(path)
+            size, modified = info.st_size, info.st_mtime
+        else:
+            meta = FileSystems.match([path])[0].metadata_list
+            if not meta:
+                raise FileNotFoundError(path)
+            size, modified = meta[0].size_in_bytes, float(meta[0].last_updated_in_seconds or 0.0)
+    except (OSError, ValueError) as error:
+        return f"unreadable: changed while being read ({type(error).__name__}: {error})"
+    want_size = unit.size if not unit.path else None  # a byte range's size is the range's
+    if (want_size is not None and size != want_size) or (unit.modified and modified != unit.modified):
+        return (f"unreadable: changed while being read (now {size:,} bytes, modified {modified:.0f}; "
+                f"listed {unit.size:,} bytes, modified {unit.modified:.0f})")
+    return None
 
 
 def raw_blocks(unit: WorkUnit, sizes: ReadSizes = ReadSizes()) -> Iterator[bytes]:
@@ -140,6 +166,11 @@ class UnitReader:
         self.piece_bytes = min(piece_bytes or self.sizes.piece_bytes, split_bytes or PIECE_BYTES)
         self._cache: list[str] | None = None
         self.scanned: UnitScan | None = None
+
+    @property
+    def read_twice(self) -> bool:
+        """Whether the second pass read the input again (nothing was kept from the first)."""
+        return self._cache is None
 
     @property
     def _is_text(self) -> bool:

@@ -14,7 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.arrow_io import AtomicArrowWriter, part_batch, read_text, write_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.readers import FORMAT_HF, WorkUnit
-from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan
+from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
 from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
 from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
 from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
@@ -187,7 +187,22 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     result, scan = scan_unit(reader, config, clock)
     if result.skip_reason is not None or scan.skip_reason is not None:
         return result
-    return tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+    result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+    return check_unchanged(unit, result) if reader.read_twice else result
+
+
+def check_unchanged(unit: WorkUnit, result: UnitResult) -> UnitResult:
+    """The result, or (when the input changed while it was read twice) the input skipped with the
+    reason: its rows would mix two versions or carry the old version's content key."""
+    changed = input_changed(unit)
+    if changed is None or result.skip_reason is not None:
+        return result
+    for path, _ in result.parts.values():
+        FileSystems.delete([path])
+    result = _gated(result, changed)
+    result.counts = {name: (value if name == m.FILES_READ else 0) for name, value in result.counts.items()}
+    result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
+    return result
 
 
 def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -> tuple[UnitResult, UnitScan]:
