@@ -202,7 +202,8 @@ class UnitReader:
         return decoded_pieces(raw_blocks(self.unit, self.sizes), stats, self.piece_bytes, at_spaces,
                               at_start=not (self.unit.path and self.unit.start > 0),
                               nul_is_binary=not records,
-                              max_line_bytes=self.sizes.max_line_bytes if records else 0, on_long_line=on_long_line)
+                              max_line_bytes=self.sizes.max_line_bytes if records else 0, on_long_line=on_long_line,
+                              html_is_page=not records)
 
     def _caching(self, pieces: Iterator[str]) -> Iterator[str]:
         """Pass the pieces through, keeping them while their total stays under CACHE_CHARS."""
@@ -299,7 +300,8 @@ class UnitReader:
 
         yield from jsonl_values(pieces(), column, skip, fields)
         if out is not None:
-            stats.check()
+            # No whole-input binary share here: each line is judged as a record (a byte range
+            # must judge its lines as the whole file does, whatever else the file holds).
             if not has_text and not out.records_skipped:
                 raise NotText(SKIP_EMPTY)
             out.replaced_bytes = stats.replaced

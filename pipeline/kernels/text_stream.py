@@ -181,12 +181,14 @@ def _utf16_as_utf8(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
 
 def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: int = PIECE_BYTES,
                    at_spaces: bool = True, at_start: bool = True, nul_is_binary: bool = True,
-                   max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None) -> Iterator[str]:
+                   max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None,
+                   html_is_page: bool = True) -> Iterator[str]:
     """The decoded, newline-normalised text of a raw byte stream, in pieces. Counts into `stats`;
     call `stats.check()` after the last piece for the binary checks that need the whole input.
     `at_start` False: the stream is a later byte range of a UTF-8 input (no HTML probe, no BOM).
     `nul_is_binary` False (records, one a line): NUL bytes stay in the text, for the caller to
-    skip their lines. `max_line_bytes` and `on_long_line`: see `cut_pieces`.
+    skip their lines. `max_line_bytes` and `on_long_line`: see `cut_pieces`. `html_is_page` False
+    (records): an input starting like an HTML page is not refused whole (its lines are judged).
 
     Raises:
         NotText: for an HTML page, or NUL bytes in a non-UTF-16 input (as soon as one is seen).
@@ -197,7 +199,7 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         head += block
         if len(head) >= _HTML_PROBE:
             break
-    if at_start and _HTML_START.match(head[:_HTML_PROBE]):
+    if at_start and html_is_page and _HTML_START.match(head[:_HTML_PROBE]):
         raise NotText(SKIP_HTML)
     is_utf16 = stats.utf16 = at_start and head.startswith(_UTF16_BOMS)
     if is_utf16:
@@ -243,9 +245,21 @@ def _counting(blocks: Iterator[bytes], stats: RawTextStats) -> Iterator[bytes]:
         yield block
 
 
+MAX_MARKER_LINE_CHARS = 1 << 20  # a marker line is held back until its end, up to this length
+
+
+def _may_be_marker(line_start: str) -> bool:
+    """Whether an unfinished line could still turn out to be a `*** START/END OF` line."""
+    rest = line_start.lstrip(" \t")
+    return ("***".startswith(rest) or rest.startswith("***")) and len(line_start) <= MAX_MARKER_LINE_CHARS
+
+
 class GutenbergStripper:
-    """`strip_gutenberg` over a stream of pieces, each starting at a line start: yields the text
-    of the books' bodies (a "\\n" between two bodies), as the whole-text function keeps them.
+    """`strip_gutenberg` over a stream of pieces cut anywhere: yields the text of the books' bodies
+    (a "\\n" between two bodies), as the whole-text function keeps them. An unfinished last line
+    that may be a marker line is held back until its end (or `feed(final=True)`), and a piece that
+    starts inside a line is searched for markers only from its first line start, so a marker split
+    across pieces is found and a `***` inside a line never is.
     `found_start` says whether any `*** START OF` line was seen; a text without one is kept whole,
     which only the caller can do once the stream has ended."""
 
@@ -253,17 +267,37 @@ class GutenbergStripper:
         self._in_body, self._bodies = state
         self.found_start = self._bodies > 0
         self.body_chars = 0  # characters kept in bodies (without the joining newlines)
+        self._held = ""  # the start of an unfinished line that may be a marker line
+        self._at_line_start = True  # the next text starts a line
 
     @property
     def state(self) -> tuple[bool, int]:
         """(inside a body, bodies begun so far): where a later byte range of the input resumes."""
         return self._in_body, self._bodies
 
-    def feed(self, text: str) -> Iterator[str]:
+    @property
+    def at_line_start(self) -> bool:
+        """Nothing is held back and the next text starts a line: a byte range may start here with
+        only `state`."""
+        return self._at_line_start and not self._held
+
+    def feed(self, text: str, final: bool = False) -> Iterator[str]:
+        text, self._held = self._held + text, ""
+        at_line_start = self._at_line_start
+        if not final:
+            cut = text.rfind("\n") + 1
+            if (cut or at_line_start) and cut < len(text) and _may_be_marker(text[cut:]):
+                text, self._held = text[:cut], text[cut:]
+        if text:
+            self._at_line_start = text.endswith("\n")
+        search_from = 0 if at_line_start else (text.find("\n") + 1 or len(text) + 1)
+        yield from self._strip(text, search_from)
+
+    def _strip(self, text: str, search_from: int) -> Iterator[str]:
         position = 0
         while position <= len(text):
             if not self._in_body:
-                start = _find_marker(_GUTENBERG_START, text, position)
+                start = _find_marker(_GUTENBERG_START, text, max(position, search_from))
                 if start is None:
                     return
                 self.found_start = True
@@ -273,7 +307,7 @@ class GutenbergStripper:
                 self._bodies += 1
                 position = start.end()
                 continue
-            end = _find_marker(_GUTENBERG_END, text, position)
+            end = _find_marker(_GUTENBERG_END, text, max(position, search_from))
             body = text[position: end.start() if end else len(text)]
             self.body_chars += len(body)
             if body:
@@ -363,9 +397,12 @@ def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool
         if not keep_boilerplate:
             for part in stripper.feed(text):
                 body.add(part)
-        if split_bytes and stats.raw_end - range_start >= split_bytes:
+        if split_bytes and stats.raw_end - range_start >= split_bytes and stripper.at_line_start:
             ranges.append(ByteRange(range_start, stats.raw_end, range_state))
             range_start, range_state = stats.raw_end, stripper.state
+    if not keep_boilerplate:
+        for part in stripper.feed("", final=True):
+            body.add(part)
     stats.check()
     if split_bytes and not stats.utf16:
         if stats.raw_end > range_start or not ranges:
@@ -389,3 +426,4 @@ def clean_pieces(pieces: Iterable[str], strip: bool, strip_state: tuple[bool, in
     stripper = GutenbergStripper(strip_state)
     for text in pieces:
         yield from stripper.feed(text)
+    yield from stripper.feed("", final=True)
