@@ -76,7 +76,7 @@ def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_space
                max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """Re-cut a byte stream into pieces of about `piece_bytes` at the safe points of `_cut_point`.
     With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole),
-    and (with `max_line_bytes`) every line of more than `max_line_bytes` bytes before its newline
+    and (with `max_line_bytes`) every line of more than `max_line_bytes` bytes before its LF or CR
     is dropped, wherever the blocks end, and never held whole: `on_long_line(its length)` is called."""
     if max_line_bytes and not at_spaces:
         yield from _without_long_lines(_cut_pieces(blocks, piece_bytes, at_spaces, max_line_bytes, on_long_line),
@@ -91,7 +91,7 @@ def _cut_pieces(blocks: Iterable[bytes], piece_bytes: int, at_spaces: bool, max_
     skipping = 0  # > 0: inside a dropped long line, this many of its bytes seen
     for block in blocks:
         if skipping:
-            newline = block.find(b"\n")
+            newline = _line_end(block)
             if newline < 0:
                 skipping += len(block)
                 continue
@@ -105,7 +105,7 @@ def _cut_pieces(blocks: Iterable[bytes], piece_bytes: int, at_spaces: bool, max_
             yield bytes(buffer[:cut])
             del buffer[:cut]
         if max_line_bytes and len(buffer) > max_line_bytes:
-            start = buffer.rfind(b"\n") + 1  # the unfinished last line starts here
+            start = max(buffer.rfind(b"\n"), buffer.rfind(b"\r")) + 1  # the unfinished last line starts here
             if len(buffer) - start > max_line_bytes:
                 if start:
                     yield bytes(buffer[:start])
@@ -123,6 +123,12 @@ def _cut_pieces(blocks: Iterable[bytes], piece_bytes: int, at_spaces: bool, max_
         yield bytes(buffer)
 
 
+def _line_end(block: bytes) -> int:
+    """The first LF or CR of a block (a lone CR ends a line too), or -1."""
+    ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
+    return min(ends) if ends else -1
+
+
 def _without_long_lines(pieces: Iterable[bytes], max_line_bytes: int,
                         on_long_line: Callable[[int], None] | None) -> Iterator[bytes]:
     """Pieces ending at newlines, without their lines longer than `max_line_bytes`."""
@@ -130,7 +136,8 @@ def _without_long_lines(pieces: Iterable[bytes], max_line_bytes: int,
         if len(piece) <= max_line_bytes:
             yield piece
             continue
-        ends = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == 0x0A)
+        codes = np.frombuffer(piece, dtype=np.uint8)
+        ends = np.flatnonzero((codes == 0x0A) | (codes == 0x0D))
         starts = np.concatenate(([0], ends + 1))
         ends = np.concatenate((ends, [len(piece)]))
         long = np.flatnonzero(ends - starts > max_line_bytes)

@@ -25,6 +25,7 @@ import gzip
 import json
 import lzma
 import os
+import re
 from collections import Counter
 
 import pyarrow as pa
@@ -145,7 +146,7 @@ def _jsonl_oracle(raw: bytes, column: str, max_line: int) -> tuple[list[str], Co
     elif raw.startswith(_UTF8_BOM):
         raw = raw[len(_UTF8_BOM):]
     texts, skipped = [], Counter()
-    for raw_line in raw.split(b"\n"):
+    for raw_line in re.split(rb"\r\n|\r|\n", raw):
         if len(raw_line) > max_line:
             skipped[long_line_reason(max_line)] += 1
             continue
