@@ -1,5 +1,5 @@
 """The long profile of the differential fuzz test of the readers (tests/fuzz/test_differential.py):
-the same properties with many more hypothesis examples (CI runs 40).
+the same properties with many more hypothesis examples (CI runs 60).
 
     python -m benchmarks.fuzz_readers [EXAMPLES]     # default 2000
 """

@@ -14,7 +14,8 @@ so every boundary is hit) and must give exactly what the oracle gives for the wh
 * parquet: `clean_text` of each row.
 
 A few examples go on to rows: the unsplit unit and its split ranges stitched give the same part
-files for every packing mode. MASKBEAM_FUZZ_EXAMPLES sets the number of examples (default 40;
+files for --packing doc and concat (sentences awaits issue 23 point 4: piece ends must not count as
+paragraph ends; add it to the sampled modes once that lands). MASKBEAM_FUZZ_EXAMPLES sets the number of examples (default 60;
 benchmarks/fuzz_readers.py runs a long profile).
 """
 
@@ -51,7 +52,7 @@ from pipeline.kernels.cleaning import (
 )
 from pipeline.kernels.text_stream import RawTextStats, clean_pieces, decoded_pieces
 
-EXAMPLES = int(os.environ.get("MASKBEAM_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("MASKBEAM_FUZZ_EXAMPLES", "60"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])
