@@ -1,4 +1,6 @@
-"""Arrow IPC stream files: the unmasked per-input parts and the final shards (temp name, then rename).
+"""Arrow IPC files: the unmasked per-input parts (IPC file format, for random access to their record
+batches) and the final shards (IPC stream format, what `datasets` maps); local ones are written
+under a temp name, then renamed.
 
 Everything goes through Beam's FileSystems, so the same code writes to local disk, GCS or S3.
 """
@@ -80,7 +82,9 @@ class AtomicArrowWriter:
         return WrittenFile(path=self.path, rows=self.rows, bytes=self._sink.bytes, sha256=self._sink.sha256.hexdigest())
 
     def abort(self) -> None:
-        """Close and delete what was written (the final name is never touched)."""
+        """Close and delete what was written. Locally that is the temp file and the final name is
+        never touched; on an object store the writer writes the final name itself, so closing
+        completes that object (replacing one an earlier attempt left) and it is then deleted."""
         try:
             self._writer.close()
             self._handle.close()

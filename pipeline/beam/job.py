@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.no_rows import check_made_rows
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress
 from pipeline.beam.readers import (
@@ -139,6 +140,7 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
         _log.info(line)
     warn_large_boilerplate(config.output)
+    check_made_rows(manifest)
     return result
 
 

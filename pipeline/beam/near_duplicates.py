@@ -2,6 +2,11 @@
 small records cross the shuffle: a band hash and a path), then the similarity of each candidate
 from the two signatures, clusters and (with --near_dedup) the later members dropped.
 
+An input is a file: the byte ranges of a split file are never compared with each other; their
+signatures are merged (the value-wise minimum, which is the signature of the union of their
+bigrams up to the few bigrams that span a range end) and the file is kept or dropped whole. A text
+of fewer than two words has no bigram and resembles nothing.
+
 Everything depends on content and paths only, so the pairs and the drops are the same for any
 worker count, runner or input order.
 """
@@ -9,14 +14,13 @@ worker count, runner or input order.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.combiners import ToListCombineFn
 
-from pipeline.beam.units import UnitResult
-from pipeline.kernels.quality import band_hashes, signature_similarity
+from pipeline.beam.units import UnitResult, by_input, dropped_result
+from pipeline.kernels.quality import band_hashes, is_empty_signature, signature_similarity
 from schemas import manifest as m
 
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
@@ -27,11 +31,24 @@ def _signature(result: UnitResult) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(result.signature), dtype=np.uint64)
 
 
-def band_records(result: UnitResult) -> list[tuple[int, str]]:
-    """(band hash, path) for each band of a kept input's signature."""
-    if result.skip_reason is not None or not result.signature:
-        return []
-    return [(h, result.source) for h in band_hashes(_signature(result))]
+def input_signature(parts: Iterable[UnitResult]) -> np.ndarray | None:
+    """The signature of an input from its results (a split file's ranges merged); None when a part
+    was skipped or it has no bigram."""
+    parts = list(parts)
+    if any(p.skip_reason is not None for p in parts):
+        return None
+    signatures = [_signature(p) for p in parts if p.signature]
+    signatures = [s for s in signatures if not is_empty_signature(s)]
+    if not signatures:
+        return None
+    return np.minimum.reduce(signatures) if len(signatures) > 1 else signatures[0]
+
+
+def band_records(name_and_parts: tuple[str, Iterable[UnitResult]]) -> list[tuple[int, str]]:
+    """(band hash, input) for each band of a kept input's signature."""
+    name, parts = name_and_parts
+    signature = input_signature(parts)
+    return [] if signature is None else [(h, name) for h in band_hashes(signature)]
 
 
 def candidate_pairs(members: Iterable[str]) -> list[tuple[str, str]]:
@@ -43,11 +60,13 @@ def candidate_pairs(members: Iterable[str]) -> list[tuple[str, str]]:
 
 
 class FindNearDuplicateCandidates(beam.PTransform):
-    """UnitResult -> one sorted list of candidate pairs (earlier path, later path)."""
+    """UnitResult -> one sorted list of candidate pairs (earlier input, later input)."""
 
     def expand(self, unit_results):
         return (
             unit_results
+            | "ByInput" >> beam.Map(lambda r: (r.input, r))
+            | "GroupInputs" >> beam.GroupByKey()
             | "BandRecords" >> beam.FlatMap(band_records)
             | "GroupBands" >> beam.GroupByKey()
             | "PairsInBand" >> beam.FlatMap(lambda kv: candidate_pairs(kv[1]))
@@ -57,15 +76,25 @@ class FindNearDuplicateCandidates(beam.PTransform):
         )
 
 
+def _input_signatures(results: list[UnitResult]) -> dict[str, tuple[np.ndarray, str]]:
+    """input -> (its signature, its first part's content key) for the inputs that have one."""
+    out = {}
+    for name, parts in by_input(results).items():
+        signature = input_signature(parts)
+        if signature is not None:
+            out[name] = (signature, "|".join(p.key for p in parts))
+    return out
+
+
 def score_pairs(results: list[UnitResult], pairs: list[tuple[str, str]]) -> list[tuple[str, str, float]]:
     """(earlier, later, estimated similarity) of the candidates at or above REPORT_SIMILARITY;
     inputs of identical content are exact duplicates, reported as such, not here."""
-    by_source = {r.source: r for r in results if r.skip_reason is None and r.signature}
+    inputs = _input_signatures(results)
     scored = []
     for a, b in sorted(pairs):
-        if a not in by_source or b not in by_source or by_source[a].key == by_source[b].key:
+        if a not in inputs or b not in inputs or inputs[a][1] == inputs[b][1]:
             continue
-        similarity = signature_similarity(_signature(by_source[a]), _signature(by_source[b]))
+        similarity = signature_similarity(inputs[a][0], inputs[b][0])
         if similarity >= REPORT_SIMILARITY:
             scored.append((a, b, round(similarity, 4)))
     return scored
@@ -74,7 +103,8 @@ def score_pairs(results: list[UnitResult], pairs: list[tuple[str, str]]) -> list
 def mark_near_duplicates(results: list[UnitResult], pairs: list[tuple[str, str]],
                          threshold: float | None) -> tuple[list[UnitResult], list[dict]]:
     """Report every scored pair; with `threshold` (--near_dedup), every input of a cluster of pairs
-    at or above it but the earliest (by path) is skipped, naming its most similar partner.
+    at or above it but the earliest (by path) is skipped (all its ranges), naming that earliest
+    input, which is kept, and its similarity to it.
 
     Returns:
         (the results, the report: one entry per pair {path, near_duplicate_of, similarity}).
@@ -90,26 +120,19 @@ def mark_near_duplicates(results: list[UnitResult], pairs: list[tuple[str, str]]
             x = parent[x]
         return x
 
-    twins: dict[str, tuple[float, str]] = {}
     for a, b, similarity in scored:
         if similarity < threshold:
             continue
         ra, rb = root(a), root(b)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-        for member, other in ((a, b), (b, a)):  # each member's most similar partner names its twin
-            best = twins.get(member)
-            if best is None or (similarity, other) > best:
-                twins[member] = (similarity, other)
+    inputs = _input_signatures(results)
     out = []
     for result in results:
-        if result.source in twins and root(result.source) != result.source:
-            similarity, twin = twins[result.source]
-            counts = dict.fromkeys(result.counts, 0)
-            counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
-            counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
-            result = replace(result, near_duplicate_of=twin, similarity=similarity, parts={}, counts=counts,
-                             skip_reason=f"near duplicate of {twin} (similarity {similarity:.2f}, "
-                                         f"--near_dedup {threshold})")
+        kept = root(result.input)
+        if kept != result.input and result.skip_reason is None:
+            similarity = round(signature_similarity(inputs[result.input][0], inputs[kept][0]), 4)
+            result = dropped_result(result, f"near duplicate of {kept} (similarity {similarity:.2f}, "
+                                      f"--near_dedup {threshold})", near_duplicate_of=kept, similarity=similarity)
         out.append(result)
     return out, report

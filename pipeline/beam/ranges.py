@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import posixpath
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,12 +20,14 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.inputs.byte_ranges import exact_blocks
 from pipeline.beam.readers import WorkUnit
-from pipeline.beam.streams import READ_BLOCK_BYTES, UnitReader
+from pipeline.beam.streams import UnitReader
 from pipeline.beam.units import (
     PartWriter,
     StageClock,
     UnitResult,
+    check_unchanged,
     finish_parts,
     finish_stream,
     load_result,
@@ -95,18 +96,6 @@ def scan_for_ranges(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, 
                       piece_bytes=reader.piece_bytes, result=result) for i, r in enumerate(scan.ranges)]
 
 
-def _exact_blocks(path: str, start: int, stop: int) -> Iterator[bytes]:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.seek(start)
-        position = start
-        while position < stop:
-            block = handle.read(min(READ_BLOCK_BYTES, stop - position))
-            if not block:
-                raise EOFError(f"{path} ended at byte {position}, before {stop}: changed while being read")
-            position += len(block)
-            yield block
-
-
 def _range_file(temp_dir: str, task: RangeTask) -> str:
     name = hashlib.sha256(task.unit.source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return posixpath.join(temp_dir, f"{name}-range{task.index:05d}.ids")
@@ -116,7 +105,7 @@ def tokenize_range(task: RangeTask, tokenizer: AnyTokenizer, layout: RowLayout, 
                    temp_dir: str) -> RangeTokens:
     """Clean and tokenize one range as the unsplit run cleans that part of the input."""
     r = task.byte_range
-    pieces = clean_pieces(decoded_pieces(_exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
+    pieces = clean_pieces(decoded_pieces(exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
                                          task.piece_bytes, at_start=r.start == 0), task.strip, r.strip_state)
     sentences = config.packing == PACKING_SENTENCES
     out = RangeTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)
@@ -160,6 +149,11 @@ def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dty
     """The rows of a split input from its tokenized ranges, in document order, into its parts."""
     ranges = sorted(ranges, key=lambda r: r.task.index)
     first = ranges[0].task
+    written = [r.tokens_path for r in ranges if r.tokens_path]
+    done = load_result(temp_dir, first.unit)
+    if done is not None:  # a retried stitch (at-least-once runners retry bundles): its saved result
+        _delete_existing(written)
+        return done
     if [r.task.index for r in ranges] != list(range(first.count)):
         raise RuntimeError(f"{first.unit.source}: {len(ranges)} of its {first.count} ranges arrived")
     result = copy.deepcopy(first.result)
@@ -177,9 +171,13 @@ def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dty
     except BaseException:
         writer.abort()
         raise
-    result = finish_parts(result, writer, config)
+    result = check_unchanged(first.unit, finish_parts(result, writer, config))
     save_result(temp_dir, first.unit, result)
-    written = [r.tokens_path for r in ranges if r.tokens_path]
-    if written:
-        FileSystems.delete(written)
+    _delete_existing(written)
     return result
+
+
+def _delete_existing(paths: list[str]) -> None:
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)

@@ -1,30 +1,30 @@
-"""Find inputs through Beam's FileSystems: work units, listing, split plans and `datasets` row ranges.
-(Reading a unit is streams.py.)"""
+"""Find inputs: work units from `--input` patterns (local ones listed by `inputs.listing`, others
+through Beam's FileSystems), split plans, and `datasets` row ranges (`inputs.hf`). Reading a unit
+is `streams.py` with the per-format readers of `pipeline.beam.inputs`."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import glob
-import json
 import os
 import posixpath
 from dataclasses import dataclass
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.inputs.byte_ranges import range_source, starts_utf16
+from pipeline.beam.inputs.compression import COMPRESSED_SUFFIXES, is_compressed
+from pipeline.beam.inputs.hf import hf_revision, load_hf_dataset
+from pipeline.beam.inputs.listing import GLOB_CHARS, InputError, list_local
 
 FORMAT_TEXT = "text"
 FORMAT_JSONL = "jsonl"
 FORMAT_PARQUET = "parquet"
 FORMAT_HF = "hf_dataset"
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".zst", ".zstd", ".deflate", ".xz", ".lzma")
-_GLOB_CHARS = set("*?[")
 HF_ROWS_PER_UNIT = 20_000
 
-
-class InputError(ValueError):
-    """An `--input` pattern matched nothing, or an input option is inconsistent."""
+__all__ = ["FORMAT_TEXT", "FORMAT_JSONL", "FORMAT_PARQUET", "FORMAT_HF", "COMPRESSED_SUFFIXES", "InputError",
+           "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "input_format", "expand_inputs",
+           "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT"]
 
 
 @dataclass(frozen=True, order=True)
@@ -42,6 +42,12 @@ class WorkUnit:
     path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
     revision: str = ""  # a --hf_dataset's Hub commit or local fingerprint
     split_bytes: int = 0  # a large uncompressed text file: scanned, then tokenized in ranges of this size
+    refused: str = ""  # listed but never opened (a link out of the input folder): the skip reason
+
+    @property
+    def file(self) -> str:
+        """The file this unit reads (a byte range's file; a dataset range's source)."""
+        return self.path or self.source
 
     @property
     def identity(self) -> str:
@@ -52,19 +58,21 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
     """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
     into byte ranges here (a line belongs to the range holding its first byte); a text file is
     marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py).
-    Compressed files cannot be split: one worker streams each."""
+    Compressed files cannot be split: one worker streams each; nor can UTF-16 ones (two-byte newlines)."""
     out = []
     for unit in units:
-        compressed = unit.source.lower().endswith(COMPRESSED_SUFFIXES)
-        if compressed or unit.size <= split_bytes or unit.format not in (FORMAT_JSONL, FORMAT_TEXT):
+        if (is_compressed(unit.source) or unit.size <= split_bytes or unit.refused
+                or unit.format not in (FORMAT_JSONL, FORMAT_TEXT)
+                or (unit.format == FORMAT_JSONL and starts_utf16(unit.source))):
             out.append(unit)
         elif unit.format == FORMAT_TEXT:
             out.append(dataclasses.replace(unit, split_bytes=split_bytes))
         else:
             for start in range(0, unit.size, split_bytes):
                 stop = min(start + split_bytes, unit.size)
-                out.append(WorkUnit(source=f"{unit.source}@{start}-{stop}", format=FORMAT_JSONL, size=stop - start,
-                                    start=start, stop=stop, modified=unit.modified, path=unit.source))
+                out.append(WorkUnit(source=range_source(unit.source, start, stop), format=FORMAT_JSONL,
+                                    size=stop - start, start=start, stop=stop, modified=unit.modified,
+                                    path=unit.source))
     return out
 
 
@@ -80,7 +88,7 @@ def outside(units: list[WorkUnit], folder: str) -> list[WorkUnit]:
 
 def unsplittable_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
     """Compressed inputs over `split_bytes`: each is streamed by a single worker."""
-    return [u for u in units if u.size > split_bytes and u.source.lower().endswith(COMPRESSED_SUFFIXES)]
+    return [u for u in units if u.size > split_bytes and is_compressed(u.source)]
 
 
 def input_format(path: str) -> str:
@@ -102,84 +110,42 @@ def _match(pattern: str) -> list:
     return [m for result in results for m in result.metadata_list]
 
 
+def _listed(pattern: str) -> list[tuple[str, int, float, str]]:
+    """(path, size, modified, refused) of each entry a pattern names."""
+    if "://" not in pattern:
+        return [(e.path, e.size, e.modified, e.refused) for e in list_local(pattern)]
+    matches = []
+    if not GLOB_CHARS & set(pattern):
+        # A literal path: a directory (or object prefix) if anything lies below it, else a file.
+        matches = _match(posixpath.join(pattern.rstrip("/"), "**"))
+    if not matches:
+        matches = _match(pattern)
+    return [(meta.path, meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0), "") for meta in matches]
+
+
 def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
     """Files named by paths, directories (recursively) and globs, deduplicated and sorted by path.
+    A directory is never an input: one a glob matches brings its files. Local entries Beam's
+    listing would drop (broken links, FIFOs) are units whose reading reports why; links out of
+    the input folder are units refused without being opened (see `inputs.listing`).
 
     Raises:
-        InputError: naming the first pattern that matches no file.
+        InputError: naming the first pattern that matches no file (an empty folder included).
     """
-    found: dict[str, tuple[int, float]] = {}
+    found: dict[str, tuple[int, float, str]] = {}
     for pattern in patterns:
-        matches = []
-        if not _GLOB_CHARS & set(pattern):
-            # A literal path: a directory (or object prefix) if anything lies below it, else a file.
-            matches = _match(posixpath.join(pattern.rstrip("/"), "**"))
-        if not matches:
-            try:
-                matches = _match(pattern)
-            except Exception as error:  # Beam raises BeamIOError and others for bad patterns
-                raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
-        unlisted = _unlisted_local_entries(pattern, {meta.path for meta in matches})
-        if not matches and not unlisted:
-            raise InputError(f"--input {pattern!r} matches no file")
-        for meta in matches:
-            found[meta.path] = (meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0))
-        for path in unlisted:  # reading them fails, so they are reported as skipped with the reason
-            found.setdefault(path, (0, 0.0))
-    return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified)
-            for path, (size, modified) in sorted(found.items())]
-
-
-def _unlisted_local_entries(pattern: str, listed: set[str]) -> list[str]:
-    """Local entries Beam's listing leaves out silently (broken symlinks, unstat-able files, and
-    directories a glob matched), so they are reported as skipped instead of lost. Other
-    filesystems list what they hold."""
-    if "://" in pattern:
-        return []
-    user_glob = bool(_GLOB_CHARS & set(pattern))
-    if not user_glob and os.path.isdir(pattern):
-        pattern = os.path.join(pattern, "**", "*")
-    entries = glob.glob(pattern, recursive=True)
-
-    def lost(path: str) -> bool:
-        if os.path.isdir(path):
-            return user_glob
-        return os.path.islink(path) and not os.path.exists(path) or not os.path.exists(path)
-
-    return sorted(p for p in (os.path.abspath(e) for e in entries) if p not in listed and lost(p))
-
-
-@functools.lru_cache(maxsize=4)
-def load_hf_dataset(name: str, split: str, revision: str = ""):
-    """A `datasets` Dataset: a local `save_to_disk` folder, else a Hub or local loadable dataset at
-    `revision` (a Hub commit). Kept per process, keyed by the revision (a local folder's
-    fingerprint), so a worker maps it once, not once per unit, and a changed folder is reloaded."""
-    import datasets
-
-    if FileSystems.exists(posixpath.join(name, "dataset_dict.json")):
-        return datasets.load_from_disk(name)[split]
-    if FileSystems.exists(posixpath.join(name, "state.json")):
-        return datasets.load_from_disk(name)
-    return datasets.load_dataset(name, split=split, revision=_hub_revision(revision) or None)
-
-
-def hf_revision(name: str, split: str) -> str:
-    """What pins the dataset's content: the Hub commit sha of a Hub dataset (resolved now, so every
-    worker and a --resume read the same commit), the `datasets` fingerprint of a local folder."""
-    for state in (posixpath.join(name, split, "state.json"), posixpath.join(name, "state.json")):
-        if FileSystems.exists(state):
-            with FileSystems.open(state, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                return f"fingerprint:{json.loads(handle.read())['_fingerprint']}"
-    try:
-        from huggingface_hub import HfApi
-
-        return HfApi().dataset_info(name).sha or ""
-    except Exception as error:  # the hub client raises many types; all mean "cannot resolve"
-        raise InputError(f"--hf_dataset {name!r}: cannot resolve its revision on the Hub ({error})") from error
-
-
-def _hub_revision(revision: str) -> str:
-    return "" if revision.startswith("fingerprint:") else revision
+        try:
+            entries = _listed(pattern)
+        except Exception as error:  # Beam raises BeamIOError and others for bad patterns
+            raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
+        if not entries:
+            what = "is a folder holding no file" if "://" not in pattern and os.path.isdir(pattern) else \
+                "matches no file"
+            raise InputError(f"--input {pattern!r} {what}")
+        for path, size, modified, refused in entries:
+            found[path] = (size, modified, refused)
+    return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified, refused=refused)
+            for path, (size, modified, refused) in sorted(found.items())]
 
 
 def hf_units(name: str, split: str, text_column: str, revision: str = "") -> list[WorkUnit]:

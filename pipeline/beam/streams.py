@@ -2,36 +2,45 @@
 
 The first pass (`UnitReader.scan`) measures the clean text: content keys, counts, script letters,
 and every reason to skip the whole input (binary, HTML, truncated compression, no text), before a
-row is written. The second (`UnitReader.documents`) reads the input again and hands out each
-document's clean text in pieces for tokenizing, since the rows' keys and seeds need the document's
-content key from the first pass. A unit whose clean text fits in CACHE_CHARS is read once and kept
-between the passes; a larger one (or any compressed one, whose size is unknown) is streamed twice.
+row is written. The second (`UnitReader.documents`) hands out each document's clean text in pieces
+for tokenizing, since the rows' keys and seeds need the document's content key from the first
+pass. A unit whose clean text fits in CACHE_CHARS is kept from the first pass and not read again;
+a larger one is streamed twice (compressed ones too: they are decompressed again).
+
+The formats, compression and byte ranges are `pipeline.beam.inputs`; this module runs the passes.
 """
 
 from __future__ import annotations
 
-import bz2
 import hashlib
-import json
-import lzma
 import os
 import stat
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.readers import (
-    COMPRESSED_SUFFIXES,
-    FORMAT_HF,
-    FORMAT_JSONL,
-    FORMAT_PARQUET,
-    WorkUnit,
-    load_hf_dataset,
+from pipeline.beam.inputs.byte_ranges import READ_BLOCK_BYTES, line_blocks
+from pipeline.beam.inputs.compression import (
+    COMPRESSED_BLOCK_BYTES,
+    UNREADABLE,
+    decompressed,
+    is_compressed,
+    output_bound,
 )
+from pipeline.beam.inputs.hf import hf_values
+from pipeline.beam.inputs.jsonl import (
+    MAX_LINE_BYTES,
+    FieldsSeen,
+    jsonl_values,
+    long_line_reason,
+    missing_field_reason,
+)
+from pipeline.beam.inputs.parquet import PARQUET_BATCH_ROWS, parquet_values
+from pipeline.beam.inputs.text import COMPRESSED_TEXT_RATIO, SIGNATURE_SEED, scan_text_input
+from pipeline.beam.readers import FORMAT_HF, FORMAT_JSONL, FORMAT_PARQUET, WorkUnit
 from pipeline.kernels.cleaning import SKIP_EMPTY, NotText, clean_text
 from pipeline.kernels.hashing import content_digest
 from pipeline.kernels.quality import script_letter_counts
@@ -41,18 +50,26 @@ from pipeline.kernels.text_stream import (
     RawTextStats,
     clean_pieces,
     decoded_pieces,
-    scan_text,
 )
 
-READ_BLOCK_BYTES = 4 << 20
-COMPRESSED_BLOCK_BYTES = 1 << 16  # compressed input fed per call, so one call's output stays small
+__all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "input_changed", "READ_BLOCK_BYTES",
+           "COMPRESSED_BLOCK_BYTES", "CACHE_CHARS", "SIGNATURE_SEED", "COMPRESSED_TEXT_RATIO", "PARQUET_BATCH_ROWS",
+           "UNREADABLE"]
+
 CACHE_CHARS = 32 << 20
-SIGNATURE_SEED = 0x4D696E48  # fixed: near-duplicate pairs do not depend on --seed
-# A compressed text input's MinHash table is sized for this many times its size (its text's size is
-# unknown until it has been read; the table's size only has to be the same in every run).
-COMPRESSED_TEXT_RATIO = 4
-PARQUET_BATCH_ROWS = 4096
-UNREADABLE = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
+SKIP_NO_DOCUMENTS = "empty: no documents"
+
+
+@dataclass(frozen=True)
+class ReadSizes:
+    """The sizes reading works in (defaults for real inputs; tests pass small ones to hit every
+    boundary with small inputs). Output never depends on them."""
+
+    read_bytes: int = READ_BLOCK_BYTES  # bytes per read call
+    compressed_block_bytes: int = COMPRESSED_BLOCK_BYTES  # compressed bytes per decompress call
+    piece_bytes: int = PIECE_BYTES  # text handed to cleaning and tokenizing at a time
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer .jsonl line is a skipped record
+    max_output: int | None = None  # a compressed input's output bound (None: `output_bound` of its size)
 
 
 def _check_regular(path: str) -> None:
@@ -67,93 +84,41 @@ def _open(path: str):
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _range_blocks(handle, start: int, stop: int) -> Iterator[bytes]:
-    """The bytes of the whole lines whose first byte lies in [start, stop), in blocks."""
-    position = 0
-    if start > 0:
-        handle.seek(start - 1)  # the line holding byte start-1 belongs to the previous range
-        position = start - 1
-        while True:
-            block = handle.read(READ_BLOCK_BYTES)
-            if not block:
-                return
-            newline = block.find(b"\n")
-            if newline >= 0:
-                position += newline + 1
-                block = block[newline + 1:]
-                break
-            position += len(block)
-    else:
-        block = handle.read(READ_BLOCK_BYTES)
-    if position >= stop:
-        return
-    while block:
-        newline = block.find(b"\n", max(0, stop - 1 - position))  # the range's last line ends here
-        if newline >= 0:
-            yield block[: newline + 1]
-            return
-        yield block
-        position += len(block)
-        block = handle.read(READ_BLOCK_BYTES)
-
-
-def _new_decompressor(name: str):
-    if name.endswith(".gz"):
-        return zlib.decompressobj(wbits=31)
-    if name.endswith(".deflate"):
-        return zlib.decompressobj()
-    if name.endswith(".bz2"):
-        return bz2.BZ2Decompressor()
-    if name.endswith((".xz", ".lzma")):
-        return lzma.LZMADecompressor()
-    if name.endswith((".zst", ".zstd")):
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj()
+def input_changed(unit: WorkUnit) -> str | None:
+    """Why a file is not the one listed (its size or modification time differ, or it is gone), or
+    None. A file read twice (two passes, or a scan and its ranges) must be the same both times,
+    else its rows would carry the first version's content key."""
+    if unit.format == FORMAT_HF or unit.refused:
+        return None
+    path = unit.file
+    try:
+        if "://" not in path:
+            info = os.stat(path)
+            size, modified = info.st_size, info.st_mtime
+        else:
+            meta = FileSystems.match([path])[0].metadata_list
+            if not meta:
+                raise FileNotFoundError(path)
+            size, modified = meta[0].size_in_bytes, float(meta[0].last_updated_in_seconds or 0.0)
+    except (OSError, ValueError) as error:
+        return f"unreadable: changed while being read ({type(error).__name__}: {error})"
+    want_size = unit.size if not unit.path else None  # a byte range's size is the range's
+    if (want_size is not None and size != want_size) or (unit.modified and modified != unit.modified):
+        return (f"unreadable: changed while being read (now {size:,} bytes, modified {modified:.0f}; "
+                f"listed {unit.size:,} bytes, modified {unit.modified:.0f})")
     return None
 
 
-def _decompressed(name: str, blocks: Iterator[bytes]) -> Iterator[bytes]:
-    """Decompress a stream by the file's suffix. Concatenated members (gzip, bzip2, xz) and frames
-    (zstd) are all read; a stream that ends before its end marker raises EOFError, unlike Beam's
-    readers, which return the part they could read."""
-    decompressor = _new_decompressor(name.lower())
-    if decompressor is None:
-        yield from blocks
-        return
-    single_stream = name.lower().endswith(".deflate")
-    for block in blocks:
-        for start in range(0, len(block), COMPRESSED_BLOCK_BYTES):
-            data = block[start: start + COMPRESSED_BLOCK_BYTES]
-            while data:
-                try:
-                    out = decompressor.decompress(data)
-                except Exception as error:  # zstd raises its own error type: report it as corrupt
-                    if isinstance(error, UNREADABLE):
-                        raise
-                    raise ValueError(f"corrupt compressed stream: {error}") from None
-                if out:
-                    yield out
-                if not decompressor.eof:
-                    break
-                data = decompressor.unused_data
-                if single_stream or not data.strip(b"\x00"):
-                    data = b""  # trailing zero padding after the last gzip member is allowed
-                    if single_stream:
-                        break
-                else:
-                    decompressor = _new_decompressor(name.lower())
-    if not decompressor.eof:
-        raise EOFError("compressed stream ended before its end-of-stream marker (truncated)")
-
-
-def raw_blocks(unit: WorkUnit) -> Iterator[bytes]:
+def raw_blocks(unit: WorkUnit, sizes: ReadSizes = ReadSizes()) -> Iterator[bytes]:
     """The unit's bytes, decompressed, in blocks (a byte range of a large file: its whole lines)."""
-    with _open(unit.path or unit.source) as handle:
+    with _open(unit.file) as handle:
         if unit.path:
-            yield from _range_blocks(handle, unit.start, unit.stop)
-        else:
-            yield from _decompressed(unit.source, iter(lambda: handle.read(READ_BLOCK_BYTES), b""))
+            yield from line_blocks(handle, unit.start, unit.stop, sizes.read_bytes)
+            return
+        max_output = sizes.max_output if sizes.max_output is not None else output_bound(unit.size)
+        yield from decompressed(unit.source, iter(lambda: handle.read(sizes.read_bytes), b""),
+                                max_output=max_output if is_compressed(unit.source) else None,
+                                block_bytes=sizes.compressed_block_bytes)
 
 
 @dataclass
@@ -172,9 +137,17 @@ class UnitScan:
     strip: bool = False
     signature: np.ndarray | None = None  # text inputs: the MinHash signature, from this pass
     ranges: list[ByteRange] = field(default_factory=list)  # a split text input: its byte ranges
+    missing_field: str = ""  # records only: why no record had the text column (the fields found)
 
     def skip_record(self, reason: str) -> None:
         self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
+
+
+def _no_usable_records(scan: UnitScan) -> str:
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(scan.records_skipped.items()))
+    if scan.missing_field and len(scan.records_skipped) == 1:
+        return f"no usable records: {scan.missing_field}"
+    return f"no usable records ({reasons})"
 
 
 class UnitReader:
@@ -184,14 +157,20 @@ class UnitReader:
     document, in order. Bad content is never raised: `scan()` returns the reason."""
 
     def __init__(self, unit: WorkUnit, text_column: str, keep_boilerplate: bool,
-                 piece_bytes: int | None = None, split_bytes: int = 0) -> None:
+                 piece_bytes: int | None = None, split_bytes: int = 0, sizes: ReadSizes | None = None) -> None:
         self.unit = unit
         self._text_column = text_column
         self._keep_boilerplate = keep_boilerplate
         self._split_bytes = split_bytes
-        self.piece_bytes = min(piece_bytes or PIECE_BYTES, split_bytes or PIECE_BYTES)
+        self.sizes = sizes or ReadSizes()
+        self.piece_bytes = min(piece_bytes or self.sizes.piece_bytes, split_bytes or PIECE_BYTES)
         self._cache: list[str] | None = None
         self.scanned: UnitScan | None = None
+
+    @property
+    def read_twice(self) -> bool:
+        """Whether the second pass read the input again (nothing was kept from the first)."""
+        return self._cache is None
 
     @property
     def _is_text(self) -> bool:
@@ -201,6 +180,8 @@ class UnitReader:
         out = UnitScan()
         self.scanned = out
         try:
+            if self.unit.refused:
+                raise NotText(self.unit.refused)
             if self._is_text:
                 self._scan_text(out)
             else:
@@ -208,16 +189,21 @@ class UnitReader:
         except NotText as reason:  # the whole input is skipped: nothing of it is counted
             out = self.scanned = UnitScan(skip_reason=str(reason))
         except UNREADABLE as error:
-            # Unreadable, a directory, truncated compression, corrupt parquet: skipped with the reason.
+            # Unreadable, truncated compression, corrupt parquet: skipped with the reason.
             out = self.scanned = UnitScan(skip_reason=f"unreadable: {type(error).__name__}: {error}")
         if out.skip_reason is None and not out.documents:
-            out.skip_reason = "empty: no documents" if not out.records_skipped else "no usable records"
+            out.skip_reason = SKIP_NO_DOCUMENTS if not out.records_skipped else _no_usable_records(out)
         if out.skip_reason is not None:
             self._cache = None
         return out
 
-    def _decoded(self, stats: RawTextStats, at_spaces: bool = True) -> Iterator[str]:
-        return decoded_pieces(raw_blocks(self.unit), stats, self.piece_bytes, at_spaces)
+    def _decoded(self, stats: RawTextStats, at_spaces: bool = True, records: bool = False,
+                 on_long_line: Callable[[int], None] | None = None) -> Iterator[str]:
+        return decoded_pieces(raw_blocks(self.unit, self.sizes), stats, self.piece_bytes, at_spaces,
+                              at_start=not (self.unit.path and self.unit.start > 0),
+                              nul_is_binary=not records,
+                              max_line_bytes=self.sizes.max_line_bytes if records else 0, on_long_line=on_long_line,
+                              html_is_page=not records)
 
     def _caching(self, pieces: Iterator[str]) -> Iterator[str]:
         """Pass the pieces through, keeping them while their total stays under CACHE_CHARS."""
@@ -235,12 +221,10 @@ class UnitReader:
 
     def _scan_text(self, out: UnitScan) -> None:
         stats = RawTextStats()
-        compressed = self.unit.source.lower().endswith(COMPRESSED_SUFFIXES)
         # An input marked for splitting is read again by its ranges: keeping its pieces would be waste.
         pieces = self._decoded(stats) if self._split_bytes else self._caching(self._decoded(stats))
-        scan = scan_text(pieces, stats, self._keep_boilerplate,
-                         signature_bytes=self.unit.size * (COMPRESSED_TEXT_RATIO if compressed else 1),
-                         signature_seed=SIGNATURE_SEED, split_bytes=self._split_bytes)
+        scan = scan_text_input(pieces, stats, self.unit.size, is_compressed(self.unit.source),
+                               self._keep_boilerplate, split_bytes=self._split_bytes)
         out.documents = 1
         out.characters = scan.measure.chars
         out.joined_bytes = scan.measure.utf8_bytes
@@ -282,7 +266,7 @@ class UnitReader:
     def _records(self, out: UnitScan | None) -> Iterator[str]:
         """The clean text of each usable record; `out` (first pass only) counts the skipped ones."""
         skip = out.skip_record if out is not None else (lambda reason: None)
-        for value in self._record_values(out):
+        for value in self._record_values(out, skip):
             if not isinstance(value, str):
                 skip(f"text column is {type(value).__name__}, not a string")
                 continue
@@ -291,43 +275,35 @@ class UnitReader:
             except NotText as reason:
                 skip(str(reason))
 
-    def _record_values(self, out: UnitScan | None) -> Iterator[object]:
+    def _record_values(self, out: UnitScan | None, skip: Callable[[str], None]) -> Iterator[object]:
         unit, column = self.unit, self._text_column
-        skip = out.skip_record if out is not None else (lambda reason: None)
         if unit.format == FORMAT_HF:
-            dataset = load_hf_dataset(unit.hf_name, unit.hf_split, unit.revision)
-            yield from dataset.select(range(unit.start, unit.stop))[column]
+            yield from hf_values(unit.hf_name, unit.hf_split, unit.revision, unit.start, unit.stop, column)
         elif unit.format == FORMAT_PARQUET:
-            import pyarrow.parquet as pq
-
             with _open(unit.source) as handle:
-                parquet = pq.ParquetFile(handle)
-                if column not in parquet.schema_arrow.names:
-                    raise NotText(f"parquet file has no column {column!r} (columns: {parquet.schema_arrow.names})")
-                for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[column]):
-                    yield from batch.column(0).to_pylist()
+                yield from parquet_values(handle, column)
         else:
             yield from self._jsonl_values(column, skip, out)
 
-    def _jsonl_values(self, column: str, skip, out: UnitScan | None) -> Iterator[object]:
+    def _jsonl_values(self, column: str, skip: Callable[[str], None], out: UnitScan | None) -> Iterator[object]:
         stats = RawTextStats()
+        fields = FieldsSeen()
         has_text = False
-        for piece in self._decoded(stats, at_spaces=False):
-            has_text = has_text or not (piece == "" or piece.isspace())
-            for line in piece.split("\n"):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    skip("line is not valid JSON")
-                    continue
-                if not isinstance(record, dict) or column not in record:
-                    skip(f"record has no {column!r} field")
-                    continue
-                yield record[column]
+        long_line = long_line_reason(self.sizes.max_line_bytes)
+
+        def pieces() -> Iterator[str]:
+            nonlocal has_text
+            for piece in self._decoded(stats, at_spaces=False, records=True,
+                                       on_long_line=lambda length: skip(long_line)):
+                has_text = has_text or not (piece == "" or piece.isspace())
+                yield piece
+
+        yield from jsonl_values(pieces(), column, skip, fields)
         if out is not None:
-            stats.check()
-            if not has_text:
+            # No whole-input binary share here: each line is judged as a record (a byte range
+            # must judge its lines as the whole file does, whatever else the file holds).
+            if not has_text and not out.records_skipped:
                 raise NotText(SKIP_EMPTY)
             out.replaced_bytes = stats.replaced
+            if out.records_skipped.get(missing_field_reason(column)):
+                out.missing_field = fields.describe(column)

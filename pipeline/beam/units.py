@@ -14,7 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.arrow_io import AtomicArrowWriter, part_batch, read_text, write_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.readers import FORMAT_HF, WorkUnit
-from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan
+from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
 from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
 from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
 from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
@@ -41,6 +41,12 @@ class UnitResult:
     signature: str = ""  # MinHash signature of its word bigrams, hex (near-duplicate detection)
     near_duplicate_of: str | None = None  # the earliest input (by path) of its near-duplicate cluster
     similarity: float | None = None  # estimated similarity to near_duplicate_of
+    file: str = ""  # a byte range's file (its WorkUnit.path): ranges of one file are one input for dedup
+
+    @property
+    def input(self) -> str:
+        """The input this result is (part of): its file for a byte range, else its source."""
+        return self.file or self.source
 
     @property
     def dominant_script(self) -> str:
@@ -52,23 +58,58 @@ class UnitResult:
         return (self.key, self.source)
 
 
+def by_input(results: list[UnitResult]) -> dict[str, list[UnitResult]]:
+    """Results grouped by input (a split file's ranges together, in order), inputs by path."""
+    groups: dict[str, list[UnitResult]] = {}
+    for result in sorted(results, key=lambda r: (r.input, r.source)):
+        groups.setdefault(result.input, []).append(result)
+    return groups
+
+
+def input_key(parts: list[UnitResult]) -> str:
+    """The content key of an input from its results: a whole file's key; for a split file, the
+    hash of its ranges' keys in order ("" when a part was skipped or read nothing). Two files of
+    equal content have equal sizes, so they are split alike and get equal keys."""
+    if any(p.skip_reason is not None or not p.key for p in parts if not _empty_range(p)):
+        return ""
+    keys = [p.key for p in parts if not _empty_range(p)]
+    if len(parts) == 1 or not keys:
+        return keys[0] if keys else ""
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()
+
+
+def _empty_range(result: UnitResult) -> bool:
+    return bool(result.file) and result.skip_reason is None and not result.key  # a range with no record
+
+
+def dropped_result(result: UnitResult, reason: str, **changes) -> UnitResult:
+    """A result that contributes no rows: counts zeroed but the file count, skipped with `reason`."""
+    counts = dict.fromkeys(result.counts, 0)
+    counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
+    counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
+    return replace(result, skip_reason=reason, parts={}, counts=counts, **changes)
+
+
 def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
     """Report inputs whose content equals an earlier input's (by path); with `drop` (--dedup) they
-    become skipped inputs contributing no rows."""
+    become skipped inputs contributing no rows. The byte ranges of one split file are one input:
+    never duplicates of each other, and marked (or dropped) together."""
     first_by_key: dict[str, str] = {}
     out = []
-    for result in sorted(results, key=lambda r: r.source):
-        if result.skip_reason is None and result.key and result.key in first_by_key:  # "": no content read
-            result = replace(result, duplicate_of=first_by_key[result.key])
-            if drop:
-                counts = dict.fromkeys(result.counts, 0)
-                counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
-                counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
-                result = replace(result, skip_reason=f"duplicate of {result.duplicate_of} (--dedup)", parts={},
-                                 counts=counts)
-        elif result.skip_reason is None and result.key:
-            first_by_key[result.key] = result.source
-        out.append(result)
+    for name, parts in by_input(results).items():
+        key = input_key(parts)
+        if key and key in first_by_key:
+            twin = first_by_key[key]
+            for result in parts:
+                if result.skip_reason is None:
+                    result = replace(result, duplicate_of=twin)
+                    if drop:
+                        result = dropped_result(result, f"duplicate of {twin} (--dedup)")
+                out.append(result)
+            continue
+        if key:
+            first_by_key[key] = name
+        out.extend(parts)
     return out
 
 
@@ -146,14 +187,30 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     result, scan = scan_unit(reader, config, clock)
     if result.skip_reason is not None or scan.skip_reason is not None:
         return result
-    return tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+    result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+    return check_unchanged(unit, result) if reader.read_twice else result
+
+
+def check_unchanged(unit: WorkUnit, result: UnitResult) -> UnitResult:
+    """The result, or (when the input changed while it was read twice) the input skipped with the
+    reason: its rows would mix two versions or carry the old version's content key."""
+    changed = input_changed(unit)
+    if changed is None or result.skip_reason is not None:
+        return result
+    for path, _ in result.parts.values():
+        FileSystems.delete([path])
+    result = _gated(result, changed)
+    result.counts = {name: (value if name == m.FILES_READ else 0) for name, value in result.counts.items()}
+    result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
+    return result
 
 
 def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -> tuple[UnitResult, UnitScan]:
     """The first pass: the unit's result as far as it is known before tokenizing (skipped with the
     reason, or kept out by --scripts)."""
     unit = reader.unit
-    result = UnitResult(source=unit.source, size=unit.size, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0))
+    result = UnitResult(source=unit.source, size=unit.size, counts=dict.fromkeys(m.INPUT_COUNT_NAMES, 0),
+                        file=unit.path)
     counts = result.counts
     clock.restart()
     scan = reader.scan()

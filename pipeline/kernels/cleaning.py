@@ -45,6 +45,12 @@ def decode(data: bytes) -> tuple[str, int]:
     elif data.startswith(_UTF16_BOMS):
         text = data.decode("utf-16", errors="replace")
         return text, text.count("\ufffd")
+    return decode_utf8(data)
+
+
+def decode_utf8(data: bytes) -> tuple[str, int]:
+    """Decode bytes as UTF-8 whatever they start with (a part of an input: a BOM-like start is
+    text there), replacing invalid bytes; return (text, replaced)."""
     try:
         return data.decode("utf-8"), 0
     except UnicodeDecodeError:

@@ -36,6 +36,7 @@ _S60 = np.uint64(60)
 # the same bigrams in every text): the estimate stays unbiased, each signature costs a quarter of
 # the table probes and hashes, and a book still has tens of thousands of sampled bigrams.
 SAMPLE_SIXTEENTHS = 4
+FALLBACK_BYTES = 1 << 16  # a text with no sampled bigram is signed by every bigram of its start
 _GOLDEN_ODD = np.uint64(0x9E3779B97F4A7C15)
 
 # Unicode blocks per script (start, stop exclusive, index into SCRIPT_NAMES); anything else that is
@@ -233,7 +234,11 @@ def _densify(out, seed, num_perm):
 
 class MinHasher:
     """The MinHash signature of a text fed in pieces (`update`), equal to `minhash_signature` of
-    the whole; `total_bytes` (the whole text's length) sizes the occurrence table."""
+    the whole; `total_bytes` (the whole text's length) sizes the occurrence table.
+
+    A short text may have no sampled bigram at all (each is sampled with p 1/4: a 12-word text has
+    none with p 0.04); its signature then comes from all the bigrams of its first FALLBACK_BYTES,
+    so two unrelated short texts do not get the same all-empty signature (which scored 1.0)."""
 
     def __init__(self, total_bytes: int, seed: int = 0, num_perm: int = NUM_PERM) -> None:
         if num_perm < 1 or num_perm & (num_perm - 1):
@@ -244,17 +249,38 @@ class MinHasher:
         self._seed = np.uint64(seed ^ _SHINGLE_SALT)
         self._num_perm = num_perm
         self._state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
+        # every bigram of the text's start, for a text with no sampled one
+        self._fallback_out = np.full(num_perm, _EMPTY, dtype=np.uint64)
+        self._fallback_table = np.zeros(1 << 12, dtype=np.uint32)
+        self._fallback_state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
+        self._fallback_fed = 0
 
     def update(self, data: bytes, final: bool = False) -> None:
-        _signature_update(np.frombuffer(data, dtype=np.uint8), _WORD_BYTE, self._seed, self._num_perm, self._out,
+        text = np.frombuffer(data, dtype=np.uint8)
+        _signature_update(text, _WORD_BYTE, self._seed, self._num_perm, self._out,
                           self._table, np.uint64(SAMPLE_SIXTEENTHS), self._state, final)
+        if self._fallback_fed < FALLBACK_BYTES:
+            head = text[: FALLBACK_BYTES - self._fallback_fed]
+            self._fallback_fed += head.shape[0]
+            _signature_update(head, _WORD_BYTE, self._seed, self._num_perm, self._fallback_out,
+                              self._fallback_table, np.uint64(16), self._fallback_state,
+                              final or self._fallback_fed >= FALLBACK_BYTES)
 
     def signature(self) -> np.ndarray:
         """uint64, shape (num_perm,); all 2**64-1 when the text has fewer than two words."""
         self.update(b"", final=True)
         if self._state[4]:
             _densify(self._out, self._seed, self._num_perm)
+            return self._out
+        if self._fallback_state[4]:
+            _densify(self._fallback_out, self._seed, self._num_perm)
+            return self._fallback_out
         return self._out
+
+
+def is_empty_signature(signature: np.ndarray) -> bool:
+    """Whether a signature is that of a text with fewer than two words (it resembles nothing)."""
+    return bool((signature == _EMPTY).all())
 
 
 def minhash_signature(data: bytes, seed: int = 0, num_perm: int = NUM_PERM) -> np.ndarray:
@@ -269,6 +295,8 @@ def signature_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """The estimated Jaccard similarity of two signatures: the share of equal values."""
     if a.shape != b.shape:
         raise ValueError(f"signatures of different lengths: {a.shape} and {b.shape}")
+    if is_empty_signature(a) or is_empty_signature(b):
+        return 0.0  # a text of fewer than two words has no bigram to share
     return float(np.mean(a == b))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +35,7 @@ from pipeline.kernels.cleaning import (
     SKIP_HTML,
     NotText,
     _find_marker,
-    decode,
+    decode_utf8,
 )
 from pipeline.kernels.quality import MinHasher, script_letter_counts
 
@@ -72,11 +72,31 @@ def _cut_point(buffer: bytearray, size: int, at_spaces: bool) -> int:
     return cut - 1 if buffer[cut - 1] == 0x0D else cut  # nor between a CR and its LF
 
 
-def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_spaces: bool = True) -> Iterator[bytes]:
+def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_spaces: bool = True,
+               max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """Re-cut a byte stream into pieces of about `piece_bytes` at the safe points of `_cut_point`.
-    With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole)."""
+    With `at_spaces` False, pieces end only at newlines (a line longer than a piece stays whole),
+    and (with `max_line_bytes`) every line of more than `max_line_bytes` bytes before its LF or CR
+    is dropped, wherever the blocks end, and never held whole: `on_long_line(its length)` is called."""
+    if max_line_bytes and not at_spaces:
+        yield from _without_long_lines(_cut_pieces(blocks, piece_bytes, at_spaces, max_line_bytes, on_long_line),
+                                       max_line_bytes, on_long_line)
+    else:
+        yield from _cut_pieces(blocks, piece_bytes, at_spaces, 0, None)
+
+
+def _cut_pieces(blocks: Iterable[bytes], piece_bytes: int, at_spaces: bool, max_line_bytes: int,
+                on_long_line: Callable[[int], None] | None) -> Iterator[bytes]:
     buffer = bytearray()
+    skipping = 0  # > 0: inside a dropped long line, this many of its bytes seen
     for block in blocks:
+        if skipping:
+            newline = _line_end(block)
+            if newline < 0:
+                skipping += len(block)
+                continue
+            _report(on_long_line, skipping + newline)
+            skipping, block = 0, block[newline + 1:]
         buffer += block
         while len(buffer) > 2 * piece_bytes:
             cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
@@ -84,6 +104,15 @@ def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_space
                 break  # one line longer than the buffer: read on until its newline
             yield bytes(buffer[:cut])
             del buffer[:cut]
+        if max_line_bytes and len(buffer) > max_line_bytes:
+            start = max(buffer.rfind(b"\n"), buffer.rfind(b"\r")) + 1  # the unfinished last line starts here
+            if len(buffer) - start > max_line_bytes:
+                if start:
+                    yield bytes(buffer[:start])
+                skipping = len(buffer) - start
+                buffer = bytearray()
+    if skipping:
+        _report(on_long_line, skipping)
     while len(buffer) > piece_bytes:
         cut = _cut_point(buffer, piece_bytes, at_spaces) or buffer.find(b"\n", piece_bytes) + 1
         if not cut:
@@ -92,6 +121,41 @@ def cut_pieces(blocks: Iterable[bytes], piece_bytes: int = PIECE_BYTES, at_space
         del buffer[:cut]
     if buffer:
         yield bytes(buffer)
+
+
+def _line_end(block: bytes) -> int:
+    """The first LF or CR of a block (a lone CR ends a line too), or -1."""
+    ends = [i for i in (block.find(b"\n"), block.find(b"\r")) if i >= 0]
+    return min(ends) if ends else -1
+
+
+def _without_long_lines(pieces: Iterable[bytes], max_line_bytes: int,
+                        on_long_line: Callable[[int], None] | None) -> Iterator[bytes]:
+    """Pieces ending at newlines, without their lines longer than `max_line_bytes`."""
+    for piece in pieces:
+        if len(piece) <= max_line_bytes:
+            yield piece
+            continue
+        codes = np.frombuffer(piece, dtype=np.uint8)
+        ends = np.flatnonzero((codes == 0x0A) | (codes == 0x0D))
+        starts = np.concatenate(([0], ends + 1))
+        ends = np.concatenate((ends, [len(piece)]))
+        long = np.flatnonzero(ends - starts > max_line_bytes)
+        if not long.size:
+            yield piece
+            continue
+        kept, position = [], 0
+        for i in long:
+            kept.append(piece[position: starts[i]])
+            _report(on_long_line, int(ends[i] - starts[i]))
+            position = int(ends[i]) + 1
+        kept.append(piece[position:])
+        yield b"".join(kept)
+
+
+def _report(on_long_line: Callable[[int], None] | None, length: int) -> None:
+    if on_long_line is not None:
+        on_long_line(length)
 
 
 @dataclass
@@ -123,10 +187,15 @@ def _utf16_as_utf8(first: bytes, blocks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: int = PIECE_BYTES,
-                   at_spaces: bool = True, at_start: bool = True) -> Iterator[str]:
+                   at_spaces: bool = True, at_start: bool = True, nul_is_binary: bool = True,
+                   max_line_bytes: int = 0, on_long_line: Callable[[int], None] | None = None,
+                   html_is_page: bool = True) -> Iterator[str]:
     """The decoded, newline-normalised text of a raw byte stream, in pieces. Counts into `stats`;
     call `stats.check()` after the last piece for the binary checks that need the whole input.
     `at_start` False: the stream is a later byte range of a UTF-8 input (no HTML probe, no BOM).
+    `nul_is_binary` False (records, one a line): NUL bytes stay in the text, for the caller to
+    skip their lines. `max_line_bytes` and `on_long_line`: see `cut_pieces`. `html_is_page` False
+    (records): an input starting like an HTML page is not refused whole (its lines are judged).
 
     Raises:
         NotText: for an HTML page, or NUL bytes in a non-UTF-16 input (as soon as one is seen).
@@ -137,7 +206,7 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         head += block
         if len(head) >= _HTML_PROBE:
             break
-    if at_start and _HTML_START.match(head[:_HTML_PROBE]):
+    if at_start and html_is_page and _HTML_START.match(head[:_HTML_PROBE]):
         raise NotText(SKIP_HTML)
     is_utf16 = stats.utf16 = at_start and head.startswith(_UTF16_BOMS)
     if is_utf16:
@@ -148,7 +217,7 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         stats.data_bytes += len(_UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
         stats.raw_end += len(_UTF8_BOM) if has_bom else 0
         stream = _chain_first(head[len(_UTF8_BOM):] if has_bom else head, blocks)
-    for piece in cut_pieces(stream, piece_bytes, at_spaces):
+    for piece in cut_pieces(stream, piece_bytes, at_spaces, max_line_bytes, on_long_line):
         if is_utf16:
             text = piece.decode("utf-8", "surrogatepass")
             stats.replaced += text.count("\ufffd")
@@ -157,14 +226,16 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
         else:
             stats.raw_end += len(piece)
-            if b"\x00" in piece:
+            if nul_is_binary and b"\x00" in piece:
                 raise NotText(SKIP_BINARY_NUL)
             if b"\r" in piece:
                 piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            text, replaced = decode(piece)
+            text, replaced = decode_utf8(piece)  # a BOM only counts at the input's start (above)
             stats.data_bytes += len(piece)
             stats.replaced += replaced
             stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
+            if not nul_is_binary:  # NUL lines are skipped records, not the input's text
+                stats.controls -= piece.count(b"\x00")
             stats.chars += len(text)
         yield text
 
@@ -181,9 +252,21 @@ def _counting(blocks: Iterator[bytes], stats: RawTextStats) -> Iterator[bytes]:
         yield block
 
 
+MAX_MARKER_LINE_CHARS = 1 << 20  # a marker line is held back until its end, up to this length
+
+
+def _may_be_marker(line_start: str) -> bool:
+    """Whether an unfinished line could still turn out to be a `*** START/END OF` line."""
+    rest = line_start.lstrip(" \t")
+    return ("***".startswith(rest) or rest.startswith("***")) and len(line_start) <= MAX_MARKER_LINE_CHARS
+
+
 class GutenbergStripper:
-    """`strip_gutenberg` over a stream of pieces, each starting at a line start: yields the text
-    of the books' bodies (a "\\n" between two bodies), as the whole-text function keeps them.
+    """`strip_gutenberg` over a stream of pieces cut anywhere: yields the text of the books' bodies
+    (a "\\n" between two bodies), as the whole-text function keeps them. An unfinished last line
+    that may be a marker line is held back until its end (or `feed(final=True)`), and a piece that
+    starts inside a line is searched for markers only from its first line start, so a marker split
+    across pieces is found and a `***` inside a line never is.
     `found_start` says whether any `*** START OF` line was seen; a text without one is kept whole,
     which only the caller can do once the stream has ended."""
 
@@ -191,17 +274,37 @@ class GutenbergStripper:
         self._in_body, self._bodies = state
         self.found_start = self._bodies > 0
         self.body_chars = 0  # characters kept in bodies (without the joining newlines)
+        self._held = ""  # the start of an unfinished line that may be a marker line
+        self._at_line_start = True  # the next text starts a line
 
     @property
     def state(self) -> tuple[bool, int]:
         """(inside a body, bodies begun so far): where a later byte range of the input resumes."""
         return self._in_body, self._bodies
 
-    def feed(self, text: str) -> Iterator[str]:
+    @property
+    def at_line_start(self) -> bool:
+        """Nothing is held back and the next text starts a line: a byte range may start here with
+        only `state`."""
+        return self._at_line_start and not self._held
+
+    def feed(self, text: str, final: bool = False) -> Iterator[str]:
+        text, self._held = self._held + text, ""
+        at_line_start = self._at_line_start
+        if not final:
+            cut = text.rfind("\n") + 1
+            if (cut or at_line_start) and cut < len(text) and _may_be_marker(text[cut:]):
+                text, self._held = text[:cut], text[cut:]
+        if text:
+            self._at_line_start = text.endswith("\n")
+        search_from = 0 if at_line_start else (text.find("\n") + 1 or len(text) + 1)
+        yield from self._strip(text, search_from)
+
+    def _strip(self, text: str, search_from: int) -> Iterator[str]:
         position = 0
         while position <= len(text):
             if not self._in_body:
-                start = _find_marker(_GUTENBERG_START, text, position)
+                start = _find_marker(_GUTENBERG_START, text, max(position, search_from))
                 if start is None:
                     return
                 self.found_start = True
@@ -211,7 +314,7 @@ class GutenbergStripper:
                 self._bodies += 1
                 position = start.end()
                 continue
-            end = _find_marker(_GUTENBERG_END, text, position)
+            end = _find_marker(_GUTENBERG_END, text, max(position, search_from))
             body = text[position: end.start() if end else len(text)]
             self.body_chars += len(body)
             if body:
@@ -301,9 +404,12 @@ def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool
         if not keep_boilerplate:
             for part in stripper.feed(text):
                 body.add(part)
-        if split_bytes and stats.raw_end - range_start >= split_bytes:
+        if split_bytes and stats.raw_end - range_start >= split_bytes and stripper.at_line_start:
             ranges.append(ByteRange(range_start, stats.raw_end, range_state))
             range_start, range_state = stats.raw_end, stripper.state
+    if not keep_boilerplate:
+        for part in stripper.feed("", final=True):
+            body.add(part)
     stats.check()
     if split_bytes and not stats.utf16:
         if stats.raw_end > range_start or not ranges:
@@ -327,3 +433,4 @@ def clean_pieces(pieces: Iterable[str], strip: bool, strip_state: tuple[bool, in
     stripper = GutenbergStripper(strip_state)
     for text in pieces:
         yield from stripper.feed(text)
+    yield from stripper.feed("", final=True)

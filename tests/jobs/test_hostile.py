@@ -50,7 +50,8 @@ def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
     manifest = load_manifest(str(out))
     processed = {e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]}
     skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
-    assert processed == {"book.txt", "invalid_utf8.txt", "utf16.txt"}
+    # a folder a glob matches is never an input: its files are (it was skipped as IsADirectoryError)
+    assert processed == {"book.txt", "invalid_utf8.txt", "utf16.txt", "inner.txt"}
     # mostly [UNK] for bert-base-uncased (emoji, RTL; a 1 MB word is one [UNK] of few tokens): gated, with the share
     for name in ("scripts.txt", "long_word.txt"):
         assert skipped[name].startswith("[UNK] gate: ") and "(--max_unk_fraction 0.1)" in skipped[name]
@@ -60,7 +61,7 @@ def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
     assert "duplicate of" in skipped["same_book_renamed.txt"] and "book.txt" in skipped["same_book_renamed.txt"]
     # Beam's listing drops these silently; we report them
     assert "FileNotFoundError" in skipped["broken_link.txt"]
-    assert "directory" in skipped["a_directory.txt"].lower()
+    assert "a_directory.txt" not in skipped
     assert "not a regular file" in skipped["named_pipe.txt"]
     assert manifest[m.KEY_DUPLICATES] == [{m.KEY_PATH: str(d / "same_book_renamed.txt"),
                                            m.KEY_DUPLICATE_OF: str(d / "book.txt")}]
@@ -115,3 +116,21 @@ def test_300mb_line_and_300mb_gzip_have_bounded_memory(tmp_path):
     assert manifest[m.KEY_COUNTS][m.DOCUMENTS] == 2 and manifest[m.KEY_COUNTS][m.TOKENS] > 100_000_000
     print("peak RSS MB", measured.peak_rss_mb, "wall s", measured.wall_s)
     assert measured.peak_rss_mb < PEAK_RSS_BOUND_MB_300MB_INPUTS, measured.peak_rss_mb
+
+
+def test_a_run_that_makes_no_rows_exits_non_zero_naming_the_reasons(tmp_path, capfd):
+    """Whitespace and a .jsonl without the --text_column gave an empty dataset and exit 0. (`main` is
+    what `python -m jobs.preprocess` runs.)"""
+    from jobs.preprocess import main
+    from tests.conftest import TOKENIZER_DIR
+
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "whitespace.txt").write_bytes(b" \n\t\r\n   \n" * 10)
+    (d / "records.jsonl").write_text("".join(json.dumps({"id": i, "body": "words"}) + "\n" for i in range(3)))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--input", str(d), "--output", str(tmp_path / "out"), "--tokenizer", str(TOKENIZER_DIR)])
+    err = capfd.readouterr().err
+    assert exit_.value.code not in (0, None)
+    assert "the run made no rows: 2 input(s) skipped" in err, err[-3000:]
+    assert "empty: no text after cleaning" in err and "fields found: 'id', 'body'" in err

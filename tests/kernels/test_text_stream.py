@@ -124,3 +124,20 @@ def test_row_stream_equals_whole_document_chunking():
             got = np.concatenate(rows)
             assert got.shape == want.rows.shape and np.array_equal(got, want.rows)
             assert last.dropped_tokens == want.dropped_tokens and stream.tokens == len(tokens)
+
+
+def test_a_gutenberg_marker_split_across_pieces_is_found_and_a_mid_line_one_is_not():
+    """A line longer than a piece is cut at spaces: a START line cut in two was missed (the book
+    kept its header), and a piece starting at `*** START OF` inside a line was taken for a marker."""
+    from pipeline.kernels.cleaning import strip_gutenberg
+    from pipeline.kernels.text_stream import GutenbergStripper
+
+    text = ("Header words of the licence.\n*** START OF THE PROJECT GUTENBERG EBOOK TEA ***\nThe body, "
+            "line one.\nA line that quotes *** START OF THE PROJECT GUTENBERG EBOOK X *** inside it.\n"
+            "*** END OF THE PROJECT GUTENBERG EBOOK TEA ***\nLicence after.\n")
+    want = strip_gutenberg(text)[0]
+    for size in range(1, 40):
+        stripper = GutenbergStripper()
+        pieces = [text[i:i + size] for i in range(0, len(text), size)]
+        got = "".join(part for piece in pieces for part in stripper.feed(piece)) + "".join(stripper.feed("", True))
+        assert got == want, size

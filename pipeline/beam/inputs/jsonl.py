@@ -1,0 +1,64 @@
+"""JSON Lines: the text field of each record of a `.jsonl` file (or of a byte range of one).
+
+A bad line is a record skipped with its reason (not JSON, no such field, NUL bytes, too long),
+never the whole file; a file none of whose records has the field says which fields it found.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+
+MAX_LINE_BYTES = 64 << 20  # a longer line is skipped as a record, never held whole
+MAX_FIELDS_NAMED = 8
+SKIP_NUL = "line holds NUL bytes"
+SKIP_NOT_JSON = "line is not valid JSON"
+
+
+def long_line_reason(max_line_bytes: int) -> str:
+    return f"line longer than {max_line_bytes:,} bytes"
+
+
+def missing_field_reason(column: str) -> str:
+    return f"record has no {column!r} field"
+
+
+class FieldsSeen:
+    """The field names of the records that lacked the text column (the first few), for the reason."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def add(self, record: object) -> None:
+        if isinstance(record, dict):
+            for name in record:
+                if name not in self.names and len(self.names) < MAX_FIELDS_NAMED:
+                    self.names.append(str(name))
+
+    def describe(self, column: str) -> str:
+        found = ", ".join(repr(n) for n in self.names) if self.names else "none (no record is a JSON object)"
+        return f"no record has the text field {column!r} (--text_column); fields found: {found}"
+
+
+def jsonl_values(pieces: Iterable[str], column: str, skip: Callable[[str], None],
+                 fields: FieldsSeen | None = None) -> Iterator[object]:
+    """The `column` value of each record in decoded pieces that end at line ends; `skip(reason)`
+    for each line that is not a usable record."""
+    for piece in pieces:
+        for line in piece.split("\n"):
+            if not line.strip():
+                continue
+            if "\x00" in line:
+                skip(SKIP_NUL)
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                skip(SKIP_NOT_JSON)
+                continue
+            if not isinstance(record, dict) or column not in record:
+                if fields is not None:
+                    fields.add(record)
+                skip(missing_field_reason(column))
+                continue
+            yield record[column]

@@ -1,0 +1,31 @@
+"""A run that makes no rows is an error, not an empty dataset: every input was skipped, and the
+reasons say why (an empty folder, the wrong --text_column, binary files, ...)."""
+
+from __future__ import annotations
+
+from schemas import manifest as m
+
+
+class NoRowsError(RuntimeError):
+    """The run made no rows; the message (one line) lists the skip reasons with their counts."""
+
+
+def check_made_rows(manifest: dict) -> None:
+    """Raise NoRowsError when a finished run's manifest holds no rows.
+
+    Raises:
+        NoRowsError: naming each skip reason and how many inputs it skipped (and a few paths).
+    """
+    rows = sum(manifest[m.KEY_SPLITS][split][m.KEY_ROWS] for split in manifest[m.KEY_SPLITS])
+    if rows:
+        return
+    skipped = manifest.get(m.KEY_SKIPPED, [])
+    reasons: dict[str, list[str]] = {}
+    for entry in skipped:
+        reasons.setdefault(entry[m.KEY_REASON], []).append(entry[m.KEY_PATH])
+    listed = "; ".join(f"{len(paths)} x {reason} ({', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''})"
+                       for reason, paths in sorted(reasons.items()))
+    kept = len(manifest.get(m.KEY_INPUTS, []))
+    raise NoRowsError(f"the run made no rows: {len(skipped)} input(s) skipped"
+                      + (f", {kept} too short for a row (--min_tokens)" if kept else "")
+                      + (f": {listed}" if listed else ""))
