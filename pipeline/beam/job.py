@@ -42,6 +42,7 @@ from pipeline.beam.summary import summary_lines
 from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.console import Interrupted, on_interrupt, quiet_worker_output, run_interruptible
 from pipeline.console.formatting import human_bytes, plural
+from pipeline.console.logs import WorkerOutput
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -123,30 +124,10 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     started = time.perf_counter()
     temp_dir = posixpath.join(config.output, m.TEMP_DIR)
     remote = "://" in config.output and not config.output.startswith("file://")
-    progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
-                           terminal=terminal)
-    if handle_signals:
-        def describe() -> str:
-            progress.refresh()
-            return (f"after {progress.done} of {plural(progress.total, 'input')}; rerun the same command with "
-                    f"--resume to continue")
-        on_interrupt(describe)
-    with quiet_worker_output(quiet) as workers:
-        try:
-            with progress:
-                go = (lambda: _run_beam(run, beam_args, dask_local_workers))
-                result = run_interruptible(go) if handle_signals else go()
-        except Interrupted as stop:
-            progress.refresh()
-            stop.done, stop.total = progress.done, progress.total
-            raise
-        except BaseException:
-            if workers is not None:
-                workers.report(_log, failed=True)
-            raise
-        finally:
-            if handle_signals:
-                on_interrupt(None)
+    with quiet_worker_output(quiet) as workers:  # before the bar: it writes to the console stream set up here
+        progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
+                                terminal=terminal)
+        result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
         wall = time.perf_counter() - started
         manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
         progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
@@ -159,6 +140,32 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
         _log.info(line)
     return result
+
+
+def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
+                 progress: UnitProgress, workers: WorkerOutput | None):
+    """The Beam run with its progress thread, and what an interrupt or a failure reports."""
+    if handle_signals:
+        def describe() -> str:
+            progress.refresh()
+            return (f"after {progress.done} of {plural(progress.total, 'input')}; rerun the same command with "
+                    f"--resume to continue")
+        on_interrupt(describe)
+    try:
+        with progress:  # a failure leaves without the closing line
+            go = (lambda: _run_beam(run, beam_args, dask_local_workers))
+            return run_interruptible(go) if handle_signals else go()
+    except Interrupted as stop:
+        progress.refresh()
+        stop.done, stop.total = progress.done, progress.total
+        raise
+    except BaseException:
+        if workers is not None:
+            workers.report(_log, failed=True)
+        raise
+    finally:
+        if handle_signals:
+            on_interrupt(None)
 
 
 def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):

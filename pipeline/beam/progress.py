@@ -102,7 +102,7 @@ class UnitProgress:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop(final=exc[0] is None)
+        self.stop(final=False)  # the closing line comes from finish(), with the manifest's shard count
 
     def stop(self, final: bool = True) -> None:
         """Stop polling; with `final`, one last poll and the closing line."""
