@@ -25,12 +25,18 @@ def prepare_output(output: str, overwrite: bool) -> None:
     if not has_files(output):
         return
     temp_dir = posixpath.join(output, m.TEMP_DIR)
+    ours = FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) or has_files(temp_dir)
     if not overwrite:
         if FileSystems.exists(posixpath.join(temp_dir, m.RUN_FILE)):
             raise FileExistsError(f"--output {output!r} holds an unfinished MaskBeam run: rerun the same command with "
                                   "--resume to continue it, or pass --overwrite to start over")
-        raise FileExistsError(f"--output {output!r} exists and is not empty; pass --overwrite to replace it")
-    if not FileSystems.exists(posixpath.join(output, m.MANIFEST_FILE)) and not has_files(temp_dir):
+        if not ours:  # --overwrite would refuse it too: say so now
+            raise FileExistsError(f"--output {output!r} holds files and is not a MaskBeam output (no "
+                                  f"{m.MANIFEST_FILE}): choose a new or empty folder (--overwrite replaces only "
+                                  "a MaskBeam output)")
+        raise FileExistsError(f"--output {output!r} exists and is not empty (a MaskBeam output); pass --overwrite "
+                              "to replace it")
+    if not ours:
         raise FileExistsError(f"--output {output!r} is not a MaskBeam output (no {m.MANIFEST_FILE}); "
                               "refusing to delete it even with --overwrite")
     for folder in (*m.SPLITS, m.TEMP_DIR):

@@ -169,10 +169,10 @@ def check_beam_options(beam_args: list[str]) -> None:
     """
     parser = _options_parser(beam_args)
     known = {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
-    unknown = [a.split("=")[0] for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known]
+    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known]
     if unknown:
-        close = [difflib.get_close_matches(flag.lstrip("-"), known, n=1) for flag in unknown]
-        hints = [f"{flag} (did you mean --{match[0]}?)" if match else flag for flag, match in zip(unknown, close)]
+        close = [difflib.get_close_matches(arg.split("=")[0].lstrip("-"), known, n=1) for arg in unknown]
+        hints = [f"{arg} (did you mean --{match[0]}?)" if match else arg for arg, match in zip(unknown, close)]
         raise ValueError(f"unrecognized arguments: {' '.join(hints)}")
     try:
         parsed, _ = parser.parse_known_args(beam_args)
