@@ -143,10 +143,11 @@ def _silence_for_exit() -> None:
     `exit_interrupted` writes to the console."""
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
-    if logs.console_fd() == 2:
-        logs.keep_console_fd(os.dup(2))
+    console = logs.console_fd()
+    logs.keep_console_fd(os.dup(console))  # for exit_interrupted's line alone
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+    for fd in {2, console}:  # the progress bar and any late line of a thread go nowhere
+        os.dup2(devnull, fd)
     os.close(devnull)
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of this process's short life
     logging.disable(logging.CRITICAL)

@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 from pipeline.console.formatting import printable
 
@@ -60,7 +61,7 @@ class ConsoleHandler(logging.Handler):
             return
         try:
             message = self.format(record)
-            stream = sys.stderr
+            stream = console_stream()
             if _tqdm_write is not None:
                 _tqdm_write(message, file=stream)
             else:
@@ -95,7 +96,7 @@ def console_gone() -> None:
     global _console_gone
     _console_gone = True
     devnull = os.open(os.devnull, os.O_WRONLY)
-    for stream in {sys.stderr, sys.__stderr__}:
+    for stream in {sys.stderr, sys.__stderr__, console_stream()}:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(devnull, stream.fileno())
     os.close(devnull)
@@ -103,6 +104,15 @@ def console_gone() -> None:
 
 def is_console_gone() -> bool:
     return _console_gone
+
+
+_console_stream = None  # the console while file descriptor 2 (and sys.stderr) go to the workers' file
+
+
+def console_stream():
+    """Where our own lines and the progress bar go: the console (`sys.stderr`, or its copy while the
+    workers' output is kept off it)."""
+    return _console_stream if _console_stream is not None else sys.stderr
 
 
 def setup_logging(level: str | None = None) -> None:
@@ -195,7 +205,7 @@ def quiet_worker_output(enabled: bool = True):
     when the console goes away, and a worker still running after the run writes into that file (its own
     descriptor), never into another file of ours. Beam's loggers in this process are muted below
     CRITICAL meanwhile: the job reports a failure itself, once."""
-    global _console_fd
+    global _console_fd, _console_stream
     if not enabled or os.name == "nt":
         yield None
         return
@@ -209,26 +219,38 @@ def quiet_worker_output(enabled: bool = True):
     fd, path = tempfile.mkstemp(prefix="maskbeam-workers-", suffix=".log")
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
-    saved_stderr = sys.stderr
     console = os.dup(2)
-    console_stream = open(console, "w", buffering=1, encoding=getattr(saved_stderr, "encoding", None) or "utf-8",  # noqa: SIM115
-                          errors="replace", closefd=True)
+    stream = open(console, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
+                  errors="replace", closefd=True)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stderr = console_stream
-    _console_fd = console
+    # sys.stderr stays on descriptor 2: what Beam prints there itself (a failed bundle's traceback, in
+    # a worker thread of this process) goes to the file as a worker process's does. Our handler, the
+    # bar and an uncaught exception of any thread (a crash worth seeing) go to the console.
+    excepthook = threading.excepthook
+
+    def to_console(args) -> None:
+        saved, sys.stderr = sys.stderr, stream
+        try:
+            excepthook(args)
+        finally:
+            sys.stderr = saved
+
+    threading.excepthook = to_console
+    _console_stream, _console_fd = stream, console
     try:
         yield WorkerOutput(path)
     finally:
         with contextlib.suppress(OSError, ValueError):
-            console_stream.flush()
-        if sys.stderr is console_stream:
-            sys.stderr = saved_stderr
+            sys.stderr.flush()
+            stream.flush()
         os.dup2(console, 2)  # back to the console (or to /dev/null, where the console went away)
-        _console_fd = 2
+        _console_stream, _console_fd = None, 2
+        if threading.excepthook is to_console:
+            threading.excepthook = excepthook
         # Closing the stream makes a late write by a leftover thread fail, never land in a reused descriptor.
         with contextlib.suppress(OSError):
-            console_stream.close()
+            stream.close()
         for handler in handlers:
             handler.removeFilter(drop)
         beam_logger.setLevel(beam_level)

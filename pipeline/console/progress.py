@@ -8,6 +8,7 @@ import sys
 import time
 
 from pipeline.console.formatting import human_bytes, human_seconds, plural
+from pipeline.console.logs import console_stream
 
 
 def stderr_is_terminal() -> bool:
@@ -32,7 +33,7 @@ class ProgressReporter:
             try:
                 from tqdm import tqdm
 
-                self._bar = tqdm(total=total, desc=desc, unit="input", file=sys.stderr, dynamic_ncols=True)
+                self._bar = tqdm(total=total, desc=desc, unit="input", file=console_stream(), dynamic_ncols=True)
             except ImportError:
                 self._bar = None
 
