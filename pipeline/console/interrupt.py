@@ -199,5 +199,7 @@ def exit_interrupted(message: str) -> None:
             stream.flush()
     if not logs.is_console_gone():
         with contextlib.suppress(OSError):
-            os.write(logs.console_fd(), (printable(message) + "\n").encode("utf-8", "replace"))
+            fd = logs.console_fd()
+            start = "\n" if os.isatty(fd) else ""  # off a progress bar's line
+            os.write(fd, (start + printable(message) + "\n").encode("utf-8", "replace"))
     os._exit(130)
