@@ -31,17 +31,21 @@ def _preprocess(small_books, out, *extra):
                           timeout=300)
 
 
+EMPTY = "empty\x1b]8;;https:evil.example\x07.txt"  # an OSC 8 hyperlink in a file name
+EMPTY_SHOWN = "empty\\x1b]8;;https:evil.example\\x07.txt"
+
+
 def _inputs_with_an_empty_file(small_books, tmp_path):
     extra = tmp_path / "extra"
     extra.mkdir()
-    (extra / "empty.txt").write_bytes(b"")
+    (extra / EMPTY).write_bytes(b"")
     folder = tmp_path / "hf"
     datasets.Dataset.from_dict({"text": [f"Row {i}: " + "words in a sentence. " * 60 for i in range(8)]}) \
         .save_to_disk(str(folder))
     return extra, folder
 
 
-def test_progress_and_summary_without_beam_logs(small_books, tmp_path):
+def test_progress_and_summary_without_beam_logs(small_books, tmp_path, capsys):
     """Worker processes (the hf backend), whose own stderr is the noisy one; files, an empty file and a
     --hf_dataset counted alike by the progress and the summary; the closing progress line once, with
     the summary's shard count; warnings before the summary; skipped inputs named."""
@@ -67,7 +71,8 @@ def test_progress_and_summary_without_beam_logs(small_books, tmp_path):
     assert re.search(r"finished in \d+:\d\d: .* of input at .*/s", err)
     assert (f"inputs:    {counts[m.FILES_READ] + 1} read ({n_files} files and --hf_dataset {folder}), "
             f"{counts[m.FILES_SKIPPED]} skipped (") in err
-    assert re.search(r"\n\S+ INFO     skipped \(empty[^)]*\): empty\.txt\n", err), err
+    assert re.search(r"\n\S+ INFO     skipped \(empty[^)]*\): " + re.escape(EMPTY_SHOWN) + "\n", err), err
+    assert "\x1b" not in err
     assert f"tokens: {counts[m.TOKENS]:,}" in err
     assert f"rows:      train {splits[m.TRAIN][m.KEY_ROWS]:,}, validation {splits[m.VALIDATION][m.KEY_ROWS]:,}" in err
     assert f"manifest:  {out / m.MANIFEST_FILE}" in err
@@ -75,6 +80,12 @@ def test_progress_and_summary_without_beam_logs(small_books, tmp_path):
     for noise in ("INFO:", "apitools", "semi_persistent_directory", "sdk_worker", "Traceback", " 1 inputs",
                   " 1 duplicates", " 1 shards", " 1 rows"):
         assert noise not in err, f"{noise!r} in:\n{err}"
+    from jobs.inspect_output import run as inspect
+
+    capsys.readouterr()
+    inspect([str(out), "--rows", "1"])
+    shown = capsys.readouterr().out
+    assert f"{EMPTY_SHOWN}: empty" in shown and "\x1b" not in shown  # inspect_output escapes names too
 
 
 def test_log_level_info_shows_beam_logs(small_books, tmp_path):
