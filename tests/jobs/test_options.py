@@ -126,3 +126,21 @@ def test_plural_and_printable():
     assert "\\x1b]0;pwned\\x07" in shown and "\\u202e" in shown
     assert printable("a\nb", keep_newlines=False) == "a\\x0ab" and printable("a\nb") == "a\nb"
     assert printable("Zoë — “quoted” 日本") == "Zoë — “quoted” 日本"  # printable text is left alone
+
+
+def test_report_plot_labels_are_not_cut_off(tmp_path):
+    """An input's long name as a bar label: the saved image holds the whole label (it was cut at the
+    left edge when tight_layout could not make room)."""
+    import matplotlib.image
+    import numpy as np
+
+    from pipeline.consumers.report import _figure
+
+    label = "a_very_long_input_name_from_a_folder_of_many_books__volume_one_of_three.txt"
+    def draw(ax):
+        ax.barh([label, "b.txt"], [3, 5])
+
+    path = _figure(draw, str(tmp_path / "bars.png"), size=(4, 3))
+    image = matplotlib.image.imread(path)
+    edges = np.concatenate([image[:, :2, :3], image[:, -2:, :3]], axis=1)
+    assert (edges > 0.9).all(), "a label touches the image's edge: it is cut off"
