@@ -24,9 +24,9 @@ PROGRESS = re.compile(r"preprocess: (\d+)/(\d+) inputs?, .* of .* read, .*/s, ET
                       r"(?:, (\d+ shards?) written)?")
 
 
-def _preprocess(small_books, out, *extra):
-    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(small_books), "--output", str(out),
-            "--tokenizer", str(TOKENIZER_DIR), "--progress_seconds", "0.05", *extra]
+def _preprocess(books, out, *extra):
+    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(books), "--output", str(out),
+            "--tokenizer", str(SAMPLE_TOKENIZER), "--progress_seconds", "0.05", *extra]
     return subprocess.run(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
                           timeout=300)
 
@@ -35,7 +35,7 @@ EMPTY = "empty\x1b]8;;https:evil.example\x07.txt"  # an OSC 8 hyperlink in a fil
 EMPTY_SHOWN = "empty\\x1b]8;;https:evil.example\\x07.txt"
 
 
-def _inputs_with_an_empty_file(small_books, tmp_path):
+def _inputs_with_an_empty_file(tmp_path):
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / EMPTY).write_bytes(b"")
@@ -45,12 +45,13 @@ def _inputs_with_an_empty_file(small_books, tmp_path):
     return extra, folder
 
 
-def test_progress_and_summary_without_beam_logs(small_books, tmp_path, capsys):
+def test_progress_and_summary_without_beam_logs(tmp_path, capsys):
     """Worker processes (the hf backend), whose own stderr is the noisy one; files, an empty file and a
     --hf_dataset counted alike by the progress and the summary; the closing progress line once, with
     the summary's shard count; warnings before the summary; skipped inputs named."""
     out = tmp_path / "out"
-    extra, folder = _inputs_with_an_empty_file(small_books, tmp_path)
+    small_books = SAMPLE_BOOKS  # what is said about the run does not depend on which books
+    extra, folder = _inputs_with_an_empty_file(tmp_path)
     done = _preprocess(small_books, out, "--tokenizer_backend", "hf", "--input", str(extra), "--hf_dataset",
                        str(folder))
     assert done.returncode == 0, done.stderr
@@ -88,8 +89,9 @@ def test_progress_and_summary_without_beam_logs(small_books, tmp_path, capsys):
     assert f"{EMPTY_SHOWN}: empty" in shown and "\x1b" not in shown  # inspect_output escapes names too
 
 
-def test_log_level_info_shows_beam_logs(small_books, tmp_path):
-    done = _preprocess(small_books, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO")
+def test_log_level_info_shows_beam_logs(tmp_path):
+    book = sorted(SAMPLE_BOOKS.glob("*.txt"))[0]  # one small book: only the logs matter here
+    done = _preprocess(book, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO")
     assert done.returncode == 0, done.stderr
     assert "apache_beam" in done.stderr and "apitools" in done.stderr
 
@@ -108,7 +110,8 @@ main(sys.argv[2:])
 """
 
 
-def test_a_failure_is_reported_once_naming_the_input(small_books, tmp_path):
+def test_a_failure_is_reported_once_naming_the_input(tmp_path):
+    small_books = SAMPLE_BOOKS
     victim = sorted(p.name for p in small_books.iterdir())[1]
     argv = [sys.executable, "-c", FAILING_RUN, victim, "--input", str(small_books), "--output", str(tmp_path / "out"),
             "--tokenizer", str(TOKENIZER_DIR), "--tokenizer_backend", "fast", "--direct_running_mode",
