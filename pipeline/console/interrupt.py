@@ -38,14 +38,14 @@ def on_interrupt(describe: Callable[[], str] | None) -> None:
 
 
 def run_main(target: Callable[[], T]) -> T:
-    """A job's whole `main()`: SIGINT and SIGTERM blocked and ignored from the first line on, then
-    `target` (imports, checks, the run) on a thread while the main thread waits for either signal.
+    """A job's whole `main()`: SIGINT and SIGTERM blocked (SIGINT also ignored) from the first line on,
+    then `target` (imports, checks, the run) on a thread while the main thread waits for either signal.
 
     Blocked, every thread and library thread started later inherits the block, so no thread but the
-    waiting one ever sees a signal; ignored, every worker process started later ignores them too (a
-    shell in between, as Beam starts its SDK workers, clears the blocked set but must keep an ignored
-    signal ignored), so a terminal's Ctrl-C, sent to the whole process group, reaches only this process
-    and no worker prints a KeyboardInterrupt traceback. Linux keeps a blocked signal pending even when
+    waiting one ever sees a signal; ignored, SIGINT is ignored by every worker process started later
+    (a shell in between, as Beam starts its SDK workers, clears the blocked set but must keep an
+    ignored signal ignored), so a terminal's Ctrl-C, sent to the whole process group, reaches only this
+    process and no worker prints a KeyboardInterrupt traceback. Linux keeps a blocked signal pending even when
     ignored, for `sigtimedwait` to take. On a signal: every descendant is killed and one line printed,
     exit status 130, whenever it comes (while Beam is still importing too).
 
@@ -66,8 +66,7 @@ def run_main(target: Callable[[], T]) -> T:
             outcome["error"] = error
 
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    for signum in _STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # for the workers; SIGTERM is sent to this process alone
     thread = threading.Thread(target=work, name="maskbeam-job", daemon=True)
     thread.start()
     while thread.is_alive():
