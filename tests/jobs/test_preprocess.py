@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import shutil
 
 import datasets
@@ -126,12 +127,21 @@ def test_rows_reassemble_each_book_exactly(dynamic_full, spec, bert_fast):
 def test_inspect_prints_the_check_line(static_full, dynamic_full, capsys):
     from jobs.inspect_output import run
 
+    def check_line(lines):
+        """The four ratios within 5 standard deviations (plus the rounding to 2 decimals) of the config,
+        for the counts the line before states; then True."""
+        selected, eligible = map(int, re.search(r"selected=(\d+) of (\d+) eligible", lines[-3]).groups())
+        got = [float(x) for x in lines[-2].split()]
+        for value, want, n in zip(got, (0.15, 0.8, 0.1, 0.1), (eligible, selected, selected, selected)):
+            assert abs(value - want) <= binomial_tolerance(want, n) + 0.005, (lines[-2], want, n)
+        assert lines[-1] == "True"
+
     run([str(static_full)])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-2:] == ["0.15 0.8 0.1 0.1", "True"]
+    check_line(lines)
     assert any("[MASK]<" in line for line in lines)
     run([str(dynamic_full), "--epoch", "3"])
-    assert capsys.readouterr().out.strip().splitlines()[-2:] == ["0.15 0.8 0.1 0.1", "True"]
+    check_line(capsys.readouterr().out.strip().splitlines())
 
 
 def test_static_copy_k_equals_dynamic_epoch_k(small_books, tmp_path, spec, rule):
