@@ -81,6 +81,7 @@ def run_main(target: Callable[[], T]) -> T:
 def _stop(signum: int) -> None:
     _silence_for_exit()
     kill_descendants()
+    logs.drop_worker_logs()  # what killed workers printed is of no use after an interrupt
     describe = _describe
     try:
         detail = describe() if describe is not None else "before any input was processed"

@@ -148,6 +148,7 @@ _WORKER_NOISE = re.compile(
 _CONTINUATION = re.compile(r"^(?:\s|Traceback |During handling |The above exception |[A-Za-z_][\w.]*(?::|$)|$)")
 _console_fd = 2  # where the user's console is while the workers' output goes to their log file
 WORKER_LINES_SHOWN = 20
+_worker_logs: list[str] = []  # the workers' output files of the runs in progress
 
 
 class _DropWorkerNoise(logging.Filter):
@@ -238,12 +239,15 @@ def quiet_worker_output(enabled: bool = True):
 
     threading.excepthook = to_console
     _console_stream, _console_fd = stream, console
+    _worker_logs.append(path)
     try:
         yield WorkerOutput(path)
     finally:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
             stream.flush()
+        with contextlib.suppress(ValueError):
+            _worker_logs.remove(path)
         os.dup2(console, 2)  # back to the console (or to /dev/null, where the console went away)
         _console_stream, _console_fd = None, 2
         if threading.excepthook is to_console:
@@ -254,6 +258,14 @@ def quiet_worker_output(enabled: bool = True):
         for handler in handlers:
             handler.removeFilter(drop)
         beam_logger.setLevel(beam_level)
+
+
+def drop_worker_logs() -> None:
+    """Remove the workers' output files of the runs in progress (an interrupted run leaves by
+    `os._exit`, past the clean-up of `quiet_worker_output`)."""
+    for path in list(_worker_logs):
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def console_fd() -> int:

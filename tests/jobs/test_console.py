@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import datasets
 import pytest
@@ -220,7 +222,9 @@ def test_ctrl_c_while_the_workers_start_prints_one_line(tmp_path):
         os.killpg(proc.pid, signal.SIGINT)
 
     argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf"]
+    worker_logs = set(Path(tempfile.gettempdir()).glob("maskbeam-workers-*.log"))
     code, screen = _on_a_terminal(argv, until="runner: ", then=interrupt)
+    assert set(Path(tempfile.gettempdir()).glob("maskbeam-workers-*.log")) <= worker_logs  # none left behind
     assert seen["workers"] and all(seen["ignoring"]), seen
     assert code == 130, screen
     lines = [line for line in screen.replace("\r", "\n").splitlines() if line.strip()]

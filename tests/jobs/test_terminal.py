@@ -98,6 +98,8 @@ f.write("mine\\n"); f.flush()
 leftover.wait()
 f.close()
 log.info("done")
+if workers is not None:
+    import os; os.remove(workers.path)
 """
     done = subprocess.run(_script(body), env=ENV, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
