@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from pipeline.console.formatting import printable
 from pipeline.consumers.inspection import SAMPLE_ROWS, check_rows, decode_row, mask_statistics, read_split_rows
 from pipeline.consumers.outputs import load_manifest, masking_rule, tokenizer_spec
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
@@ -32,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _say(*parts: object, file=None) -> None:
+    """print(), with every non-printable character escaped: paths, reasons and decoded tokens come from
+    files the user did not make, and an escape sequence in them must not reach the terminal."""
+    print(printable(" ".join(str(p) for p in parts), keep_newlines=False), file=file or sys.stdout)
+
+
 def run(argv: list[str] | None = None) -> dict:
     """Returns the statistics printed on the check line."""
     parser = build_parser()
@@ -45,29 +52,29 @@ def run(argv: list[str] | None = None) -> dict:
     except (OSError, ValueError, KeyError) as error:
         parser.error(str(error))
     if spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:
-        print("warning: the tokenizer differs from the one the data was made with", file=sys.stderr)
+        _say("warning: the tokenizer differs from the one the data was made with", file=sys.stderr)
     config = manifest[m.KEY_CONFIG]
-    print(f"{args.dir}: masking={config[o.MASKING]} max_seq_length={config[o.MAX_SEQ_LENGTH]} "
+    _say(f"{args.dir}: masking={config[o.MASKING]} max_seq_length={config[o.MAX_SEQ_LENGTH]} "
           f"seed={config[o.SEED]} tokenizer={manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH]}")
-    print("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
+    _say("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
     for split, info in manifest[m.KEY_SPLITS].items():
-        print(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
+        _say(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
     for skipped in manifest[m.KEY_SKIPPED]:
-        print(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
+        _say(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
 
     rule = masking_rule(manifest)
     rows = read_split_rows(args.dir, args.split, manifest, rule, args.epoch, max_rows=args.sample_rows)
     stats = mask_statistics(rows, rule)
     problems = check_rows(rows, rule, stats, config)
     for problem in problems:
-        print(f"check failed: {problem}", file=sys.stderr)
+        _say(f"check failed: {problem}", file=sys.stderr)
     for i in range(min(args.rows, rows.ids.shape[0])):
-        print(f"row {i}: {decode_row(rows, i, spec)}")
-    print(f"selected={stats['selected']} of {stats['eligible']} eligible tokens in {rows.ids.shape[0]} rows; legend: "
+        _say(f"row {i}: {decode_row(rows, i, spec)}")
+    _say(f"selected={stats['selected']} of {stats['eligible']} eligible tokens in {rows.ids.shape[0]} rows; legend: "
           "[MASK]<original> random>random<original> =original (unchanged target)")
-    print(round(stats["selected_ratio"], 2), round(stats["mask_ratio"], 2), round(stats["random_ratio"], 2),
+    _say(round(stats["selected_ratio"], 2), round(stats["mask_ratio"], 2), round(stats["random_ratio"], 2),
           round(stats["unchanged_ratio"], 2))
-    print(not problems)
+    _say(not problems)
     stats["ok"] = not problems
     return stats
 

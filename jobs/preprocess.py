@@ -4,6 +4,8 @@
     python -m jobs.preprocess --output DIR      # the embedded sample: 3 books, bert-base-uncased
 
 Options are parsed as in Beam's wordcount.py: our flags here, everything else to PipelineOptions.
+This module imports Beam, pyarrow and the tokenizer only inside `run()`: `main()` must take charge of
+Ctrl-C and SIGTERM before any library starts a thread (see `pipeline.console.interrupt.run_main`).
 """
 
 from __future__ import annotations
@@ -11,32 +13,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.job import prepare_run, run_pipeline
-from pipeline.beam.readers import InputError
-from pipeline.beam.runner_options import (
-    DASK_RUNNER,
-    beam_flags,
-    runner_aliases,
-    use_filesystem_options,
-)
-from pipeline.beam.transforms import failure_message
 from pipeline.console import (
     LOG_LEVELS,
     Interrupted,
     exit_interrupted,
-    quiet_worker_output,
+    run_main,
     setup_logging,
     stderr_is_terminal,
 )
-from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
-from pipeline.tokenizer.spec import TokenizerError
 from schemas.options import (
     BACKEND_AUTO,
+    DEFAULT_MAX_SPAN,
+    DEFAULT_SPAN_P,
     PACKING_DOC,
     PACKING_MODES,
+    PACKING_SENTENCES,
     SCRIPT_NAMES,
     SCRIPT_OTHER,
     TOKENIZER_BACKENDS,
@@ -46,72 +40,111 @@ from schemas.options import (
     VALIDATION_BY_ROW,
     VALIDATION_UNITS,
 )
-from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC
 
 _log = logging.getLogger("maskbeam.preprocess")
+PROG = "python -m jobs.preprocess"
+# Given only where they do something (None: not given); their defaults, as the help says.
+DEFAULT_SHORT_SEQ_PROB = 0.1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An error is one line naming the option, and where to read more; not a 30-line usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (--help lists every option)\n")
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Adds `(default: X)` to every option's help that does not state its default itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, []) or not action.option_strings:
+            return text
+        return f"{text} (default: {'off' if action.default is False else '%(default)s'})"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.preprocess", description=__doc__.split("\n")[0])
+    from schemas.shard import DEFAULT_SEQ_LEN, MASKING_MODES, MASKING_STATIC  # pyarrow: see the module docstring
+
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n")[0], formatter_class=DefaultsFormatter)
     p.add_argument("--input", action="append", default=[], metavar="PATTERN",
                    help="file, directory (recursive) or glob; repeatable; any Beam filesystem (gs://, s3://); "
                         "default: the embedded sample of 3 books")
-    p.add_argument("--hf_dataset", help="a Hub dataset id or a local `datasets` folder")
-    p.add_argument("--hf_split", default="train", help="split of --hf_dataset (default train)")
+    p.add_argument("--hf_dataset", help="a Hub dataset id or a local `datasets` folder (default: none)")
+    p.add_argument("--hf_split", default="train", help="with --hf_dataset only: its split (default train)")
     p.add_argument("--text_column", default="text", help="text field of .jsonl/.parquet/--hf_dataset rows")
-    p.add_argument("--output", required=False, help="output folder (refused if it exists, unless --overwrite)")
+    p.add_argument("--output", required=False,
+                   help="output folder, local or on any Beam filesystem (required; refused if it holds anything, "
+                        "unless --overwrite replaces an earlier MaskBeam output or --resume continues one)")
     p.add_argument("--tokenizer", required=False,
                    help="tokenizer.json, a folder holding one, or a Hub name; default: the embedded bert-base-uncased")
-    p.add_argument("--keep_boilerplate", action="store_true", help="keep Project Gutenberg header and licence")
-    p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN)
+    p.add_argument("--keep_boilerplate", action="store_true",
+                   help="keep Project Gutenberg header and licence (default: cut)")
+    p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN,
+                   help="tokens per row, [CLS] and [SEP] included")
     p.add_argument("--min_tokens", type=int, default=64, help="content tokens a final short row needs to be kept")
     p.add_argument("--packing", choices=PACKING_MODES, default=PACKING_DOC,
                    help="doc: rows never span documents; concat: short documents share rows; "
                         "sentences: rows end at sentence ends")
-    p.add_argument("--short_seq_prob", type=float, default=0.1,
-                   help="with --packing sentences: share of rows given a shorter random target (BERT: 0.1)")
-    p.add_argument("--masking", choices=MASKING_MODES, default=MASKING_STATIC)
-    p.add_argument("--dupe_factor", type=int, default=1, help="static copies of each row, each with its own mask")
-    p.add_argument("--mlm_probability", type=float, default=0.15)
+    p.add_argument("--short_seq_prob", type=float, default=None,
+                   help=f"with --packing sentences only: share of rows given a shorter random target "
+                        f"(default {DEFAULT_SHORT_SEQ_PROB}, as BERT)")
+    p.add_argument("--masking", choices=MASKING_MODES, default=MASKING_STATIC,
+                   help="static: rows stored masked, --dupe_factor copies each; dynamic: rows stored unmasked, "
+                        "the loader masks them per epoch")
+    p.add_argument("--dupe_factor", type=int, default=1,
+                   help="with --masking static: copies of each row, each with its own mask")
+    p.add_argument("--mlm_probability", type=float, default=0.15, help="share of a row's ordinary tokens made targets")
     unit = p.add_mutually_exclusive_group()
     unit.add_argument("--whole_word_mask", action="store_true",
                       help="select whole words: every piece of a selected word is a target")
     unit.add_argument("--span_mask", action="store_true", help="SpanBERT-style spans of geometric length")
-    p.add_argument("--span_p", type=float, default=0.2, help="span length ~ Geometric(span_p) (default 0.2)")
-    p.add_argument("--max_span", type=int, default=10, help="longest span in tokens (default 10)")
-    p.add_argument("--mask_replace_prob", type=float, default=0.8)
-    p.add_argument("--random_replace_prob", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--span_p", type=float, default=None,
+                   help=f"with --span_mask only: span length in words ~ Geometric(span_p) (default {DEFAULT_SPAN_P})")
+    p.add_argument("--max_span", type=int, default=None,
+                   help=f"with --span_mask only: longest span in words (default {DEFAULT_MAX_SPAN})")
+    p.add_argument("--mask_replace_prob", type=float, default=0.8, help="share of targets replaced by [MASK]")
+    p.add_argument("--random_replace_prob", type=float, default=0.1,
+                   help="share of targets replaced by a random ordinary token (the rest stay unchanged)")
+    p.add_argument("--seed", type=int, default=0, help="global seed of masking and the validation draw, in [0, 2**64)")
     p.add_argument("--validation_fraction", type=float, default=0.01,
-                   help="share of rows (or of documents, with --validation_unit document) held out")
+                   help="share of rows (or of documents, with --validation_unit document) held out; at the default a "
+                        "corpus of under ~100 rows (the embedded sample) may draw none")
     p.add_argument("--validation_unit", choices=VALIDATION_UNITS, default=VALIDATION_BY_ROW,
                    help="row (default): each row drawn on its own, so a book's rows land in both splits; "
                         "document: whole documents by content hash (an honest validation loss)")
     p.add_argument("--num_shards", type=int, default=None, help="shards per split (default: about 256 MB each)")
-    p.add_argument("--dedup", action="store_true", help="drop inputs whose content equals an earlier input's")
+    p.add_argument("--dedup", action="store_true",
+                   help="drop inputs whose content equals an earlier input's (default: off)")
     p.add_argument("--near_dedup", type=float, metavar="J",
                    help="drop the later inputs (by path) of each cluster of near duplicates at estimated word-bigram "
-                        "similarity >= J (e.g. 0.8); pairs >= 0.5 are always reported in the manifest")
+                        "similarity >= J (e.g. 0.8; default: off); pairs >= 0.5 are always reported in the manifest")
     p.add_argument("--max_unk_fraction", type=float, default=0.1,
                    help="skip inputs whose share of [UNK] among their tokens exceeds this "
                         "(default 0.1; 1 turns it off)")
     p.add_argument("--scripts", metavar="NAMES",
                    help=f"keep only inputs whose dominant Unicode script is listed, comma-separated "
-                        f"({', '.join((*SCRIPT_NAMES, SCRIPT_OTHER))})")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier MaskBeam output in --output")
+                        f"({', '.join((*SCRIPT_NAMES, SCRIPT_OTHER))}; default: all)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier MaskBeam output in --output (default: refuse)")
     p.add_argument("--push_to_hub", metavar="USER/NAME",
-                   help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or login)")
-    p.add_argument("--hub_private", action="store_true", help="with --push_to_hub: create the repo private")
+                   help="publish the output to this Hub dataset repo after a successful run (token: HF_TOKEN or "
+                        "login; default: none)")
+    p.add_argument("--hub_private", action="store_true",
+                   help="with --push_to_hub only: create the repo private (default: public)")
     p.add_argument("--split_bytes", type=int, default=64 * 1024 * 1024,
                    help="tokenize uncompressed text and .jsonl files larger than this in byte ranges on many "
                         "workers (compressed files are streamed by one worker each)")
     p.add_argument("--dask_local_workers", type=int, metavar="N",
-                   help="start a local Dask cluster of N worker processes and run on it with DaskRunner")
+                   help="start a local Dask cluster of N worker processes and run on it with DaskRunner (default: "
+                        "none; the local FnApiRunner with one worker per core)")
     p.add_argument("--tokenizer_backend", choices=TOKENIZER_BACKENDS, default=BACKEND_AUTO,
                    help="fast: MaskBeam's jitted WordPiece (ids identical to the tokenizer's; BERT-style tokenizers "
                         "only); hf: the `tokenizers` library; auto (default): fast where it is exact, else hf")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run of the same config in --output, reusing finished work")
+                   help="continue an interrupted run of the same config in --output, reusing finished work "
+                        "(default: off; not with --overwrite)")
     p.add_argument("--tokenizer_threads", type=int, metavar="N",
                    help="threads of the `tokenizers` library per SDK worker process (default: the cores shared "
                         "out between local worker processes; 1 on other runners, which start a process per core)")
@@ -124,29 +157,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(argv: list[str] | None = None, *, command_line: bool = False):
-    """Parse, validate (exit 2 with a message before writing anything), then run the pipeline.
+def _checked(parser: argparse.ArgumentParser, known: argparse.Namespace) -> None:
+    """Refuse options that would do nothing in the chosen mode (each named once), then fill in the
+    defaults of those given only where they apply."""
+    useless = []
+    if known.short_seq_prob is not None and known.packing != PACKING_SENTENCES:
+        useless.append("--short_seq_prob applies only with --packing sentences")
+    for flag in ("span_p", "max_span"):
+        if getattr(known, flag) is not None and not known.span_mask:
+            useless.append(f"--{flag} applies only with --span_mask")
+    if known.hub_private and not known.push_to_hub:
+        useless.append("--hub_private applies only with --push_to_hub")
+    if known.hf_split_given and not known.hf_dataset:
+        useless.append("--hf_split applies only with --hf_dataset")
+    if known.resume and known.overwrite:
+        useless.append("--resume continues the run in --output and --overwrite deletes it: give one of them")
+    if known.masking == "dynamic" and known.dupe_factor != 1:
+        useless.append("--dupe_factor applies to --masking static only; dynamic output masks per epoch")
+    if useless:
+        parser.error("; ".join(useless))
+    known.short_seq_prob = DEFAULT_SHORT_SEQ_PROB if known.short_seq_prob is None else known.short_seq_prob
+    known.span_p = DEFAULT_SPAN_P if known.span_p is None else known.span_p
+    known.max_span = DEFAULT_MAX_SPAN if known.max_span is None else known.max_span
 
-    With `command_line` (as `main` calls it): set up the console logging from --log_level, and let
-    Ctrl-C/SIGTERM stop the workers and exit 130 with a one-line message.
+
+def run(argv: list[str] | None = None, *, command_line: bool = False):
+    """Parse and validate everything, the Beam options and runner included (exit 2 with one line before
+    anything is written), then run the pipeline.
+
+    With `command_line` (as `main` calls it): set up the console logging from --log_level, keep the
+    worker processes' own stderr off the console, and let Ctrl-C/SIGTERM stop the workers and exit 130
+    with a one-line message.
 
     Returns:
         The Beam PipelineResult, or None when --resume finds the output already complete.
     """
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
     known, beam_args = parser.parse_known_args(argv)
+    known.hf_split_given = any(a == "--hf_split" or a.startswith("--hf_split=") for a in given)
     terminal = stderr_is_terminal()
     if command_line:
         setup_logging(known.log_level)
+    from pipeline.beam.runner_options import DASK_RUNNER, check_beam_options, runner_aliases
+
     dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
-    known_flags = beam_flags(runner_aliases(beam_args) + dask_runner)
-    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known_flags]
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        check_beam_options(runner_aliases(beam_args) + dask_runner)
+    except ValueError as error:
+        parser.error(str(error))
     if not known.output:
         parser.error("--output is required")
+    _checked(parser, known)
     if known.tokenizer_threads is not None and known.tokenizer_threads < 1:
         parser.error(f"--tokenizer_threads must be >= 1, got {known.tokenizer_threads}")
+    if known.dask_local_workers is not None and known.dask_local_workers < 1:
+        parser.error(f"--dask_local_workers must be >= 1, got {known.dask_local_workers}")
     if not known.input and not known.hf_dataset:
         known.input = [str(SAMPLE_BOOKS)]
         _log.info("no --input: using the embedded sample, %d public-domain books in %s",
@@ -154,8 +220,19 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     if not known.tokenizer:
         known.tokenizer = str(SAMPLE_TOKENIZER)
         _log.info("no --tokenizer: using the embedded bert-base-uncased in %s", SAMPLE_TOKENIZER)
-    if known.dask_local_workers is not None and known.dask_local_workers < 1:
-        parser.error(f"--dask_local_workers must be >= 1, got {known.dask_local_workers}")
+    return _run_checked(parser, known, beam_args, command_line=command_line, terminal=terminal)
+
+
+def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, beam_args: list[str], *,
+                 command_line: bool, terminal: bool):
+    from pipeline.beam.config import PreprocessConfig
+    from pipeline.beam.job import prepare_run, run_pipeline
+    from pipeline.beam.readers import InputError
+    from pipeline.beam.runner_options import use_filesystem_options
+    from pipeline.beam.transforms import failure_message
+    from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
+    from pipeline.tokenizer.spec import TokenizerError
+
     config = PreprocessConfig(
         inputs=tuple(known.input), output=known.output.rstrip("/") or "/", tokenizer=known.tokenizer,
         hf_dataset=known.hf_dataset, hf_split=known.hf_split, text_column=known.text_column,
@@ -183,16 +260,18 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads)
     quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
     try:
-        with quiet_worker_output(quiet):
-            result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers,
-                                  progress_every=known.progress_seconds, handle_signals=command_line,
-                                  terminal=terminal)
+        result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers,
+                              progress_every=known.progress_seconds, handle_signals=command_line,
+                              terminal=terminal, quiet=quiet)
     except Interrupted as stop:
         exit_interrupted(f"interrupted ({stop}) after {stop.done} of {stop.total} inputs; rerun the same "
                          f"command with --resume to continue")
     except Exception as error:
         if not quiet:
             raise
+        if isinstance(error, ValueError) and type(error).__module__.startswith("pipeline."):
+            # Raised by the launcher about the data (a run that made no rows): nothing to resume.
+            parser.exit(1, f"{parser.prog}: error: {error}\n")
         _log.error("the run failed: %s", failure_message(error))
         _log.error("finished work is kept in %s: fix the cause and rerun the same command with --resume "
                    "(--log_level DEBUG shows the full traceback)", config.output)
@@ -207,10 +286,9 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        run(argv, command_line=True)
-    except KeyboardInterrupt:  # before the workers started: nothing to resume yet
-        exit_interrupted("interrupted before any input was processed")
+    """The command line: Ctrl-C and SIGTERM are taken in hand before anything else (imports included),
+    so they stop the job with one line whenever they come."""
+    run_main(lambda: run(argv, command_line=True))
 
 
 if __name__ == "__main__":

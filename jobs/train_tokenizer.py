@@ -40,8 +40,9 @@ def run(argv: list[str] | None = None) -> str:
     tok = train_tokenizer(counted, args.kind, args.vocab_size, lowercase=not args.cased,
                           min_frequency=args.min_frequency)
     save_tokenizer(tok, args.kind, not args.cased, args.output)
-    _log.info("trained a %s %s tokenizer of %d ids (asked %d) on %d inputs, %s of text, in %s",
-              "cased" if args.cased else "uncased", args.kind, tok.get_vocab_size(), args.vocab_size, len(units),
+    _log.info("trained %s %s tokenizer of %d ids (asked %d) on %d input%s, %s of text, in %s",
+              "a cased" if args.cased else "an uncased", args.kind, tok.get_vocab_size(), args.vocab_size, len(units),
+              "" if len(units) == 1 else "s",
               human_bytes(counted.chars), human_seconds(time.perf_counter() - started))
     _log.info("saved to %s (tokenizer.json and its configs); use it with --tokenizer %s", args.output, args.output)
     return args.output

@@ -15,8 +15,9 @@ from pipeline.tokenizer.spec import TokenizerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MASKBEAM_SHARED", REPO.parent / "shared"))
-# The shared 49-book corpus when this checkout has it (CI does); else the embedded 3-book sample, and
-# the tests that need particular corpus books are skipped (marker `corpus`).
+# The shared 49-book corpus when this checkout has it (CI does); else the embedded 3-book sample, on
+# which every guarantee's test runs too; only the tests that need particular corpus books (named in
+# their skip reason) are skipped (marker `corpus`, or `corpus_book(name)`).
 HAVE_CORPUS = (SHARED / "corpus" / "books").is_dir() and (SHARED / "tokenizers" / "bert-base-uncased").is_dir()
 BOOKS = SHARED / "corpus" / "books" if HAVE_CORPUS else SAMPLE_BOOKS
 TOKENIZER_DIR = SHARED / "tokenizers" / "bert-base-uncased" if HAVE_CORPUS else SAMPLE_TOKENIZER
@@ -88,8 +89,7 @@ def run_preprocess(inputs, output, *extra: str, tokenizer: Path = TOKENIZER_DIR)
 
 @pytest.fixture(scope="session")
 def static_full(tmp_path_factory) -> Path:
-    """The whole shared corpus, default options (static masking)."""
-    require_corpus()
+    """The whole shared corpus (the embedded sample where it is absent), default options (static masking)."""
     out = tmp_path_factory.mktemp("static_full") / "out"
     run_preprocess([BOOKS], out)
     return out
@@ -97,8 +97,8 @@ def static_full(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def dynamic_full(tmp_path_factory) -> Path:
-    """The whole shared corpus, dynamic masking, everything in train (so books can be reassembled)."""
-    require_corpus()
+    """The whole shared corpus (the embedded sample where it is absent), dynamic masking, everything in
+    train (so books can be reassembled)."""
     out = tmp_path_factory.mktemp("dynamic_full") / "out"
     run_preprocess([BOOKS], out, "--masking", "dynamic", "--validation_fraction", "0")
     return out

@@ -18,7 +18,7 @@ from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.no_rows import check_made_rows
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
-from pipeline.beam.progress import UnitProgress
+from pipeline.beam.progress import UnitProgress, input_name
 from pipeline.beam.readers import (
     FORMAT_HF,
     WorkUnit,
@@ -41,8 +41,9 @@ from pipeline.beam.runner_options import (
 )
 from pipeline.beam.summary import summary_lines
 from pipeline.beam.transforms import Preprocess, stage_seconds
-from pipeline.console import Interrupted, run_interruptible
-from pipeline.console.formatting import human_bytes
+from pipeline.console import Interrupted, on_interrupt, quiet_worker_output, run_interruptible
+from pipeline.console.formatting import human_bytes, plural
+from pipeline.console.logs import WorkerOutput
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -110,38 +111,63 @@ def _log_splitting(units: list[WorkUnit], split_bytes: int) -> None:
 
 def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None,
                  progress_every: float = 10.0, handle_signals: bool = False,
-                 terminal: bool | None = None):
+                 terminal: bool | None = None, quiet: bool = False):
     """Build and run the pipeline on the runner `beam_args` name (the local FnApiRunner by default:
-    threads for the fast tokenizer, processes otherwise), showing progress; returns the finished
-    PipelineResult.
+    threads for the fast tokenizer, processes otherwise), showing progress; then the warnings and,
+    last, the summary. Returns the finished PipelineResult.
 
-    With `handle_signals` (the command line), Ctrl-C/SIGTERM stop every worker and raise
-    Interrupted carrying `done` and `total` inputs.
+    With `handle_signals` (the command line), Ctrl-C/SIGTERM stop every worker: under
+    `pipeline.console.run_main` the process exits with one line naming the inputs done; on the main
+    thread Interrupted is raised carrying `done` and `total` inputs. With `quiet`, the worker
+    processes' own stderr goes to a file and only what it says beyond their logging is shown.
     """
     config = run.config
     started = time.perf_counter()
     temp_dir = posixpath.join(config.output, m.TEMP_DIR)
     remote = "://" in config.output and not config.output.startswith("file://")
-    progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
-                           terminal=terminal)
-    try:
-        with progress:
-            go = (lambda: _run_beam(run, beam_args, dask_local_workers))
-            result = run_interruptible(go) if handle_signals else go()
-    except Interrupted as stop:
-        progress.refresh()
-        stop.done, stop.total = progress.done, len(run.units)
-        raise
-    wall = time.perf_counter() - started
+    with quiet_worker_output(quiet) as workers:  # before the bar: it writes to the console stream set up here
+        progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
+                                terminal=terminal)
+        result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
+        wall = time.perf_counter() - started
+        manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
+        progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
+        if workers is not None:
+            workers.report(_log, failed=False)
     stages = stage_seconds(result)
+    warn_large_boilerplate(config.output)  # warnings before the summary: the summary ends the run
     _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
               ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
-    manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
         _log.info(line)
-    warn_large_boilerplate(config.output)
     check_made_rows(manifest)
     return result
+
+
+def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
+                 progress: UnitProgress, workers: WorkerOutput | None):
+    """The Beam run with its progress thread, and what an interrupt or a failure reports."""
+    if handle_signals:
+        def describe() -> str:
+            progress.refresh()
+            return (f"after {progress.done} of {plural(progress.total, 'input')}; rerun the same command with "
+                    f"--resume to continue")
+        on_interrupt(describe)
+    try:
+        with progress:  # a failure leaves without the closing line
+            go = (lambda: _run_beam(run, beam_args, dask_local_workers))
+            return run_interruptible(go) if handle_signals else go()
+    except Interrupted as stop:
+        progress.refresh()
+        stop.done, stop.total = progress.done, progress.total
+        raise
+    except BaseException:
+        if workers is not None:
+            workers.report(_log, failed=True)
+        raise
+    finally:
+        if handle_signals:
+            on_interrupt(None)
 
 
 def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
@@ -156,8 +182,9 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
         _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
                   f" (the fast path does not cover: {'; '.join(run.why_not_fast)})" if run.why_not_fast else "")
         mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
-        _log.info("runner: %s%s; %d inputs; output %s", runner,
-                  f" with {workers} worker(s), {mode}" if workers else "", len(run.units), config.output)
+        _log.info("runner: %s%s; %s; output %s", runner,
+                  f" with {plural(workers, 'worker')}, {mode}" if workers else "",
+                  plural(len({input_name(u) for u in run.units}), "input"), config.output)
         if not workers:
             _log.info("progress below comes from the finished work in %s; the runner's own UI shows each stage",
                       posixpath.join(config.output, m.TEMP_DIR))

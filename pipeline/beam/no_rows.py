@@ -6,7 +6,7 @@ from __future__ import annotations
 from schemas import manifest as m
 
 
-class NoRowsError(RuntimeError):
+class NoRowsError(ValueError):
     """The run made no rows; the message (one line) lists the skip reasons with their counts."""
 
 

@@ -9,13 +9,15 @@ import json
 import logging
 import posixpath
 import threading
+from collections import Counter
 
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.arrow_io import read_text
-from pipeline.beam.readers import WorkUnit
+from pipeline.beam.readers import FORMAT_HF, WorkUnit
 from pipeline.beam.units import result_path
 from pipeline.console import ProgressReporter
+from pipeline.console.formatting import plural
 from schemas import manifest as m
 
 _log = logging.getLogger("maskbeam.progress")
@@ -28,6 +30,13 @@ def _names(pattern: str) -> list[str]:
         return []
 
 
+def input_name(unit: WorkUnit) -> str:
+    """The input a unit of work belongs to: its file (a byte range's too), or its --hf_dataset."""
+    if unit.format == FORMAT_HF:
+        return f"hf://{unit.hf_name}?split={unit.hf_split}"
+    return unit.path or unit.source
+
+
 class UnitProgress:
     """Polls the temp folder every `poll_seconds` on a daemon thread and feeds a ProgressReporter:
     inputs done of total, bytes read, rows written so far, shards written."""
@@ -36,11 +45,15 @@ class UnitProgress:
                  terminal: bool | None = None) -> None:
         self._temp_dir = temp_dir
         self._units = {posixpath.basename(result_path(temp_dir, u.source)): u for u in units}
+        # Progress counts inputs as the summary does: a file split in byte ranges is one input, and so is
+        # a --hf_dataset (of many row ranges); an input is done when all its parts are.
+        self._parts = Counter(input_name(u) for u in self._units.values())
+        self.total = len(self._parts)
         self._rows: dict[str, int] = {}
         self._shards = 0
         self._poll_seconds = poll_seconds
         self._stop = threading.Event()
-        self.reporter = ProgressReporter(len(units), sum(u.size for u in units), desc="preprocess", every=every,
+        self.reporter = ProgressReporter(self.total, sum(u.size for u in units), desc="preprocess", every=every,
                                          logger=_log, terminal=terminal)
         self._poll()
         self.reporter.start_from(self.done, self.done_bytes)
@@ -48,7 +61,8 @@ class UnitProgress:
 
     @property
     def done(self) -> int:
-        return len(self._rows)
+        finished = Counter(input_name(self._units[name]) for name in self._rows)
+        return sum(1 for name, n in finished.items() if n == self._parts[name])
 
     @property
     def done_bytes(self) -> int:
@@ -70,25 +84,25 @@ class UnitProgress:
         self._shards = max(self._shards, len(_names(posixpath.join(self._temp_dir, m.shard_record_name("*", "*")))))
 
     def _extra(self) -> str:
-        rows = f"{sum(self._rows.values()):,} rows"
-        return f"{rows}, {self._shards} shards written" if self._shards else rows
+        rows = plural(sum(self._rows.values()), "row")
+        return f"{rows}, {plural(self._shards, 'shard')} written" if self._shards else rows
 
     def _loop(self) -> None:
-        announced = self.done == len(self._units)
+        announced = self.done == self.total
         while not self._stop.wait(self._poll_seconds):
             self._poll()
             self.reporter.update(self.done, self.done_bytes, self._extra())
-            if not announced and self.done == len(self._units):
+            if not announced and self.done == self.total:
                 announced = True
-                _log.info("stage 1 of 2 done (read, clean, tokenize, chunk: %d inputs); stage 2: mask and write "
-                          "shards", self.done)
+                _log.info("stage 1 of 2 done (read, clean, tokenize, chunk: %s); stage 2: mask and write "
+                          "shards", plural(self.done, "input"))
 
     def __enter__(self) -> UnitProgress:
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop(final=exc[0] is None)
+        self.stop(final=False)  # the closing line comes from finish(), with the manifest's shard count
 
     def stop(self, final: bool = True) -> None:
         """Stop polling; with `final`, one last poll and the closing line."""
@@ -96,6 +110,13 @@ class UnitProgress:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         if final:
-            self._poll()
-            self.reporter.update(self.done, self.done_bytes, self._extra())
-            self.reporter.close()
+            self.finish()
+
+    def finish(self, shards: int | None = None) -> None:
+        """The closing line, once, with the shard count of the manifest when given (shards of no rows
+        leave no record to count in the temp folder)."""
+        self._poll()
+        if shards is not None:
+            self._shards = shards
+        self.reporter.update(self.done, self.done_bytes, self._extra())
+        self.reporter.close()

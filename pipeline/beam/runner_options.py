@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import logging
 import os
@@ -126,17 +127,18 @@ def use_filesystem_options(beam_args: list[str]) -> None:
     FileSystems.set_options(PipelineOptions(beam_args))
 
 
-def beam_flags(beam_args: list[str]) -> set[str]:
-    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
-    (Beam itself only logs a warning). A runner given as a dotted path is imported first so its
-    own options register."""
+def _options_parser(beam_args: list[str]) -> argparse.ArgumentParser:
+    """One parser holding every flag PipelineOptions and its subclasses know (a runner given as a
+    dotted path is imported first, so its own options register)."""
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
     for i, arg in enumerate(beam_args):
         value = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
             beam_args[i + 1] if arg == "--runner" and i + 1 < len(beam_args) else "")
         if "." in value:
-            with contextlib.suppress(ImportError):  # Beam reports an unknown runner itself
+            with contextlib.suppress(ImportError):  # check_beam_options names an unknown runner
                 importlib.import_module(value.rsplit(".", 1)[0])
-    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    parser = _BeamArgumentParser(add_help=False, conflict_handler="resolve", allow_abbrev=False, exit_on_error=False)
     pending, seen = [PipelineOptions], set()
     while pending:
         cls = pending.pop()
@@ -148,4 +150,58 @@ def beam_flags(beam_args: list[str]) -> set[str]:
             cls._add_argparse_args(parser)
         except (argparse.ArgumentError, TypeError, ValueError):
             continue
+    return parser
+
+
+def beam_flags(beam_args: list[str]) -> set[str]:
+    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
+    (Beam itself only logs a warning)."""
+    parser = _options_parser(beam_args)
     return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
+
+
+def check_beam_options(beam_args: list[str]) -> None:
+    """Refuse, before anything is written, what Beam would take only at run time (or warn about and
+    ignore): an unknown flag, a value its option does not accept, a runner Beam does not know.
+
+    Raises:
+        ValueError: naming the flag or runner (and the closest known runner name).
+    """
+    parser = _options_parser(beam_args)
+    known = {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
+    unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known]
+    if unknown:
+        close = [difflib.get_close_matches(arg.split("=")[0].lstrip("-"), known, n=1) for arg in unknown]
+        hints = [f"{arg} (did you mean --{match[0]}?)" if match else arg for arg, match in zip(unknown, close)]
+        raise ValueError(f"unrecognized arguments: {' '.join(hints)}")
+    try:
+        parsed, _ = parser.parse_known_args(beam_args)
+    except argparse.ArgumentError as error:
+        raise ValueError(str(error)) from None
+    if getattr(parsed, "runner", None):
+        check_runner(parsed.runner)
+
+
+def check_runner(name: str) -> None:
+    """Resolve `name` as Beam does (`create_runner`: a known name, case-insensitive, with or without the
+    `Runner` suffix, or a dotted path) without starting anything.
+
+    Raises:
+        ValueError: for a name Beam would refuse, with the closest known names.
+    """
+    from apache_beam.runners.runner import _RUNNER_MAP
+
+    resolved = _RUNNER_MAP.get(name.lower(), _RUNNER_MAP.get(name.lower() + "runner", name))
+    if "." not in resolved:
+        names = sorted(StandardOptions.KNOWN_RUNNER_NAMES)
+        close = difflib.get_close_matches(name, names + [LOCAL_RUNNER, "DaskRunner"], n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(f"--runner {name!r} is not a Beam runner; {hint}known runners: {', '.join(names)} "
+                         f"(or the dotted path of a PipelineRunner class)")
+    module, cls = resolved.rsplit(".", 1)
+    try:
+        found = getattr(importlib.import_module(module), cls, None)
+    except ImportError as error:
+        raise ValueError(f"--runner {name}: cannot import {module} ({error})") from None
+    if found is None:
+        raise ValueError(f"--runner {name}: {module} has no {cls}")

@@ -1,31 +1,60 @@
-"""The closing summary of a preprocess run, built from its manifest: what was read, skipped and
-written, how long it took, and where the manifest is."""
+"""The closing summary of a preprocess run, built from its manifest: what was read, skipped (the first
+few inputs of each reason named) and written, how long it took, and where the manifest is."""
 
 from __future__ import annotations
 
 import posixpath
 
+from pipeline.beam.finalize import reason_kind
 from pipeline.console import human_bytes, human_seconds
+from pipeline.console.formatting import plural
 from schemas import manifest as m
+
+NAMED_PER_REASON = 3  # skipped inputs named on the console per reason; the manifest lists them all
 
 
 def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes: int) -> list[str]:
     counts = manifest[m.KEY_COUNTS]
     splits = manifest[m.KEY_SPLITS]
+    config = manifest.get(m.KEY_CONFIG, {})
     by_reason = counts.get(m.FILES_SKIPPED_BY_REASON, {})
     skipped = counts.get(m.FILES_SKIPPED, 0)
     reasons = f" ({', '.join(f'{n} {reason}' for reason, n in by_reason.items())})" if by_reason else ""
     written = sum(shard[m.KEY_BYTES] for info in splits.values() for shard in info[m.KEY_SHARDS])
     rate = input_bytes / max(wall_seconds, 1e-9)
     rows = ", ".join(f"{split} {info[m.KEY_ROWS]:,}" for split, info in splits.items())
+    fraction = config.get("validation_fraction") or 0
+    if fraction and not splits.get(m.VALIDATION, {}).get(m.KEY_ROWS):
+        rows += (f" (--validation_fraction {fraction} of {plural(splits[m.TRAIN][m.KEY_ROWS], 'row')} drew "
+                 f"none: raise it, e.g. 0.05, for a validation split)")
     shards = ", ".join(f"{split} {len(info[m.KEY_SHARDS])}" for split, info in splits.items())
-    return [
+    files = counts.get(m.FILES_READ, 0)
+    # A --hf_dataset is one input, as in the progress line; the files are counted as files.
+    dataset = config.get("hf_dataset")
+    read = f"{files + 1:,} read ({plural(files, 'file')} and --hf_dataset {dataset})" if dataset else f"{files:,} read"
+    lines = [
         f"finished in {human_seconds(wall_seconds)}: {human_bytes(input_bytes)} of input at {human_bytes(rate)}/s",
-        f"  inputs:    {counts.get(m.FILES_READ, 0):,} read, {skipped:,} skipped{reasons}, "
-        f"{len(manifest.get(m.KEY_DUPLICATES, [])):,} duplicates, "
-        f"{len(manifest.get(m.KEY_NEAR_DUPLICATES, [])):,} near-duplicate pairs",
+        f"  inputs:    {read}, {skipped:,} skipped{reasons}, "
+        f"{plural(len(manifest.get(m.KEY_DUPLICATES, [])), 'duplicate')}, "
+        f"{plural(len(manifest.get(m.KEY_NEAR_DUPLICATES, [])), 'near-duplicate pair')}",
+        *skipped_lines(manifest, output),
         f"  documents: {counts.get(m.DOCUMENTS, 0):,}; tokens: {counts.get(m.TOKENS, 0):,}",
         f"  rows:      {rows}",
         f"  shards:    {shards}; {human_bytes(written)} written",
         f"  manifest:  {posixpath.join(output, m.MANIFEST_FILE)}",
     ]
+    return lines
+
+
+def skipped_lines(manifest: dict, output: str) -> list[str]:
+    """`    skipped (REASON): a.txt, b.txt, c.txt and 4 more (manifest.json: skipped)`, per reason."""
+    by_kind: dict[str, list[str]] = {}
+    for entry in manifest.get(m.KEY_SKIPPED, []):
+        by_kind.setdefault(reason_kind(entry[m.KEY_REASON]), []).append(posixpath.basename(entry[m.KEY_PATH]))
+    lines = []
+    for kind, names in sorted(by_kind.items()):
+        more = len(names) - NAMED_PER_REASON
+        rest = f" and {more} more (all in {posixpath.join(output, m.MANIFEST_FILE)}, key {m.KEY_SKIPPED!r})" \
+            if more > 0 else ""
+        lines.append(f"    skipped ({kind}): {', '.join(names[:NAMED_PER_REASON])}{rest}")
+    return lines

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from pipeline.console import logs
+from pipeline.console.formatting import printable
 
 T = TypeVar("T")
 
@@ -26,6 +27,67 @@ class Interrupted(Exception):
 
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_describe: Callable[[], str] | None = None  # what an interrupt leaves behind, set by the running job
+
+
+def on_interrupt(describe: Callable[[], str] | None) -> None:
+    """Register what `run_main` prints after `interrupted (SIGNAL) ` (e.g. `after 3 of 9 inputs; rerun
+    ... --resume`); None: `before any input was processed`."""
+    global _describe
+    _describe = describe
+
+
+def run_main(target: Callable[[], T]) -> T:
+    """A job's whole `main()`: SIGINT and SIGTERM blocked (SIGINT also ignored) from the first line on,
+    then `target` (imports, checks, the run) on a thread while the main thread waits for either signal.
+
+    Blocked, every thread and library thread started later inherits the block, so no thread but the
+    waiting one ever sees a signal; ignored, SIGINT is ignored by every worker process started later
+    (a shell in between, as Beam starts its SDK workers, clears the blocked set but must keep an
+    ignored signal ignored), so a terminal's Ctrl-C, sent to the whole process group, reaches only this
+    process and no worker prints a KeyboardInterrupt traceback. Linux keeps a blocked signal pending even when
+    ignored, for `sigtimedwait` to take. On a signal: every descendant is killed and one line printed,
+    exit status 130, whenever it comes (while Beam is still importing too).
+
+    Where `sigtimedwait` does not exist (macOS) `target` runs on the main thread and a Ctrl-C still
+    stops the workers with one line from this process (the workers may print their own tracebacks).
+    """
+    if not hasattr(signal, "sigtimedwait") or threading.current_thread() is not threading.main_thread():
+        try:
+            return target()
+        except KeyboardInterrupt:
+            _stop(signal.SIGINT)
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["result"] = target()
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread as is
+            outcome["error"] = error
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # for the workers; SIGTERM is sent to this process alone
+    thread = threading.Thread(target=work, name="maskbeam-job", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
+        if got is not None:
+            _stop(got.si_signo)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _stop(signum: int) -> None:
+    _silence_for_exit()
+    kill_descendants()
+    logs.drop_worker_logs()  # what killed workers printed is of no use after an interrupt
+    describe = _describe
+    try:
+        detail = describe() if describe is not None else "before any input was processed"
+    except Exception:  # noqa: BLE001 - the run is being torn down: a plain line beats none
+        detail = "before the run finished"
+    exit_interrupted(f"interrupted ({signal.Signals(signum).name}) {detail}")
 
 
 def run_interruptible(target: Callable[[], T]) -> T:
@@ -79,12 +141,15 @@ def run_interruptible(target: Callable[[], T]) -> T:
 def _silence_for_exit() -> None:
     """The run's threads fail noisily once their workers are killed: from here on only
     `exit_interrupted` writes to the console."""
-    sys.stderr.flush()
-    if logs.console_fd() == 2:
-        logs.keep_console_fd(os.dup(2))
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    console = logs.console_fd()
+    logs.keep_console_fd(os.dup(console))  # for exit_interrupted's line alone
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
+    for fd in {2, console}:  # the progress bar and any late line of a thread go nowhere
+        os.dup2(devnull, fd)
     os.close(devnull)
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the rest of this process's short life
     logging.disable(logging.CRITICAL)
     threading.excepthook = lambda args: None
 
@@ -129,7 +194,12 @@ def kill_descendants() -> int:
 def exit_interrupted(message: str) -> None:
     """Print one line and leave at once with 130 (as a shell does after Ctrl-C): the interrupted
     run's threads are not waited for."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.write(logs.console_fd(), (message + "\n").encode("utf-8", "replace"))
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    if not logs.is_console_gone():
+        with contextlib.suppress(OSError):
+            fd = logs.console_fd()
+            start = "\n" if os.isatty(fd) else ""  # off a progress bar's line
+            os.write(fd, (start + printable(message) + "\n").encode("utf-8", "replace"))
     os._exit(130)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 
-from pipeline.console.formatting import human_bytes, human_seconds
+from pipeline.console.formatting import human_bytes, human_seconds, plural
+from pipeline.console.logs import console_stream
 
 
 def stderr_is_terminal() -> bool:
@@ -26,11 +28,12 @@ class ProgressReporter:
         self._base_bytes = 0  # bytes already done when we started (a resumed run), not in the rate
         self.done, self.done_bytes, self.extra = 0, 0, ""
         self._bar = None
+        self._last_logged: tuple = ()
         if stderr_is_terminal() if terminal is None else terminal:
             try:
                 from tqdm import tqdm
 
-                self._bar = tqdm(total=total, desc=desc, unit="input", file=sys.stderr, dynamic_ncols=True)
+                self._bar = tqdm(total=total, desc=desc, unit="input", file=console_stream(), dynamic_ncols=True)
             except ImportError:
                 self._bar = None
 
@@ -43,11 +46,20 @@ class ProgressReporter:
         step = done - self.done
         self.done, self.done_bytes, self.extra = done, done_bytes, extra
         if self._bar is not None:
-            self._bar.update(step)
-            self._bar.set_postfix_str(self._rates(), refresh=True)
+            try:
+                self._bar.update(step)
+                self._bar.set_postfix_str(self._rates(), refresh=True)
+            except (OSError, ValueError):  # the console went away: the run goes on without a bar
+                self._bar = None
         elif time.monotonic() - self._last_line >= self._every:
+            self._log_line()
+
+    def _log_line(self) -> None:
+        state = (self.done, self.done_bytes, self.extra)
+        if state != self._last_logged:  # the same figures at a later time say nothing new
             self._log.info(self.line())
-            self._last_line = time.monotonic()
+            self._last_logged = state
+        self._last_line = time.monotonic()
 
     def _rates(self) -> str:
         elapsed = max(time.monotonic() - self._start, 1e-9)
@@ -59,10 +71,13 @@ class ProgressReporter:
         return ", ".join(parts + ([self.extra] if self.extra else []))
 
     def line(self) -> str:
-        return f"{self.desc}: {self.done}/{self.total} inputs, {self._rates()}"
+        return f"{self.desc}: {self.done}/{plural(self.total, 'input')}, {self._rates()}"
 
     def close(self) -> None:
+        """The closing state, once: the bar left on screen, or the last line logged unless it just was."""
         if self._bar is not None:
-            self._bar.close()
+            with contextlib.suppress(OSError, ValueError):
+                self._bar.close()
             self._bar = None
-        self._log.info(self.line())
+            return
+        self._log_line()

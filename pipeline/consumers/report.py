@@ -82,7 +82,7 @@ def _figure(draw, path: str, size=(8, 4.2)) -> str:
     fig, ax = plt.subplots(figsize=size)
     draw(ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight", pad_inches=0.1)  # long labels grow the image, never cut
     plt.close(fig)
     return path
 

@@ -96,9 +96,9 @@ def train(cfg: TrainConfig) -> dict:
     bar = tqdm(total=total, initial=step, desc="train", disable=None)
     # Without a terminal (a batch job, a notebook log) tqdm is off: progress goes to the log instead.
     log_lines = cfg.log_every if not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()) else 0
-    _log.info("training %s on %s: %d steps of %d x %d rows (%d rows per epoch), device %s",
-              cfg.model or f"a {cfg.config} BERT from scratch", cfg.data, total, cfg.batch_size, cfg.grad_accum,
-              len(train_ds), device)
+    _log.info("training %s on %s: %d step%s of %d x %d rows (%d rows per epoch), device %s",
+              cfg.model or f"a {cfg.config} BERT from scratch", cfg.data, total, "" if total == 1 else "s",
+              cfg.batch_size, cfg.grad_accum, len(train_ds), device)
     run_started, first_step = time.perf_counter(), step
     while step < total:
         micro, tokens, started = 0, 0, time.perf_counter()

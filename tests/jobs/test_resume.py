@@ -16,7 +16,7 @@ import pytest
 from schemas import manifest as m
 from tests.conftest import BOOKS, REPO, TOKENIZER_DIR, corpus_book, run_preprocess
 
-pytestmark = [pytest.mark.slow, pytest.mark.corpus]
+pytestmark = pytest.mark.slow  # on the shared corpus, else on the embedded sample
 ARGS = ["--num_shards", "24", "--dupe_factor", "4", "--validation_fraction", "0.05"]
 
 

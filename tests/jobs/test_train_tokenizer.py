@@ -29,7 +29,7 @@ def test_trained_tokenizer_round_trips(small_books, tmp_path, kind, cls_token, c
         run(["--input", str(small_books), "--output", str(out), "--vocab_size", "3000", "--kind", kind])
     spec = TokenizerSpec.from_json(resolve_tokenizer_json(str(out)))
     n_inputs = len(list(small_books.iterdir()))
-    assert re.search(rf"trained a uncased {kind} tokenizer of {spec.vocab_size} ids \(asked 3000\) on {n_inputs} "
+    assert re.search(rf"trained an uncased {kind} tokenizer of {spec.vocab_size} ids \(asked 3000\) on {n_inputs} "
                      rf"inputs, [\d.]+ [KM]B of text, in \d+:\d\d", caplog.text), caplog.text
     assert f"saved to {out}" in caplog.text and f"--tokenizer {out}" in caplog.text
     assert 2000 < spec.vocab_size <= 3000
