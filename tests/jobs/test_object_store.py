@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,21 +22,10 @@ BUCKET = "maskbeam-test"
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3(small_books):
+def s3(small_books, moto_endpoint):
     boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = moto_endpoint
     patch = pytest.MonkeyPatch()
     for key, value in {**KEYS, "AWS_ENDPOINT_URL": endpoint}.items():  # s3fs and boto3 read these
         patch.setenv(key, value)
@@ -47,7 +35,6 @@ def s3(small_books):
         client.upload_file(str(book), BUCKET, f"books/{book.name}")
     yield endpoint, client
     patch.undo()
-    server.stop()
 
 
 def _flags(endpoint: str) -> list[str]:
