@@ -82,9 +82,9 @@ def test_pread_reads_rows_without_mapping_the_shards(outputs, read_mode):
 def test_open_shard_files_are_bounded_and_reopened_on_use(outputs, read_mode, monkeypatch):
     """An output of thousands of shards must not hold a file open per shard in every worker (the
     usual limit is 1,024): past MAX_OPEN_SHARDS the least recently used are closed and reopened."""
-    import pipeline.consumers.loader as loader
+    from pipeline.consumers.loading import open_shards
 
-    monkeypatch.setattr(loader, "MAX_OPEN_SHARDS", 2)
+    monkeypatch.setattr(open_shards, "MAX_OPEN_SHARDS", 2)
     ds = MlmShardDataset(str(outputs / "static"), read_mode=read_mode)
     assert len(ds.paths) == 3
     shards = {os.path.realpath(path) for path in ds.paths}
