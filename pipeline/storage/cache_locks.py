@@ -36,11 +36,13 @@ class FileLock:
         if create:
             flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         self.path = path
+        self._fd = -1
         self._fd = os.open(path, flags, 0o644)
         try:
             fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
         except BaseException:
             os.close(self._fd)
+            self._fd = -1
             raise
         with _registry_lock:
             _open.add(self)

@@ -22,6 +22,7 @@ import os
 import queue
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -138,7 +139,7 @@ class ShardCache:
         with self._lock:
             self.downloads += 1
         try:
-            with FileLock(os.path.join(self.cache_dir, ".lock")):
+            with self._cache_lock():
                 if self.limit is not None:
                     self._make_room(size, keep | {target})
                 with open(partial, "wb") as sink:
@@ -245,8 +246,13 @@ class ShardCache:
         """Evict until `needed` more bytes fit in the limit (a no-op without a limit)."""
         if self.limit is None:
             return
-        with FileLock(os.path.join(self.cache_dir, ".lock")):
+        with self._cache_lock():
             self._make_room(needed, set(keep))
+
+    def _cache_lock(self) -> FileLock:
+        """The lock of the whole folder (eviction and reservations)."""
+        os.makedirs(self.cache_dir, exist_ok=True)
+        return FileLock(os.path.join(self.cache_dir, ".lock"))
 
     def _make_room(self, needed: int, keep: set[str]) -> None:
         """Under the cache's lock: remove the partial files of downloads nobody runs, then evict
@@ -317,9 +323,10 @@ class ShardCache:
             threads, self._threads = self._threads, []
         for _ in threads:
             self._queue.put(None)
+        deadline = time.monotonic() + timeout
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(timeout)
+                thread.join(max(0.0, deadline - time.monotonic()))
         self.pin(())
 
     def __enter__(self) -> ShardCache:
