@@ -147,8 +147,8 @@ class ShardCache:
             digest = hashlib.sha256()
             with filesystem.open_binary(url) as source, open(partial, "r+b") as sink:
                 while chunk := source.read(_CHUNK):
-                    if self._stop.is_set():
-                        raise _Stopped(url)
+                    if self._stop.is_set() and getattr(_background, "cache", None) is self:
+                        raise _Stopped(url)  # a prefetch of a closed cache; a reader's own fetch goes on
                     digest.update(chunk)
                     sink.write(chunk)
                 written = sink.tell()
@@ -207,6 +207,7 @@ class ShardCache:
                 thread.start()
 
     def _worker(self) -> None:
+        _background.cache = self
         while not self._stop.is_set():
             try:
                 item = self._queue.get(timeout=0.5)
@@ -337,13 +338,14 @@ class ShardCache:
 
 
 _live: weakref.WeakSet[ShardCache] = weakref.WeakSet()
+_background = threading.local()  # .cache: the cache whose prefetch thread this is
 
 
 @atexit.register
 def _close_all() -> None:
     for cache in list(_live):
         if cache._pid == os.getpid():
-            cache.close(timeout=2.0)
+            cache.close(timeout=1.0)  # a download stalled in a read cannot be interrupted: do not wait for it
 
 
 def window_size(shard_bytes: list[int], limit: int) -> int:

@@ -196,7 +196,7 @@ def test_processes_sharing_a_cache_download_a_shard_once(tmp_path):
     is downloading waits for it (a file lock per shard) instead of downloading it again."""
     import multiprocessing
 
-    shard = _shard(tmp_path, "big", 24_000_000)
+    shard = _shard(tmp_path, "big", 8_000_000)
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(3), context.Queue()
     workers = [context.Process(target=_fetch_in_process, args=(str(tmp_path / "cache"), shard, barrier, results))

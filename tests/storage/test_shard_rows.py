@@ -142,7 +142,10 @@ def test_closing_a_shard_under_a_gather_on_another_thread_never_reads_another_fi
     thread = threading.Thread(target=gather)
     thread.start()
     started.wait()
-    time.sleep(0.02)
+    deadline = time.monotonic() + 30
+    while not shard._users and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)  # until the gather is in flight
+    assert thread.is_alive(), "the gather ended before the test could close the shard under it"
     shard.close()  # as the cap would
     for _ in range(4):  # files opened meanwhile take the lowest free descriptor numbers
         others.append(PreadShard(str(tmp_path / "other.arrow"), COLUMNS))
