@@ -353,25 +353,3 @@ def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(
     assert not missing, f"validation copies evicted: {sorted(set(missing))}"
     assert 0 < peak[0] <= limit + val_bytes, (peak[0], limit + val_bytes)
     assert train.windows.downloads > len(train.paths)
-
-
-def test_beam_s3_calls_share_one_boto3_client_per_options(s3):
-    """Beam builds a new S3IO, hence a boto3 client (~0.3 s), for every filesystem call; our Beam
-    layer makes them share one client per set of options and process, each call keeping its own
-    download state (pipeline/beam/s3_clients.py)."""
-    from apache_beam.io.aws import s3io
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import pipeline.beam  # noqa: F401 - installs the sharing, as the job and its workers do
-
-    endpoint, _ = s3
-    options = PipelineOptions(_flags(endpoint))
-    first, second = s3io.S3IO(options=options), s3io.S3IO(options=options)
-    assert first.client.client is second.client.client and first.client is not second.client
-    assert first.client._download_stream is None and second.client._download_pos == 0
-    other = s3io.S3IO(options=PipelineOptions([*_flags(endpoint), "--s3_region_name", "eu-west-1"]))
-    assert other.client.client is not first.client.client
-    assert second.exists(f"s3://{BUCKET}/books/{SMALL_BOOKS[0]}")  # the shared client works
-    with second.open(f"s3://{BUCKET}/books/{SMALL_BOOKS[0]}") as one, first.open(
-            f"s3://{BUCKET}/books/{SMALL_BOOKS[1]}") as two:  # two reads at once keep apart
-        assert one.read(100) != two.read(100)
