@@ -12,15 +12,21 @@ their DataLoader workers): `flock` locks on small lock files and on the cached c
 A forked child (a DataLoader worker) inherits the descriptors, and a `flock` lock lives as long as
 any descriptor of its open file does: every descriptor opened here is closed in a forked child at
 once, so a child never holds a lock of its parent past the parent's release.
+
+Where there is no `fcntl` (Windows) the locks are no-ops: one process per cache folder.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import threading
 import weakref
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no locks, one process per cache folder
+    fcntl = None
 
 _open: weakref.WeakSet[FileLock] = weakref.WeakSet()
 _registry_lock = threading.Lock()
@@ -39,7 +45,8 @@ class FileLock:
         self._fd = -1
         self._fd = os.open(path, flags, 0o644)
         try:
-            fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
+            if fcntl is not None:
+                fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB))
         except BaseException:
             os.close(self._fd)
             self._fd = -1
