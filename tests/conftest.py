@@ -104,6 +104,24 @@ def dynamic_full(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def moto_endpoint() -> str:
+    """moto's S3 server over HTTP on localhost (no network), one per test session: its endpoint URL.
+    Clients need `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (any value) and this endpoint."""
+    pytest.importorskip("boto3")
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
 def binomial_tolerance(p: float, n: int, z: float = 5.0) -> float:
     """z standard deviations of a proportion estimated from n Bernoulli(p) trials."""
     return z * float(np.sqrt(p * (1 - p) / n))

@@ -10,5 +10,7 @@ hold_back_import_noise()
 from pipeline.beam.s3_clients import reuse_s3_clients  # noqa: E402 - after the import noise is held back
 
 # Here, so that every process that runs our Beam code (launcher and workers, which import this
-# package to unpickle the DoFns) shares boto3 clients; a no-op without Beam's AWS support.
+# package to unpickle the DoFns) shares boto3 clients. A side effect on Beam's S3 wrapper, made
+# safe there: only a reviewed constructor is wrapped, and a client is reused only for exactly the
+# configuration it was built from; a no-op without Beam's AWS support.
 reuse_s3_clients()

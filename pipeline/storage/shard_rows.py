@@ -16,6 +16,7 @@ file position known from the record batch layout. Two readers with one interface
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,11 +59,14 @@ class ShardLayout:
 
 
 @kernel()
-def _pread_rows(fd, rows, dest, batch_starts, batch_positions, row_bytes, out_addresses):  # pragma: no cover - jitted
-    """Copy row rows[k] of every column c to row dest[k] of out c; -1 when done, else the failing k."""
-    for c in range(row_bytes.size):
+def _pread_rows(fd, rows, dest, batch_starts, batch_positions, row_bytes, out_addresses, first):  # pragma: no cover
+    """Copy row rows[k] of every column c to row dest[k] of out c, from the flat position `first`
+    (c * rows.size + k) on; -1 when done, else the flat position of the first row not copied (a
+    pread that failed or returned short: the caller retries it in Python, which names the error)."""
+    n = rows.size
+    for c in range(first // n if n else row_bytes.size, row_bytes.size):
         size = row_bytes[c]
-        for k in range(rows.size):
+        for k in range(first - c * n if c * n < first else 0, n):
             r = rows[k]
             b = np.searchsorted(batch_starts, r, side="right") - 1
             position = batch_positions[c, b] + (r - batch_starts[b]) * size
@@ -71,7 +75,7 @@ def _pread_rows(fd, rows, dest, batch_starts, batch_positions, row_bytes, out_ad
             while done < size:  # a regular file returns all bytes but at its end; loop for the letter of pread
                 got = _pread(np.int32(fd), address + np.uint64(done), np.uint64(size - done), position + done)
                 if got <= 0:
-                    return k
+                    return c * n + k
                 done += got
     return -1
 
@@ -145,7 +149,12 @@ def read_layout(path: str, columns: list[Column]) -> ShardLayout:
 
 
 class PreadShard:
-    """A shard read row by row with pread (see the module docstring)."""
+    """A shard read row by row with pread (see the module docstring).
+
+    Thread-safe: the jitted gather runs without the GIL, so `close` (e.g. by the open-file cap on
+    another thread) never closes the descriptor under a gather in flight (the number could be reused
+    at once by another file); the last gather to leave closes it.
+    """
 
     def __init__(self, path: str, columns: list[Column], layout: ShardLayout | None = None) -> None:
         """`layout`: one read before from the same file (reopening then costs one `open`)."""
@@ -153,36 +162,101 @@ class PreadShard:
         self.layout = layout or read_layout(path, columns)
         self.starts, self.positions, self.row_bytes = self.layout.starts, self.layout.positions, self.layout.row_bytes
         self.dtypes = self.layout.dtypes
+        self._lock = threading.Lock()
+        self._users = 0  # gathers in flight
+        self._closing = False
         self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     @property
     def rows(self) -> int:
         return int(self.starts[-1])
 
-    def gather(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
-        """Row rows[k] of column c into outs[c][dest[k]]; outs must be C-contiguous, of this shard's dtypes."""
+    def _check(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
+        if len(outs) != len(self.row_bytes):
+            raise ValueError(f"{len(outs)} output arrays for the {len(self.row_bytes)} columns of {self.path}")
+        if rows.shape != dest.shape or rows.ndim != 1:
+            raise ValueError(f"rows {rows.shape} and dest {dest.shape} must be 1-D and of one length")
         for out, dtype, size in zip(outs, self.dtypes, self.row_bytes):
-            if not out.flags.c_contiguous or out.dtype != dtype or (out.size and out.nbytes // out.shape[0] != size):
-                raise ValueError(f"output array {out.dtype}{out.shape} does not take rows of {size} bytes of {dtype}")
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        dest = np.ascontiguousarray(dest, dtype=np.int64)
+            if (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable
+                    or out.ndim not in (1, 2) or out.dtype != dtype or out.itemsize * (out[0].size if out.ndim == 2
+                                                                                       else 1) != size):
+                raise ValueError(f"output array {getattr(out, 'dtype', type(out))}{getattr(out, 'shape', '')} does not "
+                                 f"take rows of {size} bytes of {dtype} (C-contiguous, writeable)")
         if rows.size and (rows.min() < 0 or rows.max() >= self.rows):
             raise IndexError(f"row {rows.max() if rows.max() >= self.rows else rows.min()} is outside "
                              f"{self.path} ({self.rows} rows)")
-        addresses = np.asarray([out.ctypes.data for out in outs], dtype=np.uint64)
-        failed = _pread_rows(self._fd, rows, dest, self.starts, self.positions, self.row_bytes, addresses)
-        if failed >= 0:
-            raise ShardReadError(f"{self.path}: could not read row {int(rows[failed])} (the file is shorter than "
-                                 "its record batches say: truncated or replaced while open?)")
+        room = min(out.shape[0] for out in outs) if outs else 0
+        if dest.size and (dest.min() < 0 or dest.max() >= room):
+            raise IndexError(f"destination row {dest.max() if dest.max() >= room else dest.min()} is outside the "
+                             f"output arrays ({room} rows)")
 
-    def close(self) -> None:
+    def gather(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
+        """Row rows[k] of column c into outs[c][dest[k]].
+
+        Args:
+            rows: int, shape (K,): rows of this shard, each in [0, self.rows).
+            dest: int, shape (K,): rows of the outputs, each in [0, len(out)) for every out.
+            outs: one C-contiguous, writeable array per column, of this shard's dtypes: (N, L) for
+                a fixed_size_list<L> column, (N,) for a scalar one.
+
+        Raises:
+            ValueError: wrong number, shape, dtype or layout of output arrays.
+            IndexError: a row outside the shard, or a destination outside the outputs.
+            ShardReadError: the file cannot be read (truncated or replaced while open, an I/O error).
+        """
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        dest = np.ascontiguousarray(dest, dtype=np.int64)
+        self._check(rows, dest, outs)
+        with self._lock:
+            if self._fd < 0 or self._closing:
+                raise ShardReadError(f"{self.path}: the shard was closed")
+            self._users += 1
+        try:
+            self._gather(rows, dest, outs)
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._closing and not self._users:
+                    self._close_now()
+
+    def _gather(self, rows: np.ndarray, dest: np.ndarray, outs: list[np.ndarray]) -> None:
+        addresses = np.asarray([out.ctypes.data for out in outs], dtype=np.uint64)
+        at = 0
+        while True:
+            at = _pread_rows(self._fd, rows, dest, self.starts, self.positions, self.row_bytes, addresses, at)
+            if at < 0:
+                return
+            # One row the kernel could not copy: read it again here, where os.pread retries EINTR (PEP 475)
+            # and a real error is an OSError naming it; then the kernel goes on from the next row.
+            c, k = divmod(int(at), rows.size)
+            r, size = int(rows[k]), int(self.row_bytes[c])
+            b = int(np.searchsorted(self.starts, r, side="right")) - 1
+            position = int(self.positions[c, b]) + (r - int(self.starts[b])) * size
+            try:
+                data = os.pread(self._fd, size, position)
+            except OSError as error:
+                raise ShardReadError(f"{self.path}: could not read row {r}: {error}") from error
+            if len(data) != size:
+                raise ShardReadError(f"{self.path}: could not read row {r} (the file is shorter than its record "
+                                     "batches say: truncated or replaced while open?)")
+            outs[c].reshape(outs[c].shape[0], -1).view(np.uint8)[dest[k]] = np.frombuffer(data, np.uint8)
+            at += 1
+
+    def _close_now(self) -> None:
         if self._fd >= 0:  # in a forked process, its own copy of the descriptor
             os.close(self._fd)
         self._fd = -1
 
+    def close(self) -> None:
+        """Close the file now, or (a gather in flight on another thread) when the last gather leaves."""
+        with self._lock:
+            self._closing = True
+            if not self._users:
+                self._close_now()
+
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0:
-            self.close()
+            self._close_now()
 
 
 def open_shard(path: str, columns: list[Column], read_mode: str = DEFAULT_READ_MODE,

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 from pipeline.consumers.inspection import read_split_rows
 from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.consumers.outputs import load_manifest, masking_rule
+from pipeline.storage.shard_cache import ShardCacheError
 from pipeline.storage.shard_rows import READ_MODES
 from schemas import manifest as m
 from schemas.shard import IGNORE_INDEX
@@ -82,9 +83,9 @@ def test_pread_reads_rows_without_mapping_the_shards(outputs, read_mode):
 def test_open_shard_files_are_bounded_and_reopened_on_use(outputs, read_mode, monkeypatch):
     """An output of thousands of shards must not hold a file open per shard in every worker (the
     usual limit is 1,024): past MAX_OPEN_SHARDS the least recently used are closed and reopened."""
-    import pipeline.consumers.loader as loader
+    from pipeline.consumers.loading import open_shards
 
-    monkeypatch.setattr(loader, "MAX_OPEN_SHARDS", 2)
+    monkeypatch.setattr(open_shards, "MAX_OPEN_SHARDS", 2)
     ds = MlmShardDataset(str(outputs / "static"), read_mode=read_mode)
     assert len(ds.paths) == 3
     shards = {os.path.realpath(path) for path in ds.paths}
@@ -367,3 +368,186 @@ def test_compact_batches_widen_to_the_same_int64_values(outputs):
     for key in plain:
         assert widened[key].dtype == torch.int64 and torch.equal(widened[key], plain[key])
         assert torch.equal(compact[key].long(), plain[key])
+
+
+# -- epochs without set_epoch, padding by windows (issue 23.10) ------------------------------------
+
+
+def test_a_second_iteration_without_set_epoch_starts_the_next_epoch():
+    """A plain epoch loop that never calls set_epoch: the second pass used to yield nothing (counted
+    to the end) or epoch 0 again (uncounted), while len() said a full share."""
+    fresh = ResumableSampler(10, seed=1)
+    fresh.set_epoch(1)
+    epoch1 = list(fresh)
+    plain = ResumableSampler(10, seed=1)
+    first = list(plain)
+    assert len(plain) == 10
+    assert list(plain) == epoch1 and plain.epoch == 1
+    counted = ResumableSampler(10, seed=1, world_size=3, rank=2)
+    assert _consume(counted, 2, 2) == list(ResumableSampler(10, seed=1, world_size=3, rank=2))  # all 4
+    assert len(counted) == 4  # the next iteration's: epoch 1, whole
+    again = list(counted)
+    assert len(again) == 4 and counted.epoch == 1 and sorted(first) == list(range(10))
+    looped = ResumableSampler(10, seed=1, world_size=3, rank=2)
+    _consume(looped, 2, 2)
+    looped.set_epoch(1)  # a loop that does call set_epoch gets the same
+    assert len(looped) == 4 and list(looped) == again
+
+
+@pytest.mark.parametrize("world", [3, 7])  # 120 rows: 3 divides, 7 pads one row on six ranks
+def test_padding_never_reenters_a_finished_window(world):
+    """When the world size does not divide n, the padding wrapped to the stream's start: the rank
+    that got it re-entered window 0 at the epoch's end (downloading two finished windows again) and
+    announced window 1 as upcoming, dropping the next epoch's prefetched first window."""
+    offsets = np.cumsum([0, *SHARD_ROWS])
+    shard_of = np.searchsorted(offsets, np.arange(sum(SHARD_ROWS)), side="right") - 1
+    seen = set()
+    for rank in range(world):
+        calls = []
+        sampler = ResumableSampler(120, seed=4, rank=rank, world_size=world, shard_rows=SHARD_ROWS, window_shards=2,
+                                   on_window=lambda current, upcoming, behind, calls=calls: calls.append((current, upcoming)))
+        got = list(sampler)
+        plan = sampler.windows(0)
+        assert len(got) == len(sampler) == -(-120 // world)
+        assert [c[0] for c in calls] == plan, f"rank {rank} entered {[c[0] for c in calls]}"
+        assert calls[-1][1] == sampler.windows(1)[0]
+        assert set(shard_of[got[-1]].flatten()) <= set(plan[-1])  # a pad is a row of the last window
+        seen.update(got)
+    assert seen == set(range(120))
+
+
+# -- manifest numbers checked against the files before anything is sized by them (issue 26.7) ------
+
+
+def _crafted(outputs, tmp_path, change) -> str:
+    """The dynamic output with its manifest changed by `change` (shards linked, not copied)."""
+    import json
+
+    folder = tmp_path / "crafted"
+    folder.mkdir()
+    manifest = json.loads((outputs / "dynamic" / m.MANIFEST_FILE).read_text())
+    change(manifest)
+    (folder / m.MANIFEST_FILE).write_text(json.dumps(manifest))
+    for split in m.SPLITS:
+        (folder / split).symlink_to(outputs / "dynamic" / split)
+    return str(folder)
+
+
+@pytest.mark.parametrize("rows, match", [(5_000_000_000, "room for at most"), (5e9, "non-negative integer"),
+                                         (-1, "non-negative integer"), ("12", "non-negative integer")])
+def test_manifest_rows_that_the_files_cannot_hold_are_refused_at_open(outputs, tmp_path, rows, match):
+    """`rows: 5e9` in one shard made the sampler's permutation ask for 37 GiB before any check."""
+    import tracemalloc
+
+    from pipeline.consumers.loading.split_files import ManifestMismatch
+
+    def change(manifest):
+        manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS][1][m.KEY_ROWS] = rows
+
+    folder = _crafted(outputs, tmp_path, change)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestMismatch, match=match):
+            MlmShardDataset(folder)
+        assert tracemalloc.get_traced_memory()[1] < 50_000_000
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(ValueError, match="integer >= 1"):
+        ResumableSampler(5e9, seed=0)
+    with pytest.raises(ValueError, match="rows of a shard"):
+        ResumableSampler(3, seed=0, shard_rows=[1.5, 1.5], window_shards=1)
+
+
+def test_manifest_rows_within_the_bound_are_checked_exactly_when_a_shard_opens(outputs, tmp_path):
+    def change(manifest):
+        manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS][0][m.KEY_ROWS] -= 1
+
+    ds = MlmShardDataset(_crafted(outputs, tmp_path, change))
+    with pytest.raises(ValueError, match="rows, the manifest says"):
+        ds.__getitems__([0])
+
+
+# -- the same batches from s3:// through the cache, over ranks, workers and epochs -----------------
+
+BUCKET = "maskbeam-loader"
+
+
+@pytest.fixture(scope="module")
+def on_s3(outputs, moto_endpoint):
+    """The dynamic output on moto's S3 server (tests/conftest.py), read through s3fs."""
+    import boto3
+
+    patch = pytest.MonkeyPatch()
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": moto_endpoint}.items():
+        patch.setenv(key, value)
+    client = boto3.client("s3", endpoint_url=moto_endpoint)
+    client.create_bucket(Bucket=BUCKET)
+    for path in sorted((outputs / "dynamic").rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), BUCKET, f"dynamic/{path.relative_to(outputs / 'dynamic').as_posix()}")
+    yield f"s3://{BUCKET}/dynamic", client
+    patch.undo()
+
+
+def _epochs(ds, world: int, workers: int, epochs: int = 2) -> list[list[dict]]:
+    """Each rank's batches over `epochs` epochs of a loop that never calls set_epoch."""
+    from pipeline.consumers.loader import ResumableLoader
+
+    per_rank = []
+    for rank in range(world):
+        sampler = ResumableSampler(len(ds), seed=6, rank=rank, world_size=world, tag_epoch=True)
+        loader = ResumableLoader(ds, sampler=sampler, batch_size=16, collate_fn=MlmCollator(compact=True),
+                                 num_workers=workers, persistent_workers=workers > 0)
+        batches = []
+        for _ in range(epochs):
+            assert len(loader) > 0
+            epoch = [dict(batch) for batch in loader]
+            assert len(epoch) == len(loader)
+            batches.append(epoch)
+        per_rank.append(batches)
+    return per_rank
+
+
+@pytest.mark.parametrize("world, workers", [(2, 0), (1, 2)], ids=["2-ranks-0-workers", "1-rank-2-persistent-workers"])
+def test_s3_through_the_cache_gives_the_local_batches_over_epochs(outputs, on_s3, tmp_path, world, workers):
+    url, _ = on_s3
+    cache = tmp_path / "cache"
+    local = MlmShardDataset(str(outputs / "dynamic"))
+    remote = [MlmShardDataset(url, cache_dir=str(cache)) for _ in range(world)]  # ranks of one node, one cache
+    assert sum(ds.cache.downloads for ds in remote) == len(local.paths)  # the second rank found them cached
+    want, got = _epochs(local, world, workers), [_epochs(ds, world, workers)[rank] for rank, ds in enumerate(remote)]
+    for rank in range(world):
+        for epoch in range(2):
+            assert len(got[rank][epoch]) == len(want[rank][epoch])
+            for a, b in zip(got[rank][epoch], want[rank][epoch]):
+                assert all(torch.equal(a[key], b[key]) for key in b)
+    for epoch in range(2):  # each epoch whole on every rank (the second used to be empty)
+        rows = sum(b["input_ids"].shape[0] for rank in range(world) for b in got[rank][epoch])
+        assert rows == world * -(-len(local) // world)
+    first = torch.cat([b["labels"] for b in got[0][0]])
+    second = torch.cat([b["labels"] for b in got[0][1]])
+    assert not torch.equal(first, second)
+    for ds in remote:
+        ds.close()
+    assert not [p for p in cache.rglob("*") if ".partial-" in p.name]
+
+
+def test_a_crafted_sha256_on_s3_reads_nothing_outside_the_cache(on_s3, tmp_path):
+    import json
+
+    url, client = on_s3
+    manifest = json.loads(client.get_object(Bucket=BUCKET, Key=f"dynamic/{m.MANIFEST_FILE}")["Body"].read())
+    manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_SHARDS][0][m.KEY_SHA256] = "../../victim/planted"
+    for key in [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET, Prefix="dynamic/")["Contents"]]:
+        if not key.endswith(m.MANIFEST_FILE):
+            client.copy_object(Bucket=BUCKET, Key="crafted/" + key.split("/", 1)[1],
+                               CopySource={"Bucket": BUCKET, "Key": key})
+    client.put_object(Bucket=BUCKET, Key=f"crafted/{m.MANIFEST_FILE}", Body=json.dumps(manifest).encode())
+    cache = tmp_path / "c" / "a" / "b"
+    cache.mkdir(parents=True)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "planted.arrow").write_bytes(b"planted")
+    with pytest.raises(ShardCacheError, match="64 lowercase hex digits"):
+        MlmShardDataset(f"s3://{BUCKET}/crafted", cache_dir=str(cache))
+    assert [p.name for p in (tmp_path / "victim").iterdir()] == ["planted.arrow"]

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,21 +22,10 @@ BUCKET = "maskbeam-test"
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3(small_books):
+def s3(small_books, moto_endpoint):
     boto3 = pytest.importorskip("boto3")
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = moto_endpoint
     patch = pytest.MonkeyPatch()
     for key, value in {**KEYS, "AWS_ENDPOINT_URL": endpoint}.items():  # s3fs and boto3 read these
         patch.setenv(key, value)
@@ -47,7 +35,6 @@ def s3(small_books):
         client.upload_file(str(book), BUCKET, f"books/{book.name}")
     yield endpoint, client
     patch.undo()
-    server.stop()
 
 
 def _flags(endpoint: str) -> list[str]:
@@ -366,25 +353,3 @@ def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(
     assert not missing, f"validation copies evicted: {sorted(set(missing))}"
     assert 0 < peak[0] <= limit + val_bytes, (peak[0], limit + val_bytes)
     assert train.windows.downloads > len(train.paths)
-
-
-def test_beam_s3_calls_share_one_boto3_client_per_options(s3):
-    """Beam builds a new S3IO, hence a boto3 client (~0.3 s), for every filesystem call; our Beam
-    layer makes them share one client per set of options and process, each call keeping its own
-    download state (pipeline/beam/s3_clients.py)."""
-    from apache_beam.io.aws import s3io
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    import pipeline.beam  # noqa: F401 - installs the sharing, as the job and its workers do
-
-    endpoint, _ = s3
-    options = PipelineOptions(_flags(endpoint))
-    first, second = s3io.S3IO(options=options), s3io.S3IO(options=options)
-    assert first.client.client is second.client.client and first.client is not second.client
-    assert first.client._download_stream is None and second.client._download_pos == 0
-    other = s3io.S3IO(options=PipelineOptions([*_flags(endpoint), "--s3_region_name", "eu-west-1"]))
-    assert other.client.client is not first.client.client
-    assert second.exists(f"s3://{BUCKET}/books/{SMALL_BOOKS[0]}")  # the shared client works
-    with second.open(f"s3://{BUCKET}/books/{SMALL_BOOKS[0]}") as one, first.open(
-            f"s3://{BUCKET}/books/{SMALL_BOOKS[1]}") as two:  # two reads at once keep apart
-        assert one.read(100) != two.read(100)

@@ -90,3 +90,70 @@ def test_unknown_read_mode_is_refused(tmp_path):
     _write_shard(tmp_path / "s.arrow", [3])
     with pytest.raises(ValueError, match="read_mode must be one of pread, mmap"):
         open_shard(str(tmp_path / "s.arrow"), COLUMNS, "direct")
+
+
+def _outs(n: int) -> list[np.ndarray]:
+    return [np.zeros((n, WIDTH), np.int16), np.zeros((n, WIDTH), np.int8), np.zeros(n, np.uint64)]
+
+
+def test_pread_refuses_destinations_outside_the_outputs_and_a_wrong_number_of_them(tmp_path):
+    """A destination past the outputs used to be written past the buffer (here: into the rows after
+    a view), and fewer output arrays than columns sent pread to an address read past the list."""
+    _write_shard(tmp_path / "s.arrow", [5])
+    shard = PreadShard(str(tmp_path / "s.arrow"), COLUMNS)
+    backing = _outs(8)
+    views = [array[:4] for array in backing]  # C-contiguous views of 4 rows: row 4 is backing's
+    with pytest.raises(IndexError, match="destination row 4 is outside the output arrays"):
+        shard.gather(np.array([1]), np.array([4]), views)
+    with pytest.raises(IndexError, match="destination row -1"):
+        shard.gather(np.array([1]), np.array([-1]), views)
+    assert not any(array[4:].any() for array in backing)
+    with pytest.raises(ValueError, match="2 output arrays for the 3 columns"):
+        shard.gather(np.array([0]), np.array([0]), views[:2])
+    with pytest.raises(ValueError, match="one length"):
+        shard.gather(np.array([0, 1]), np.array([0]), views)
+    read_only = _outs(4)
+    read_only[0].flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        shard.gather(np.array([0]), np.array([0]), read_only)
+
+
+def test_closing_a_shard_under_a_gather_on_another_thread_never_reads_another_file(tmp_path):
+    """The open-file cap closes the least recently used shard, possibly while another thread's
+    gather runs in the jitted kernel without the GIL. Closing at once freed the descriptor number,
+    the next open took it, and the rest of the gather read the other file's bytes."""
+    import threading
+    import time
+
+    stored = _write_shard(tmp_path / "s.arrow", [5000], seed=1)
+    _write_shard(tmp_path / "other.arrow", [5000], seed=2)
+    shard = PreadShard(str(tmp_path / "s.arrow"), COLUMNS)
+    rows = np.tile(np.arange(5000), 60)  # 300,000 rows x 3 columns: long enough to close under it
+    outs, errors, others = _outs(rows.size), [], []
+    started = threading.Event()
+
+    def gather() -> None:
+        started.set()
+        try:
+            shard.gather(rows, np.arange(rows.size), outs)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=gather)
+    thread.start()
+    started.wait()
+    deadline = time.monotonic() + 30
+    while not shard._users and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)  # until the gather is in flight
+    assert thread.is_alive(), "the gather ended before the test could close the shard under it"
+    shard.close()  # as the cap would
+    for _ in range(4):  # files opened meanwhile take the lowest free descriptor numbers
+        others.append(PreadShard(str(tmp_path / "other.arrow"), COLUMNS))
+    thread.join()
+    assert not errors, errors
+    for out, name in zip(outs, ["input_ids", "attention_mask", "mask_seed"]):
+        np.testing.assert_array_equal(out, stored[name][rows])
+    with pytest.raises(ShardReadError, match="closed"):
+        shard.gather(np.array([0]), np.array([0]), _outs(1))
+    for other in others:
+        other.close()
