@@ -181,6 +181,11 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else _EMPTY
 
 
+def nonzero_lengths(lengths: np.ndarray | None) -> np.ndarray | None:
+    """Sentence lengths without the sentences that hold no token (whitespace between two ends)."""
+    return lengths if lengths is None or lengths.all() else lengths[lengths > 0]
+
+
 def tokenize_text(tokenizer: AnyTokenizer, text: str) -> np.ndarray:
     """Content ids of one whole document (no specials), int32, shape (n,): those of
     `encode(text, add_special_tokens=False)` of the real tokenizer."""
@@ -192,7 +197,7 @@ def tokenize_sentences(tokenizer: AnyTokenizer, text: str) -> tuple[np.ndarray, 
     encoder = DocumentEncoder(tokenizer, sentences=True)
     ids, lengths = encoder.feed(text)
     last_ids, last_lengths = encoder.finish()
-    return np.concatenate([ids, last_ids]), np.concatenate([lengths, last_lengths]).astype(np.int32)
+    return np.concatenate([ids, last_ids]), nonzero_lengths(np.concatenate([lengths, last_lengths]).astype(np.int32))
 
 
 class DocumentEncoder:
