@@ -52,7 +52,7 @@ def pairs(spec):
 
 
 @pytest.mark.parametrize("name", ["bert", "roberta", "gpt2", "llama3"])
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(min_value=0, max_value=25_000), max_size=30), backend=st.sampled_from([0, 1]))
 def test_pieces_cut_anywhere_give_the_whole_documents_ids_and_sentences(pairs, name, cuts, backend):
