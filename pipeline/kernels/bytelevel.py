@@ -41,137 +41,140 @@ MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(
 CACHE_WORD_BYTES = 24
 CACHE_IDS = 12  # a count, then up to 11 ids
 CACHE_SLOTS = 1 << 17
-INVALID_UTF8 = -1
 _HIGH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)
 
 
-@kernel()
-def _decode(text, cps, offsets):
-    """Code points of UTF-8 `text` into cps, their byte offsets into offsets (n + 1 entries used);
-    returns the count, or INVALID_UTF8."""
-    n = text.shape[0]
-    i = 0
-    k = 0
+@kernel(inline="always")
+def _char(text, i, n):
+    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
+    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
+            | (np.int64(text[i + 3]) & 0x3F)), 4
+
+
+@kernel(inline="always")
+def _run(text, i, n, classes, kind):
+    """(end, chars, start of the last char) of the run of class `kind` starting at byte i."""
+    chars = 0
+    last = i
     while i < n:
-        b0 = np.int64(text[i])
-        offsets[k] = i
-        if b0 < 0x80:
-            cps[k] = b0
+        b = text[i]
+        if b < 0x80:
+            if classes[b] != kind:
+                break
+            last = i
             i += 1
-        elif 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
-            cps[k] = ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F)
-            i += 2
-        elif 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
-            cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
-            if cp < 0x800 or 0xD800 <= cp < 0xE000:
-                return INVALID_UTF8
-            cps[k] = cp
-            i += 3
-        elif (0xF0 <= b0 < 0xF5 and i + 3 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80
-              and (text[i + 3] & 0xC0) == 0x80):
-            cp = (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12)
-                  | ((np.int64(text[i + 2]) & 0x3F) << 6) | (np.int64(text[i + 3]) & 0x3F))
-            if cp < 0x10000 or cp >= 0x110000:
-                return INVALID_UTF8
-            cps[k] = cp
-            i += 4
         else:
-            return INVALID_UTF8
-        k += 1
-    offsets[k] = n
-    return k
+            cp, width = _char(text, i, n)
+            if classes[cp] != kind:
+                break
+            last = i
+            i += width
+        chars += 1
+    return i, chars, last
 
 
-@kernel()
-def _run(cls, k, n, kind):
-    """End of the run of class `kind` starting at char k."""
-    while k < n and cls[k] == kind:
-        k += 1
-    return k
-
-
-@kernel()
-def _contraction(cps, k, n, fold, ignore_case):
-    """Length of the contraction ('s 't 're 've 'm 'll 'd) at char k, or 0."""
-    if cps[k] != 39 or k + 1 >= n:
+@kernel(inline="always")
+def _contraction(text, i, n, fold, ignore_case):
+    """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
+    if text[i] != 39 or i + 1 >= n:
         return 0
-    a = cps[k + 1]
+    a, wa = _char(text, i + 1, n)
     if ignore_case:
         a = fold[a] if a < fold.shape[0] else 0
     if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
-        return 2
-    if k + 2 >= n:
+        return 1 + wa
+    if i + 1 + wa >= n:
         return 0
-    b = cps[k + 2]
+    b, wb = _char(text, i + 1 + wa, n)
     if ignore_case:
         b = fold[b] if b < fold.shape[0] else 0
     if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
-        return 3
+        return 1 + wa + wb
     return 0
 
 
-@kernel()
-def _gpt2_end(cps, cls, k, n, fold):
-    """End (char index) of the GPT-2 regex match at char k (leftmost-first alternatives)."""
-    length = _contraction(cps, k, n, fold, False)
+@kernel(inline="always")
+def _gpt2_end(text, i, n, classes, fold):
+    """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
+    length = _contraction(text, i, n, fold, False)
     if length:
-        return k + length
-    c = cls[k]
-    if cps[k] == 32 and k + 1 < n and cls[k + 1] != SPACE:  # ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
-        return _run(cls, k + 1, n, cls[k + 1])
+        return i + length
+    cp, width = _char(text, i, n)
+    c = classes[cp]
+    if cp == 32 and i + 1 < n:  # ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
+        nxt, _ = _char(text, i + 1, n)
+        kind = classes[nxt]
+        if kind != SPACE:
+            return _run(text, i + 1, n, classes, kind)[0]
     if c != SPACE:
-        return _run(cls, k, n, c)
-    end = _run(cls, k, n, SPACE)
-    if end == n or end - k == 1:  # `\s+(?!\S)` to the end, or a single `\s+`
+        return _run(text, i, n, classes, c)[0]
+    end, chars, last = _run(text, i, n, classes, SPACE)
+    if end == n or chars == 1:  # `\s+(?!\S)` to the end, or a single `\s+`
         return end
-    return end - 1  # `\s+(?!\S)` backs off one so the last space joins the next word
+    return last  # `\s+(?!\S)` backs off one so the last space joins the next word
 
 
-@kernel()
-def _llama3_end(cps, cls, k, n, fold):
-    """End (char index) of the Llama-3 / cl100k regex match at char k."""
-    length = _contraction(cps, k, n, fold, True)
+@kernel(inline="always")
+def _llama3_end(text, i, n, classes, fold):
+    """End (byte) of the Llama-3 / cl100k regex match at byte i."""
+    length = _contraction(text, i, n, fold, True)
     if length:
-        return k + length
-    c = cls[k]
-    cp = cps[k]
+        return i + length
+    cp, width = _char(text, i, n)
+    c = classes[cp]
     if c == LETTER:  # `[^\r\n\p{L}\p{N}]?\p{L}+` without its optional first char
-        return _run(cls, k, n, LETTER)
-    if c != NUMBER and cp != 10 and cp != 13 and k + 1 < n and cls[k + 1] == LETTER:
-        return _run(cls, k + 1, n, LETTER)
+        return _run(text, i, n, classes, LETTER)[0]
+    if c != NUMBER and cp != 10 and cp != 13 and i + width < n:
+        nxt, _ = _char(text, i + width, n)
+        if classes[nxt] == LETTER:
+            return _run(text, i + width, n, classes, LETTER)[0]
     if c == NUMBER:  # `\p{N}{1,3}`
-        end = k + 1
-        while end < n and end < k + 3 and cls[end] == NUMBER:
-            end += 1
+        end = i + width
+        for _ in range(2):
+            if end >= n:
+                break
+            nxt, w = _char(text, end, n)
+            if classes[nxt] != NUMBER:
+                break
+            end += w
         return end
     start = -1
-    if cp == 32 and k + 1 < n and cls[k + 1] == OTHER:
-        start = k + 1
-    elif c == OTHER:
-        start = k
+    if cp == 32 and i + 1 < n:
+        nxt, _ = _char(text, i + 1, n)
+        if classes[nxt] == OTHER:
+            start = i + 1
+    if start < 0 and c == OTHER:
+        start = i
     if start >= 0:  # ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-        end = _run(cls, start, n, OTHER)
-        while end < n and (cps[end] == 10 or cps[end] == 13):
+        end = _run(text, start, n, classes, OTHER)[0]
+        while end < n and (text[end] == 10 or text[end] == 13):
             end += 1
         return end
-    end = _run(cls, k, n, SPACE)  # c is whitespace
+    end, chars, last = _run(text, i, n, classes, SPACE)  # c is whitespace
     last_newline = -1
-    for m in range(k, end):
-        if cps[m] == 10 or cps[m] == 13:
+    for m in range(i, end):
+        if text[m] == 10 or text[m] == 13:
             last_newline = m
     if last_newline >= 0:  # `\s*[\r\n]+`
         return last_newline + 1
-    if end == n or end - k == 1:
+    if end == n or chars == 1:
         return end
-    return end - 1
+    return last
 
 
-@kernel()
+@kernel(inline="always")
 def _hash_step(h, byte):
     return (h ^ np.uint64(byte)) * FNV_PRIME
 
 
-@kernel()
+@kernel(inline="always")
 def _lookup_bytes(h, text, start, stop, blob, starts, lengths, ids, slots):
     """The id of text[start:stop] (FNV hash h) in a ByteTable, or -1."""
     mask = slots.shape[0] - 1
@@ -192,7 +195,7 @@ def _lookup_bytes(h, text, start, stop, blob, starts, lengths, ids, slots):
     return -1
 
 
-@kernel()
+@kernel(inline="always")
 def _merge_lookup(a, b, keys, values):
     """(rank, new id) of merging ids a and b, or (-1, -1)."""
     key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
@@ -245,24 +248,24 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_o
 
 
 @kernel()
-def _encode_kernel(text, cps, offsets, n_chars, cls, fold, pattern, ignore_merges, initial, merge_keys,
+def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_keys,
                    merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key,
                    cache_keys, cache_words, cache_ids, out, fallback):
-    """Pre-tokenize and BPE the decoded text; returns (n_out, n_fallback). fallback[k] = (byte start,
+    """Pre-tokenize and BPE valid UTF-8 text; returns (n_out, n_fallback). fallback[k] = (byte start,
     byte stop, position in out) of a word left to the real model."""
     cache_mask = cache_keys.shape[0] - 1
     symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     n_out = 0
     n_fallback = 0
-    k = 0
-    while k < n_chars:
+    size = text.shape[0]
+    position = 0
+    while position < size:
         if pattern == GPT2:
-            end = _gpt2_end(cps, cls, k, n_chars, fold)
+            stop = _gpt2_end(text, position, size, classes, fold)
         else:
-            end = _llama3_end(cps, cls, k, n_chars, fold)
-        start = offsets[k]
-        stop = offsets[end]
-        k = end
+            stop = _llama3_end(text, position, size, classes, fold)
+        start = position
+        position = stop
         n = stop - start
         h = FNV_OFFSET
         for q in range(start, stop):
@@ -290,6 +293,8 @@ def _encode_kernel(text, cps, offsets, n_chars, cls, fold, pattern, ignore_merge
         if n <= MAX_KERNEL_WORD:
             done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_out)
         if done < 0:
+            if n_fallback == fallback.shape[0]:
+                return n_out, -1
             fallback[n_fallback, 0] = start
             fallback[n_fallback, 1] = stop
             fallback[n_fallback, 2] = n_out
@@ -379,32 +384,31 @@ class ByteLevelCache:
                    ids=np.zeros((slots, CACHE_IDS), dtype=np.int32))
 
 
-def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Byte-level BPE of UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
+def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache) -> tuple[np.ndarray, np.ndarray]:
+    """Byte-level BPE of valid UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
 
     Args:
-        text: uint8, shape (n,): UTF-8 bytes of the (already prefixed) text.
+        text: uint8, shape (n,): valid UTF-8 (the caller checks: the kernel trusts every lead byte).
         tables: the tokenizer's tables.
         cache: tokenized words remembered between calls (updated in place; never changes the ids).
 
     Returns:
         (ids: int32 (m,), fallback: int64 (k, 3)): each fallback word's byte start and stop in
-        `text` and the position in `ids` where its ids belong; None when `text` is not valid UTF-8.
+        `text` and the position in `ids` where its ids belong.
     """
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
     text = np.ascontiguousarray(text)
-    cps = np.empty(text.shape[0] + 1, dtype=np.int32)
-    offsets = np.empty(text.shape[0] + 1, dtype=np.int64)
-    n_chars = _decode(text, cps, offsets)
-    if n_chars == INVALID_UTF8:
-        return None
-    cls = tables.classes[cps[:n_chars]]
     out = np.empty(text.shape[0] + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
-    fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)
+    fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
     n_out, n_fallback = _encode_kernel(
-        text, cps, offsets, n_chars, cls, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
+        text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
         tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
         tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
+    if n_fallback < 0:  # more fallback words than room: again with room for one per byte
+        fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)
+        n_out, n_fallback = _encode_kernel(
+            text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
+            tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
+            tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
     return out[:n_out], fallback[:n_fallback]

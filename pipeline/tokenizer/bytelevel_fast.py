@@ -238,11 +238,12 @@ class ByteLevelFastTokenizer:
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
         text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
-        result = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
-        if result is None:  # not UTF-8: the real tokenizer says what it makes of it
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
             encoding = self.tokenizer.encode(data.decode("utf-8", "surrogatepass"), add_special_tokens=False)
             return np.asarray(encoding.ids, dtype=np.int32)
-        ids, fallback = result
+        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
         if fallback.shape[0] == 0:
             return ids
         parts, previous = [], 0
