@@ -40,7 +40,7 @@ PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 CACHE_WORD_BYTES = 24
 CACHE_IDS = 12  # a count, then up to 11 ids
-CACHE_SLOTS = 1 << 17
+CACHE_SLOTS = 1 << 16
 _HIGH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)
 
 

@@ -233,16 +233,25 @@ class ByteLevelFastTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
-        return self.encode_bytes(text.encode("utf-8", "surrogatepass"))
+        try:
+            data = text.encode("utf-8")  # strict: a lone surrogate is not UTF-8
+        except UnicodeEncodeError:
+            return self._real(text)
+        return self._encode_valid(data)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
-        text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
         try:
-            text.decode("utf-8")
+            data.decode("utf-8")
         except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
-            encoding = self.tokenizer.encode(data.decode("utf-8", "surrogatepass"), add_special_tokens=False)
-            return np.asarray(encoding.ids, dtype=np.int32)
+            return self._real(data.decode("utf-8", "surrogatepass"))
+        return self._encode_valid(data)
+
+    def _real(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def _encode_valid(self, data: bytes) -> np.ndarray:
+        text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
         ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
         if fallback.shape[0] == 0:
             return ids
