@@ -65,18 +65,19 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
-_RULES: dict[int, tuple[Tokenizer, CutRule]] = {}
+def _state(component) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
 
 
 def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
-    """Where a tokenizer's text may be cut (its family's rule)."""
+    """Where a tokenizer's text may be cut (its family's rule), from its model type, pre-tokenizer
+    and normalizer (a few microseconds: not the whole JSON)."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    known = _RULES.get(id(tokenizer))
-    if known is None or known[0] is not tokenizer:
-        config = json.loads(tokenizer.to_str())
-        known = _RULES[id(tokenizer)] = (tokenizer, cut_rule(config))  # keeps it alive: ids stay unique
-    return known[1]
+    model = tokenizer.model
+    config = {"model": {"type": type(model).__name__, "byte_fallback": bool(getattr(model, "byte_fallback", False))},
+              "pre_tokenizer": _state(tokenizer.pre_tokenizer), "normalizer": _state(tokenizer.normalizer)}
+    return cut_rule(config)
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:
