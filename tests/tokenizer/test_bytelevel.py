@@ -86,7 +86,7 @@ def risky_text(draw) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=risky_text())
 def test_random_risky_strings_give_the_real_ids(name, text):
     assert_same(name, text)
