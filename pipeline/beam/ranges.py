@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.inputs.byte_ranges import exact_blocks
+from pipeline.beam.inputs.byte_ranges import READ_BLOCK_BYTES, exact_blocks
 from pipeline.beam.readers import WorkUnit
 from pipeline.beam.streams import UnitReader
 from pipeline.beam.units import (
@@ -34,12 +35,12 @@ from pipeline.beam.units import (
     new_row_stream,
     save_result,
     scan_unit,
-    tokenize_piece,
     tokenize_unit,
 )
 from pipeline.kernels.chunking import RowLayout
-from pipeline.kernels.text_stream import ByteRange, RawTextStats, clean_pieces, decoded_pieces
-from pipeline.tokenizer.encode import AnyTokenizer
+from pipeline.kernels.text_stream import ByteRange, GutenbergStripper, RawTextStats, decoded_pieces
+from pipeline.tokenizer.encode import AnyTokenizer, DocumentEncoder, first_resume_point, nonzero_lengths
+from pipeline.tokenizer.families import CutRule
 from schemas import manifest as m
 from schemas.options import PACKING_SENTENCES
 
@@ -101,19 +102,91 @@ def _range_file(temp_dir: str, task: RangeTask) -> str:
     return posixpath.join(temp_dir, f"{name}-range{task.index:05d}.ids")
 
 
+def _blocks_from(path: str, start: int) -> Iterator[bytes]:
+    """The input's bytes from `start` to its end."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.seek(start)
+        while True:
+            block = handle.read(READ_BLOCK_BYTES)
+            if not block:
+                return
+            yield block
+
+
+def _range_texts(task: RangeTask) -> Iterator[tuple[str, bool]]:
+    """The clean text from the range's start to the input's end, piece by piece, each with whether
+    it lies in the range: the range read as the unsplit run reads it, then what follows, read as the
+    next ranges read it (the stripper goes on where the range leaves it)."""
+    r = task.byte_range
+    stripper = GutenbergStripper(r.strip_state) if task.strip else None
+    own = decoded_pieces(exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(), task.piece_bytes,
+                         at_start=r.start == 0)
+    after = decoded_pieces(_blocks_from(task.unit.source, r.stop), RawTextStats(), task.piece_bytes,
+                           at_start=False)
+    for pieces, inside in ((own, True), (after, False)):
+        for piece in pieces:
+            text = "".join(stripper.feed(piece)) if stripper is not None else piece
+            if text:
+                yield text, inside
+    held = "".join(stripper.feed("", final=True)) if stripper is not None else ""
+    if held:  # an unfinished last line that might have been a marker line: the input's end
+        yield held, False
+
+
+def _owned_text(task: RangeTask, rule: CutRule) -> Iterator[str]:
+    """The text this range tokenizes: from the first resume point after its start to the first
+    resume point after its end (`encode.first_resume_point`: cuts where the tokenizer cuts and no
+    sentence end straddles), so every range starts and ends where the document can be cut. The
+    first range starts at the document's start; a range holding no resume point owns nothing."""
+    buffer = ""  # text not yet handed out: before the range's first resume point, and the lookahead
+    start_found = task.index == 0
+    stop_offset = -1  # where the range's end lies in `buffer`, once the range's own text has ended
+    for text, inside in _range_texts(task):
+        if inside and start_found:
+            yield text
+            continue
+        if not inside and stop_offset < 0:
+            stop_offset = len(buffer)
+        buffer += text
+        if not start_found:
+            found = first_resume_point(buffer, rule)
+            if found < 0:
+                continue
+            start_found = True
+            if stop_offset < 0:
+                yield buffer[found:]
+                buffer = ""
+                continue
+            if found > stop_offset:
+                return  # the first resume point lies beyond the range: the previous range takes it all
+            buffer, stop_offset = buffer[found:], stop_offset - found
+        end = first_resume_point(buffer, rule, stop_offset + 1)
+        if end >= 0:
+            yield buffer[:end]
+            return
+    if start_found and buffer:
+        yield buffer  # the input ended in the lookahead: the document's end is this range's
+
+
 def tokenize_range(task: RangeTask, tokenizer: AnyTokenizer, layout: RowLayout, config: PreprocessConfig,
                    temp_dir: str) -> RangeTokens:
-    """Clean and tokenize one range as the unsplit run cleans that part of the input."""
-    r = task.byte_range
-    pieces = clean_pieces(decoded_pieces(exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(),
-                                         task.piece_bytes, at_start=r.start == 0), task.strip, r.strip_state)
+    """Clean and tokenize one range as the unsplit run cleans that part of the input, cut where
+    the document can be cut (`_owned_text`); the sentence open at its end is left open (its ids
+    have no length) and the stitch joins it to the next range's first sentence."""
     sentences = config.packing == PACKING_SENTENCES
+    encoder = DocumentEncoder(tokenizer, sentences, open_sentence=task.index > 0)
     out = RangeTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)
-    handle = None  # opened at the first piece: an object store refuses an empty upload
+    handle = None  # opened at the first ids: an object store refuses an empty upload
     try:
-        for piece in pieces:
-            tokens, lengths = tokenize_piece(tokenizer, piece, sentences)
+        def results() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+            for text in _owned_text(task, encoder.rule):
+                yield encoder.feed(text)
+            yield encoder.finish(last_sentence=False)
+
+        for tokens, lengths in results():
             lengths = np.zeros(0, dtype=TOKEN_DTYPE) if lengths is None else lengths
+            if not tokens.shape[0] and not lengths.shape[0]:
+                continue
             if handle is None:
                 out.tokens_path = _range_file(temp_dir, task)
                 handle = FileSystems.create(out.tokens_path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -160,13 +233,24 @@ def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dty
     counts = result.counts
     writer = PartWriter(temp_dir, first.unit.source, layout, id_dtype, config)
     stream, key = new_row_stream(result.key, layout, id_dtype, config)
+    sentences = config.packing == PACKING_SENTENCES
+    open_ids = np.zeros(0, dtype=TOKEN_DTYPE)  # the sentence left open by the ranges so far
     try:
         for tokens in ranges:
             if not tokens.tokens_path:
-                continue  # a range of boilerplate or whitespace only
-            ids, lengths = _read_range(tokens.tokens_path, config.packing == PACKING_SENTENCES)
+                continue  # a range of boilerplate or whitespace only, or without a place to cut
+            ids, lengths = _read_range(tokens.tokens_path, sentences)
             counts[m.UNK_TOKENS] += tokens.unk_tokens
+            if sentences:
+                ids = np.concatenate([open_ids, ids])
+                lengths = lengths.copy()
+                if lengths.shape[0]:
+                    lengths[0] += open_ids.shape[0]
+                done = int(lengths.sum())
+                ids, open_ids, lengths = ids[:done], ids[done:], nonzero_lengths(lengths)
             writer.add(stream.add(ids, lengths), stream, key)
+        if open_ids.shape[0]:
+            writer.add(stream.add(open_ids, np.asarray([open_ids.shape[0]])), stream, key)
         finish_stream(stream, key, writer, counts)
     except BaseException:
         writer.abort()

@@ -18,7 +18,13 @@ from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan, input_ch
 from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
 from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
 from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
-from pipeline.tokenizer.encode import AnyTokenizer, tokenize_sentences, tokenize_text
+from pipeline.tokenizer.encode import (
+    AnyTokenizer,
+    DocumentEncoder,
+    nonzero_lengths,
+    tokenize_sentences,
+    tokenize_text,
+)
 from schemas import manifest as m
 from schemas.options import PACKING_CONCAT, PACKING_SENTENCES, VALIDATION_BY_DOCUMENT
 from schemas.shard import ROWS_PER_RECORD_BATCH, part_schema
@@ -365,12 +371,18 @@ def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, 
         if index and concat:  # [SEP] between documents: not a content token
             writer.add(stream.add(np.array([layout.sep_id], dtype=np.int32)), stream, key)
             counts[m.TOKENS] -= 1
+        # One encoder per document: a piece ends anywhere, so the encoder holds back what follows the
+        # piece's last safe cut (and the sentence in progress) and puts it before the next piece.
+        encoder = DocumentEncoder(tokenizer, sentences)
         for piece in pieces:
             if signature is not None:
                 signature.update(piece.encode("utf-8", "surrogatepass"))
-            tokens, lengths = tokenize_piece(tokenizer, piece, sentences)
+            tokens, lengths = encoder.feed(piece)
             counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
-            writer.add(stream.add(tokens, lengths), stream, key)
+            writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
+        tokens, lengths = encoder.finish()
+        counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
+        writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
         if not concat:
             finish_stream(stream, key, writer, counts)
     if concat:
@@ -378,7 +390,8 @@ def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, 
 
 
 def tokenize_piece(tokenizer: AnyTokenizer, piece: str, sentences: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Content ids of a piece of clean text, and with `sentences` the token count of each sentence."""
+    """Content ids of a whole document's clean text, and with `sentences` the token count of each
+    sentence (a document fed in pieces goes through `DocumentEncoder`)."""
     if sentences:
         return tokenize_sentences(tokenizer, piece)
     return tokenize_text(tokenizer, piece), None

@@ -48,3 +48,27 @@ def split_sentences(paragraph: str) -> Iterator[str]:
     rest = paragraph[start:].strip()
     if rest:
         yield rest
+
+
+def _word_before(text: str, end: int) -> str:
+    """The run of non-whitespace characters ending at text[end] (what `_WORD_BEFORE` finds), found
+    by scanning back from `end`: linear in the word, not in the text before it."""
+    start = end
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    return text[start:end]
+
+
+def sentence_breaks(text: str) -> Iterator[int]:
+    """Where sentences end in `text` (any length, paragraph breaks not considered): the position of
+    the whitespace after each sentence's last character, by the rules of `split_sentences`. A break
+    is found only once the character after its whitespace is in `text`."""
+    for match in _CANDIDATE.finditer(text):
+        end = match.start()
+        if text[end] == ".":
+            if end >= 2 and text[end - 2: end + 1] == "...":
+                continue
+            word = _word_before(text, end).lstrip("\"'(\u201c\u2018[").lower()
+            if word in ABBREVIATIONS or (len(word) == 1 and word.isalpha()) or _ACRONYM.match(word):
+                continue
+        yield end + len(match.group(0).rstrip())

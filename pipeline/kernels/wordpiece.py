@@ -354,12 +354,12 @@ class WordPieceTables:
         words: dict[bytes, int] = {}
         continuations: dict[bytes, int] = {}
         for token, token_id in vocab.items():
-            if not token.isascii() or not token:
-                continue  # never equal to a normalised ASCII word
-            if prefix and token.startswith(prefix) and len(token) > len(prefix):
-                continuations[token[len(prefix):].encode()] = token_id
-            else:
+            # A word start is looked up as itself and a continuation as prefix + piece (the prefix
+            # may be "" or non-ASCII): keys that are not ASCII never equal a normalised ASCII word.
+            if token.isascii() and token:
                 words[token.encode()] = token_id
+            if token.startswith(prefix) and len(token) > len(prefix) and token[len(prefix):].isascii():
+                continuations[token[len(prefix):].encode()] = token_id
         longest = max((len(k) for k in (*words, *continuations)), default=1)
         return cls(ByteTable.build(words), ByteTable.build(continuations), code_points, unk_id, max_chars, longest,
                    _ascii_letters(code_points))

@@ -1,27 +1,43 @@
-"""Tokenize documents in paragraph pieces: blank lines split paragraphs, long paragraphs are cut at
-whitespace, and pieces are encoded in batches of about a megabyte of text."""
+"""Tokenize documents exactly: the ids of a document are the real tokenizer's
+`encode(whole document, add_special_tokens=False)`, whatever backend and whatever pieces the
+document arrives in.
+
+Text is only ever cut where the tokenizer's family guarantees its pre-tokenizer cuts (its
+`families.CutRule`): a piece is encoded up to its last such cut and the rest is held back and
+put before the next piece (`DocumentEncoder`). With sentence packing, sentences end at the cut
+that follows a sentence end or paragraph break (`sentence_breaks`, blank lines); for whitespace-
+splitting tokenizers that is the whitespace itself, for byte-level BPE and SentencePiece the
+whitespace goes with the next sentence (it is that sentence's first token's marker). Sentence
+ends are found only where the text that decides them is present, so a piece end is never a
+sentence end.
+"""
 
 from __future__ import annotations
 
-import itertools
+import json
 import re
+import unicodedata
 from collections.abc import Iterator
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.kernels.sentences import split_sentences
-from pipeline.kernels.wordpiece import longest_run_without
+from pipeline.kernels.sentences import sentence_breaks
+from pipeline.tokenizer.families import CutRule, cut_rule
 from pipeline.tokenizer.fast import FastTokenizer
 
 AnyTokenizer = Tokenizer | FastTokenizer
 
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
-# Paragraph pieces longer than this are split at whitespace so no call gets a giant string.
-MAX_PIECE_CHARS = 20_000
+# Blank lines: only tabs and spaces between the newlines and after them (Python's `\s` would take
+# U+001C..U+001F, which tokenizers keep as text).
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n[ \t\n]*")
+_SENTENCE_CLOSERS = frozenset(".!?\"')]\u201d\u2019")
+MAX_PIECE_CHARS = 20_000  # the real tokenizer gets pieces of about this size (cut where it cuts)
 ENCODE_BATCH = 2048
 ENCODE_CHARS = 1 << 20
-FAST_SLICE_BYTES = 4 << 20  # the fast tokenizer's output buffer is a few times its input: bound it
+FAST_SLICE_CHARS = 1 << 20  # the fast tokenizer's buffers are a few times its input: bound them
+PARTIAL_CHARS = 1 << 16  # a sentence in progress longer than this is encoded up to a resume point
+_EMPTY = np.zeros(0, dtype=np.int32)
 
 
 def _split_long(piece: str) -> Iterator[str]:
@@ -38,7 +54,8 @@ def _split_long(piece: str) -> Iterator[str]:
 
 
 def iter_paragraphs(text: str) -> Iterator[str]:
-    """Paragraph-sized pieces, lazily: split at blank lines, long paragraphs split again at whitespace."""
+    """Paragraph-sized pieces, lazily: split at blank lines, long paragraphs split again at whitespace
+    (for tokenizer training and benchmarks; never to tokenize a document: the breaks are dropped)."""
     start = 0
     for match in _PARAGRAPH_BREAK.finditer(text):
         if text[start : match.start()].strip():
@@ -48,72 +65,219 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
-def _batches(pieces: Iterator[str]) -> Iterator[list[str]]:
-    """Groups of pieces of at most ENCODE_BATCH pieces and ENCODE_CHARS characters: one encode call
-    never holds the Encoding objects of more than about a megabyte of text."""
-    batch: list[str] = []
-    chars = 0
-    for piece in pieces:
-        batch.append(piece)
-        chars += len(piece)
-        if len(batch) >= ENCODE_BATCH or chars >= ENCODE_CHARS:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
+def _state(component) -> dict | None:
+    return None if component is None else json.loads(component.__getstate__())
 
 
-def _encode_each(tokenizer: AnyTokenizer, texts: list[str]) -> list[np.ndarray]:
+def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
+    """Where a tokenizer's text may be cut (its family's rule), from its model type, pre-tokenizer
+    and normalizer (a few microseconds: not the whole JSON)."""
     if isinstance(tokenizer, FastTokenizer):
-        return tokenizer.encode_many(texts)
-    return [np.asarray(e.ids, dtype=np.int32) for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        return tokenizer.cuts
+    model = tokenizer.model
+    config = {"model": {"type": type(model).__name__, "byte_fallback": bool(getattr(model, "byte_fallback", False))},
+              "pre_tokenizer": _state(tokenizer.pre_tokenizer), "normalizer": _state(tokenizer.normalizer)}
+    return cut_rule(config)
 
 
-def tokenize_sentences(tokenizer: AnyTokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Content ids of one document and the token count of each sentence (int32 arrays)."""
-    ids: list[np.ndarray] = []
-    lengths: list[int] = []
-    sentences = (s for paragraph in iter_paragraphs(text) for s in split_sentences(paragraph))
-    for batch in _batches(sentences):
-        encoded = _encode_each(tokenizer, batch)
-        lengths.extend(e.shape[0] for e in encoded)
-        ids.append(np.concatenate(encoded) if encoded else np.zeros(0, dtype=np.int32))
-    if not ids:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
-    return np.concatenate(ids), np.asarray(lengths, dtype=np.int32)
+def first_cut(text: str, rule: CutRule, start: int) -> int:
+    """The first position >= max(start, 1) where `rule` allows a cut, or -1."""
+    start = max(start, 1)
+    while True:
+        found = [p for p in (text.find(c, start) for c in rule.before) if p >= 0]
+        if not found:
+            return -1
+        p = min(found)
+        if rule.allows(text, p):
+            return p
+        start = p + 1
 
 
-def _fast_slices(data: bytes) -> Iterator[bytes]:
-    """`data` in slices of about FAST_SLICE_BYTES, each cut just after a space or newline."""
+def last_cut(text: str, rule: CutRule, stop: int | None = None) -> int:
+    """The last position in [1, stop) where `rule` allows a cut, or -1."""
+    stop = len(text) if stop is None else stop
+    while True:
+        p = max(text.rfind(c, 1, stop) for c in rule.before)
+        if p < 1:
+            return -1
+        if rule.allows(text, p):
+            return p
+        stop = p
+
+
+def is_resume_point(text: str, rule: CutRule, position: int) -> bool:
+    """A cut after which text can be analysed on its own: allowed by the rule, after a visible
+    character that cannot end a sentence (so no sentence end or paragraph break straddles it)."""
+    previous = text[position - 1]
+    visible = "!" <= previous <= "~" or (previous > "\x7f" and unicodedata.category(previous)[0] in "LNMPS")
+    return visible and previous not in _SENTENCE_CLOSERS and rule.allows(text, position)
+
+
+def _horizon(text: str) -> int:
+    """Where the trailing run of sentence closers and whitespace starts: sentence ends and paragraph
+    breaks before it are decided by `text`, those in it depend on what follows."""
+    end = len(text)
+    while end > 0 and (text[end - 1] in _SENTENCE_CLOSERS or text[end - 1].isspace()):
+        end -= 1
+    return end
+
+
+def first_resume_point(text: str, rule: CutRule, start: int = 1) -> int:
+    """The first resume point >= max(start, 1), or -1."""
+    p = first_cut(text, rule, start)
+    while p >= 0 and not is_resume_point(text, rule, p):
+        p = first_cut(text, rule, p + 1)
+    return p
+
+
+def _pieces(text: str, rule: CutRule, size: int) -> Iterator[str]:
+    """`text` in pieces of about `size` characters (more where no cut is allowed), cut by `rule`."""
     start = 0
-    while len(data) - start > FAST_SLICE_BYTES:
-        cut = max(data.rfind(b" ", start, start + FAST_SLICE_BYTES), data.rfind(b"\n", start, start + FAST_SLICE_BYTES))
-        cut = cut + 1 if cut > start else start + FAST_SLICE_BYTES  # never without one: see tokenize_text
-        yield data[start:cut]
+    while len(text) - start > size:
+        cut = first_cut(text, rule, start + size)
+        if cut < 0:
+            break
+        yield text[start:cut]
         start = cut
-    yield data[start:]
+    if start < len(text):
+        yield text[start:] if start else text
+
+
+def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.ndarray]:
+    """The ids of each segment (each starting and ending at allowed cuts), int32 arrays."""
+    rule = cuts_of(tokenizer)
+    out: list[np.ndarray] = []
+    if isinstance(tokenizer, FastTokenizer):
+        for segment in segments:
+            parts = [tokenizer.encode(part) for part in _pieces(segment, rule, FAST_SLICE_CHARS)]
+            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
+        return out
+    batch: list[str] = []
+    owners: list[int] = []
+    chars = 0
+    results: list[list[np.ndarray]] = [[] for _ in segments]
+
+    def flush() -> None:
+        for owner, encoding in zip(owners, tokenizer.encode_batch_fast(batch, add_special_tokens=False)):
+            results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
+        batch.clear()
+        owners.clear()
+
+    for index, segment in enumerate(segments):
+        for part in _pieces(segment, rule, MAX_PIECE_CHARS):
+            batch.append(part)
+            owners.append(index)
+            chars += len(part)
+            if len(batch) >= ENCODE_BATCH or chars >= ENCODE_CHARS:
+                flush()
+                chars = 0
+    if batch:
+        flush()
+    for parts in results:
+        out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
+    return out
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else _EMPTY
+
+
+def nonzero_lengths(lengths: np.ndarray | None) -> np.ndarray | None:
+    """Sentence lengths without the sentences that hold no token (whitespace between two ends)."""
+    return lengths if lengths is None or lengths.all() else lengths[lengths > 0]
 
 
 def tokenize_text(tokenizer: AnyTokenizer, text: str) -> np.ndarray:
-    """Content ids of one document (no specials), int32, shape (n,), tokenized in batches of pieces.
+    """Content ids of one whole document (no specials), int32, shape (n,): those of
+    `encode(text, add_special_tokens=False)` of the real tokenizer."""
+    return _concat(encode_segments(tokenizer, [text]))
 
-    Paragraph pieces start and end at split points, so their ids are those of the whole text,
-    except where a piece had to be cut inside a run of MAX_PIECE_CHARS without a space or newline.
-    The fast tokenizer therefore takes a document without such a run in large slices cut at
-    spaces and newlines, with no paragraph splitting at all, and a document with one as pieces
-    joined by a space (the same ids as encoding the pieces one by one)."""
-    if isinstance(tokenizer, FastTokenizer):
-        data = text.encode("utf-8", "surrogatepass")
-        if longest_run_without(np.frombuffer(data, dtype=np.uint8), b" \n") < MAX_PIECE_CHARS - 1:
-            parts = [tokenizer.encode_bytes(piece) for piece in _fast_slices(data)]
-            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
-    parts: list[np.ndarray] = []
-    for batch in _batches(iter_paragraphs(text)):
-        if isinstance(tokenizer, FastTokenizer):
-            parts.append(tokenizer.encode(" ".join(batch)))
-            continue
-        encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
-        parts.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), dtype=np.int32))
-    if not parts:
-        return np.zeros(0, dtype=np.int32)
-    return np.concatenate(parts)
+
+def tokenize_sentences(tokenizer: AnyTokenizer, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Content ids of one whole document and the token count of each sentence (int32 arrays)."""
+    encoder = DocumentEncoder(tokenizer, sentences=True)
+    ids, lengths = encoder.feed(text)
+    last_ids, last_lengths = encoder.finish()
+    return np.concatenate([ids, last_ids]), nonzero_lengths(np.concatenate([lengths, last_lengths]).astype(np.int32))
+
+
+class DocumentEncoder:
+    """Encodes a document fed in pieces cut anywhere, with the ids of the whole document (and, with
+    `sentences`, the lengths of its sentences, each given once it is complete).
+
+    `feed(piece)` returns the ids (and complete sentences' lengths) that are final; `finish()` the
+    rest. With `sentences`, `finish(last_sentence=False)` leaves the last sentence open: its ids are
+    returned without a length (a byte range whose document goes on in the next range)."""
+
+    def __init__(self, tokenizer: AnyTokenizer, sentences: bool = False, open_sentence: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.rule = cuts_of(tokenizer)
+        self.sentences = sentences
+        self._carry = ""
+        self._partial: list[np.ndarray] = []  # ids of the open sentence's text before the carry
+        # whether the carry starts inside a sentence (at a resume point: after a partial encoding, or
+        # at the start of a byte range), so that a break right at its start ends that sentence
+        self._open = open_sentence
+
+    def feed(self, piece: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """The ids (int32) and, with `sentences`, the lengths of the sentences completed so far."""
+        buffer = self._carry + piece if self._carry else piece
+        if not self.sentences:
+            cut = last_cut(buffer, self.rule)
+            if cut < 0:
+                self._carry = buffer
+                return _EMPTY, None
+            self._carry = buffer[cut:]
+            return tokenize_text(self.tokenizer, buffer[:cut]), None
+        return self._sentences(buffer, final=False)
+
+    def finish(self, last_sentence: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """The ids (and sentence lengths) of what is held back, at the end of the document."""
+        buffer, self._carry = self._carry, ""
+        if not self.sentences:
+            return (tokenize_text(self.tokenizer, buffer) if buffer else _EMPTY), None
+        ids, lengths = self._sentences(buffer, final=True)
+        tail = _concat([*self._partial, tokenize_text(self.tokenizer, self._carry)])
+        self._partial, self._carry = [], ""
+        if last_sentence and tail.shape[0]:
+            lengths = np.append(lengths, tail.shape[0]).astype(np.int32)
+        return np.concatenate([ids, tail]), lengths
+
+    def _breaks(self, buffer: str, final: bool) -> list[int]:
+        """The cuts that end sentences in buffer, which starts at a sentence start or, with an open
+        sentence, at a resume point (then a break right there closes that sentence: a cut at 0)."""
+        horizon = len(buffer) if final else _horizon(buffer)
+        ends = {m.start() for m in _PARAGRAPH_BREAK.finditer(buffer, 0, horizon)}
+        ends.update(sentence_breaks(buffer if final else buffer[:horizon]))
+        cuts: list[int] = []
+        for end in sorted(ends):
+            if end == 0:
+                if self._open:
+                    cuts.append(0)
+                continue
+            if cuts and end <= cuts[-1]:
+                continue
+            cut = first_cut(buffer, self.rule, end)
+            if cut > 0 and (not cuts or cut > cuts[-1]):
+                cuts.append(cut)
+        return cuts
+
+    def _sentences(self, buffer: str, final: bool) -> tuple[np.ndarray, np.ndarray]:
+        cuts = self._breaks(buffer, final)
+        segments = [buffer[a:b] for a, b in zip([0, *cuts[:-1]], cuts)]
+        encoded = encode_segments(self.tokenizer, segments)
+        if encoded:
+            encoded[0] = _concat([*self._partial, encoded[0]])
+            self._partial = []
+        start = cuts[-1] if cuts else 0
+        self._carry = buffer[start:]
+        self._open = self._open and not cuts
+        if not final and len(self._carry) > PARTIAL_CHARS:
+            horizon = _horizon(self._carry)
+            resume = first_resume_point(self._carry, self.rule, len(self._carry) // 2)
+            if 0 < resume < horizon:
+                self._partial.append(tokenize_text(self.tokenizer, self._carry[:resume]))
+                self._carry = self._carry[resume:]
+                self._open = True
+        lengths = np.asarray([e.shape[0] for e in encoded], dtype=np.int32)
+        return _concat(encoded), lengths

@@ -137,7 +137,7 @@ def test_unsupported_tokenizers_are_named(spec, trained_tokenizers):
     assert problems == ["pre-tokenizer Whitespace (only BertPreTokenizer)"]
     with pytest.raises(UnsupportedTokenizer, match="pre-tokenizer Whitespace"):
         choose_backend("fast", json.dumps(config))
-    assert choose_backend("auto", json.dumps(config)) == ("hf", problems)
+    assert choose_backend("auto", json.dumps(config)) == ("hf", [f"WordPiece family: {p}" for p in problems])
     assert choose_backend("auto", spec.json) == ("fast", [])
     assert choose_backend("hf", spec.json)[0] == "hf"
     config = json.loads(spec.json)

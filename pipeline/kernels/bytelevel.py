@@ -1,0 +1,414 @@
+"""Byte-level BPE (GPT-2, RoBERTa, ModernBERT, Llama-3/OLMo style) in one jitted pass over UTF-8 bytes.
+
+The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed by a regex-less
+`ByteLevel`) and a `BPE` model, from tables built by `pipeline.tokenizer.bytelevel_fast`:
+
+- a per-code-point class table (letter `\\p{L}`, number `\\p{N}`, whitespace `\\s`, other), asked of
+  the regex engine the tokenizer itself uses, so the pre-tokenizer's regex needs no regex engine
+  here: each supported pattern is written out below as the leftmost-first backtracking match its
+  alternatives make (GPT2_PATTERN, LLAMA3_PATTERN);
+- the vocabulary keyed by raw bytes (the byte-to-unicode alphabet undone), the merges keyed by
+  pair of ids with their rank and result, and each byte's initial id as the first, a middle, the
+  last or the only symbol of a word (the `continuing_subword_prefix` and `end_of_word_suffix`
+  are in those ids).
+
+A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
+word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
+until none is in the merges. Words that are not one vocabulary entry are kept in a direct-mapped
+cache checked byte for byte, so a repeated word costs a hash and a compare. A word the tables
+cannot vouch for (a byte without an initial id, so `[UNK]`/byte fallback decide, or longer than
+MAX_KERNEL_WORD) is returned as a *fallback word* for the real model, its ids spliced in at the
+recorded position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.jit import kernel
+
+OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+N_CODE_POINTS = 0x110000
+GPT2, LLAMA3 = 0, 1
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
+MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
+CACHE_WORD_BYTES = 24
+CACHE_IDS = 12  # a count, then up to 11 ids
+CACHE_SLOTS = 1 << 16
+_HIGH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)
+
+
+@kernel(inline="always")
+def _char(text, i, n):
+    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
+    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
+            | (np.int64(text[i + 3]) & 0x3F)), 4
+
+
+@kernel(inline="always")
+def _run(text, i, n, classes, kind):
+    """(end, chars, start of the last char) of the run of class `kind` starting at byte i."""
+    chars = 0
+    last = i
+    while i < n:
+        b = text[i]
+        if b < 0x80:
+            if classes[b] != kind:
+                break
+            last = i
+            i += 1
+        else:
+            cp, width = _char(text, i, n)
+            if classes[cp] != kind:
+                break
+            last = i
+            i += width
+        chars += 1
+    return i, chars, last
+
+
+@kernel(inline="always")
+def _contraction(text, i, n, fold, ignore_case):
+    """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
+    if text[i] != 39 or i + 1 >= n:
+        return 0
+    a, wa = _char(text, i + 1, n)
+    if ignore_case:
+        a = fold[a] if a < fold.shape[0] else 0
+    if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
+        return 1 + wa
+    if i + 1 + wa >= n:
+        return 0
+    b, wb = _char(text, i + 1 + wa, n)
+    if ignore_case:
+        b = fold[b] if b < fold.shape[0] else 0
+    if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
+        return 1 + wa + wb
+    return 0
+
+
+@kernel(inline="always")
+def _gpt2_end(text, i, n, classes, fold):
+    """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
+    length = _contraction(text, i, n, fold, False)
+    if length:
+        return i + length
+    cp, width = _char(text, i, n)
+    c = classes[cp]
+    if cp == 32 and i + 1 < n:  # ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
+        nxt, _ = _char(text, i + 1, n)
+        kind = classes[nxt]
+        if kind != SPACE:
+            return _run(text, i + 1, n, classes, kind)[0]
+    if c != SPACE:
+        return _run(text, i, n, classes, c)[0]
+    end, chars, last = _run(text, i, n, classes, SPACE)
+    if end == n or chars == 1:  # `\s+(?!\S)` to the end, or a single `\s+`
+        return end
+    return last  # `\s+(?!\S)` backs off one so the last space joins the next word
+
+
+@kernel(inline="always")
+def _llama3_end(text, i, n, classes, fold):
+    """End (byte) of the Llama-3 / cl100k regex match at byte i."""
+    length = _contraction(text, i, n, fold, True)
+    if length:
+        return i + length
+    cp, width = _char(text, i, n)
+    c = classes[cp]
+    if c == LETTER:  # `[^\r\n\p{L}\p{N}]?\p{L}+` without its optional first char
+        return _run(text, i, n, classes, LETTER)[0]
+    if c != NUMBER and cp != 10 and cp != 13 and i + width < n:
+        nxt, _ = _char(text, i + width, n)
+        if classes[nxt] == LETTER:
+            return _run(text, i + width, n, classes, LETTER)[0]
+    if c == NUMBER:  # `\p{N}{1,3}`
+        end = i + width
+        for _ in range(2):
+            if end >= n:
+                break
+            nxt, w = _char(text, end, n)
+            if classes[nxt] != NUMBER:
+                break
+            end += w
+        return end
+    start = -1
+    if cp == 32 and i + 1 < n:
+        nxt, _ = _char(text, i + 1, n)
+        if classes[nxt] == OTHER:
+            start = i + 1
+    if start < 0 and c == OTHER:
+        start = i
+    if start >= 0:  # ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+        end = _run(text, start, n, classes, OTHER)[0]
+        while end < n and (text[end] == 10 or text[end] == 13):
+            end += 1
+        return end
+    end, chars, last = _run(text, i, n, classes, SPACE)  # c is whitespace
+    last_newline = -1
+    for m in range(i, end):
+        if text[m] == 10 or text[m] == 13:
+            last_newline = m
+    if last_newline >= 0:  # `\s*[\r\n]+`
+        return last_newline + 1
+    if end == n or chars == 1:
+        return end
+    return last
+
+
+@kernel(inline="always")
+def _hash_step(h, byte):
+    return (h ^ np.uint64(byte)) * FNV_PRIME
+
+
+@kernel(inline="always")
+def _lookup_bytes(h, text, start, stop, blob, starts, lengths, ids, slots):
+    """The id of text[start:stop] (FNV hash h) in a ByteTable, or -1."""
+    mask = slots.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    n = stop - start
+    while slots[slot] != 0:
+        entry = slots[slot] - 1
+        if lengths[entry] == n:
+            base = starts[entry]
+            same = True
+            for q in range(n):
+                if blob[base + q] != text[start + q]:
+                    same = False
+                    break
+            if same:
+                return ids[entry]
+        slot = (slot + 1) & mask
+    return -1
+
+
+@kernel(inline="always")
+def _merge_lookup(a, b, keys, values):
+    """(rank, new id) of merging ids a and b, or (-1, -1)."""
+    key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
+    mask = keys.shape[0] - 1
+    slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+    while keys[slot] != 0:
+        if keys[slot] == key + np.uint64(1):
+            return values[slot, 0], values[slot, 1]
+        slot = (slot + 1) & mask
+    return -1, -1
+
+
+@kernel()
+def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_out):
+    """BPE of the word text[start:stop] into out[n_out:]; returns the new n_out, or -1 when a byte
+    has no initial id (the real model decides what [UNK] or byte fallback make of it)."""
+    n = stop - start
+    for q in range(n):
+        variant = 1  # a middle symbol
+        if n == 1:
+            variant = 3
+        elif q == 0:
+            variant = 0
+        elif q == n - 1:
+            variant = 2
+        symbol = initial[variant, text[start + q]]
+        if symbol < 0:
+            return -1
+        symbols[q] = symbol
+    count = n
+    while count > 1:
+        best_rank = -1
+        best = -1
+        best_id = -1
+        for q in range(count - 1):
+            rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merge_keys, merge_values)
+            if rank >= 0 and (best_rank < 0 or rank < best_rank):
+                best_rank = rank
+                best = q
+                best_id = new_id
+        if best < 0:
+            break
+        symbols[best] = best_id
+        for q in range(best + 1, count - 1):
+            symbols[q] = symbols[q + 1]
+        count -= 1
+    for q in range(count):
+        out[n_out + q] = symbols[q]
+    return n_out + count
+
+
+@kernel()
+def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_keys,
+                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key,
+                   cache_keys, cache_words, cache_ids, out, fallback):
+    """Pre-tokenize and BPE valid UTF-8 text; returns (n_out, n_fallback). fallback[k] = (byte start,
+    byte stop, position in out) of a word left to the real model."""
+    cache_mask = cache_keys.shape[0] - 1
+    symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
+    n_out = 0
+    n_fallback = 0
+    size = text.shape[0]
+    position = 0
+    while position < size:
+        if pattern == GPT2:
+            stop = _gpt2_end(text, position, size, classes, fold)
+        else:
+            stop = _llama3_end(text, position, size, classes, fold)
+        start = position
+        position = stop
+        n = stop - start
+        h = FNV_OFFSET
+        for q in range(start, stop):
+            h = _hash_step(h, text[q])
+        if ignore_merges and n <= max_key:
+            whole = _lookup_bytes(h, text, start, stop, v_blob, v_starts, v_lengths, v_ids, v_slots)
+            if whole >= 0:
+                out[n_out] = whole
+                n_out += 1
+                continue
+        slot = np.int64(h & np.uint64(cache_mask))
+        key = (h & _HIGH_BITS) | np.uint64(n)
+        hit = n <= CACHE_WORD_BYTES and cache_keys[slot] == key
+        if hit:
+            for q in range(n):
+                if cache_words[slot, q] != text[start + q]:
+                    hit = False
+                    break
+        if hit:
+            for q in range(cache_ids[slot, 0]):
+                out[n_out] = cache_ids[slot, q + 1]
+                n_out += 1
+            continue
+        done = -1
+        if n <= MAX_KERNEL_WORD:
+            done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_out)
+        if done < 0:
+            if n_fallback == fallback.shape[0]:
+                return n_out, -1
+            fallback[n_fallback, 0] = start
+            fallback[n_fallback, 1] = stop
+            fallback[n_fallback, 2] = n_out
+            n_fallback += 1
+            continue
+        if n <= CACHE_WORD_BYTES and done - n_out < CACHE_IDS:
+            cache_keys[slot] = key
+            for q in range(n):
+                cache_words[slot, q] = text[start + q]
+            cache_ids[slot, 0] = done - n_out
+            for q in range(done - n_out):
+                cache_ids[slot, q + 1] = out[n_out + q]
+        n_out = done
+    return n_out, n_fallback
+
+
+@dataclass(frozen=True)
+class ByteLevelTables:
+    """What the kernel needs of a byte-level BPE tokenizer.
+
+    Attributes:
+        classes: uint8, shape (N_CODE_POINTS,): OTHER, LETTER, NUMBER or SPACE of each code point,
+            as the tokenizer's regex engine classes it.
+        fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
+            contraction (`'S`, `'ſ`), else 0.
+        pattern: GPT2 or LLAMA3.
+        ignore_merges: whether a word that is a vocabulary entry is that entry.
+        initial: int32, shape (4, 256): the id of a byte as first, middle, last or only symbol; -1
+            when the vocabulary lacks it.
+        merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
+        merge_values: int32, shape (slots, 2): rank and new id.
+        vocab_*: the vocabulary keyed by raw bytes (ByteTable arrays); max_key its longest key.
+    """
+
+    classes: np.ndarray
+    fold: np.ndarray
+    pattern: int
+    ignore_merges: bool
+    initial: np.ndarray
+    merge_keys: np.ndarray
+    merge_values: np.ndarray
+    vocab_blob: np.ndarray
+    vocab_starts: np.ndarray
+    vocab_lengths: np.ndarray
+    vocab_ids: np.ndarray
+    vocab_slots: np.ndarray
+    max_key: int
+
+
+def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The merges as an open-addressing table: (keys uint64, values int32 (slots, 2))."""
+    size = 1 << max(4, (2 * max(len(pairs), 1) - 1).bit_length())
+    keys = np.zeros(size, dtype=np.uint64)
+    values = np.zeros((size, 2), dtype=np.int32)
+    pair_keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
+    pair_values = np.array(list(pairs.values()), dtype=np.int32).reshape(-1, 2)
+    _fill_merges(pair_keys, pair_values, keys, values)
+    return keys, values
+
+
+@kernel()
+def _fill_merges(pair_keys, pair_values, keys, values):
+    mask = keys.shape[0] - 1
+    for i in range(pair_keys.shape[0]):
+        key = pair_keys[i]
+        slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+        while keys[slot] != 0:
+            slot = (slot + 1) & mask
+        keys[slot] = key + np.uint64(1)
+        values[slot, 0] = pair_values[i, 0]
+        values[slot, 1] = pair_values[i, 1]
+
+
+@dataclass(frozen=True)
+class ByteLevelCache:
+    """The kernel's direct-mapped cache of tokenized words (bounded: CACHE_SLOTS entries)."""
+
+    keys: np.ndarray
+    words: np.ndarray
+    ids: np.ndarray
+
+    @classmethod
+    def empty(cls, slots: int = CACHE_SLOTS) -> ByteLevelCache:
+        if slots & (slots - 1):
+            raise ValueError(f"cache slots must be a power of two, got {slots}")
+        return cls(keys=np.zeros(slots, dtype=np.uint64), words=np.zeros((slots, CACHE_WORD_BYTES), dtype=np.uint8),
+                   ids=np.zeros((slots, CACHE_IDS), dtype=np.int32))
+
+
+def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache) -> tuple[np.ndarray, np.ndarray]:
+    """Byte-level BPE of valid UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
+
+    Args:
+        text: uint8, shape (n,): valid UTF-8 (the caller checks: the kernel trusts every lead byte).
+        tables: the tokenizer's tables.
+        cache: tokenized words remembered between calls (updated in place; never changes the ids).
+
+    Returns:
+        (ids: int32 (m,), fallback: int64 (k, 3)): each fallback word's byte start and stop in
+        `text` and the position in `ids` where its ids belong.
+    """
+    if text.dtype != np.uint8 or text.ndim != 1:
+        raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
+    text = np.ascontiguousarray(text)
+    out = np.empty(text.shape[0] + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
+    fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
+    n_out, n_fallback = _encode_kernel(
+        text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
+        tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
+        tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
+    if n_fallback < 0:  # more fallback words than room: again with room for one per byte
+        fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)
+        n_out, n_fallback = _encode_kernel(
+            text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
+            tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
+            tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
+    return out[:n_out], fallback[:n_fallback]

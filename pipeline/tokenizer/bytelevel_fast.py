@@ -1,0 +1,265 @@
+"""The fast path of the byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3 and OLMo style).
+
+`bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
+no normalizer; a `ByteLevel` pre-tokenizer with its regex (any `add_prefix_space`), or a
+`Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted) followed by a regex-less
+`ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
+`continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id, hence `[UNK]` or
+byte fallback, goes to the real model word by word); no added tokens but special ones (which the
+job encodes as plain text).
+
+The regex's character classes are asked of the tokenizer's own regex engine (onig) for every code
+point, once per `tokenizers` version (cached on disk like the WordPiece table).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+from tokenizers import Regex, Tokenizer
+from tokenizers.pre_tokenizers import Split
+
+from pipeline.kernels.bytelevel import (
+    GPT2_PATTERN,
+    LETTER,
+    LLAMA3_PATTERN,
+    N_CODE_POINTS,
+    NUMBER,
+    OTHER,
+    PATTERNS,
+    SPACE,
+    ByteLevelCache,
+    ByteLevelTables,
+    encode_bytes,
+    merge_table,
+)
+from pipeline.kernels.wordpiece import ByteTable
+from pipeline.tokenizer.errors import UnsupportedTokenizer
+
+FAMILY = "byte-level BPE"
+_CACHE_ENV = "MASKBEAM_CACHE"
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-to-unicode alphabet (`bytes_char` in tokenizers' byte_level.rs)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + n)
+            n += 1
+    return chars
+
+
+BYTE_CHARS = _byte_chars()
+CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
+_TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
+
+
+def byte_level_string(data: bytes) -> str:
+    """`data` in the byte-level alphabet (what the BPE model sees of a word)."""
+    return "".join([_TO_CHARS[b] for b in data])
+
+
+def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
+    """(regex pattern or None, add_prefix_space, problems) of a byte-level pre-tokenizer."""
+    pre = config.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel":
+        if not pre.get("use_regex", True):
+            return None, False, ["ByteLevel without its regex (the whole text is one word)"]
+        return GPT2_PATTERN, bool(pre.get("add_prefix_space", True)), []
+    if pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers") or []
+        if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
+            split, level = steps
+            pattern = (split.get("pattern") or {}).get("Regex")
+            problems = []
+            if pattern not in PATTERNS:
+                problems.append(f"Split pattern {pattern!r} (only the GPT-2 and Llama-3 regexes)")
+            if split.get("behavior") != "Isolated" or split.get("invert"):
+                problems.append(f"Split behavior {split.get('behavior')} invert={split.get('invert')} "
+                                "(only Isolated, not inverted)")
+            if level.get("use_regex", True):
+                problems.append("ByteLevel with its regex after a Split")
+            if level.get("add_prefix_space", True):
+                problems.append("ByteLevel add_prefix_space after a Split")
+            return pattern, False, problems
+    return None, False, [f"pre-tokenizer {pre.get('type')} (only ByteLevel, or Split + ByteLevel)"]
+
+
+def claims(config: dict) -> bool:
+    """Whether a tokenizer belongs to this family (a BPE model behind a ByteLevel pre-tokenizer)."""
+    model = config.get("model") or {}
+    return model.get("type") == "BPE" and '"ByteLevel"' in json.dumps(config.get("pre_tokenizer"))
+
+
+def bytelevel_support(config: dict) -> list[str]:
+    """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
+    problems = []
+    if config.get("normalizer") is not None:
+        problems.append(f"normalizer {config['normalizer'].get('type')} (only none)")
+    problems += pre_tokenizer_shape(config)[2]
+    model = config.get("model") or {}
+    if model.get("type") != "BPE":
+        problems.append(f"model {model.get('type')} (only BPE)")
+    if model.get("dropout"):
+        problems.append(f"BPE dropout {model['dropout']}")
+    plain_added = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
+    if plain_added:
+        problems.append(f"{len(plain_added)} non-special added tokens (e.g. {plain_added[0]!r})")
+    return problems
+
+
+def _all_code_points() -> str:
+    cps = np.arange(N_CODE_POINTS, dtype="<u4")
+    cps = cps[(cps < 0xD800) | (cps >= 0xE000)]
+    return cps.tobytes().decode("utf-32-le")
+
+
+def probe_classes() -> np.ndarray:
+    """uint8, shape (N_CODE_POINTS,): how the tokenizers regex engine classes each code point
+    (`\\p{L}`, `\\p{N}`, `\\s`, else OTHER). One pass of `\\p{L}+|\\p{N}+|\\s+` over every code point
+    finds the runs; a second over the first character of each run says which class it is."""
+    text = _all_code_points()
+    classes = np.full(N_CODE_POINTS, OTHER, dtype=np.uint8)
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    runs = Split(Regex(r"\p{L}+|\p{N}+|\s+"), behavior="removed", invert=True).pre_tokenize_str(text)
+    firsts = "".join(piece[0] for piece, _ in runs)
+    kinds = np.full(len(runs), OTHER, dtype=np.uint8)
+    for pattern, kind in ((r"\p{L}", LETTER), (r"\p{N}", NUMBER), (r"\s", SPACE)):
+        for _, (start, _stop) in Split(Regex(pattern), behavior="removed", invert=True).pre_tokenize_str(firsts):
+            kinds[start] = kind
+    for kind, (_, (start, stop)) in zip(kinds, runs):
+        classes[cps[start:stop]] = kind
+    return classes
+
+
+def _cached_classes() -> np.ndarray:
+    """The probed class table, kept on disk per `tokenizers` version (probing takes a few seconds)."""
+    root = Path(os.environ.get(_CACHE_ENV) or Path.home() / ".cache" / "maskbeam") / "code-points"
+    path = root / f"regex-classes-{hashlib.sha256(tokenizers.__version__.encode()).hexdigest()[:16]}.npy"
+    try:
+        table = np.load(path)
+        if table.shape == (N_CODE_POINTS,) and table.dtype == np.uint8:
+            return table
+    except (OSError, ValueError):
+        pass
+    table = probe_classes()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, suffix=".npy", delete=False) as handle:
+            np.save(handle, table)
+        os.replace(handle.name, path)
+    except OSError:
+        pass  # a read-only home: probe again next time
+    return table
+
+
+def probe_fold(pattern: str) -> np.ndarray:
+    """int64, shape (0x2200,): the contraction letter each code point stands for in the pattern's
+    case-insensitive contractions (asked of the regex itself), 0 for none."""
+    fold = np.zeros(0x2200, dtype=np.int64)
+    if pattern != LLAMA3_PATTERN:
+        return fold
+    split = Split(Regex(pattern), behavior="isolated")
+    forms = ("s", "t", "m", "d", "re", "ve", "ll")
+    letters = "".join(sorted(set("".join(forms))))
+    for cp in range(fold.shape[0]):
+        char = chr(cp)
+        if not any(variant in letters for variant in (char.casefold(), char.lower(), char.upper().lower())):
+            continue
+        for form in forms:
+            for position, letter in enumerate(form):
+                word = "'" + form[:position] + char + form[position + 1:]
+                if [p for p, _ in split.pre_tokenize_str(word + "a")] == [word, "a"]:
+                    fold[cp] = ord(letter)
+    return fold
+
+
+@lru_cache(maxsize=4)
+def _tables(tokenizer_json: str) -> ByteLevelTables:
+    """The kernel's tables of a tokenizer, built once per process."""
+    config = json.loads(tokenizer_json)
+    model = config["model"]
+    pattern = pre_tokenizer_shape(config)[0]
+    vocab: dict[str, int] = model["vocab"]
+    prefix = model.get("continuing_subword_prefix") or ""
+    suffix = model.get("end_of_word_suffix") or ""
+    plen = len(prefix.encode())
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, merge in enumerate(model.get("merges") or []):
+        a, b = merge.split(" ") if isinstance(merge, str) else merge
+        new = (a.encode() + b.encode()[plen:]).decode("utf-8", "surrogatepass")
+        pairs[(vocab[a], vocab[b])] = (rank, vocab[new])
+    initial = np.full((4, 256), -1, dtype=np.int32)
+    for byte, char in BYTE_CHARS.items():
+        for variant, token in enumerate((char, prefix + char, prefix + char + suffix, char + suffix)):
+            initial[variant, byte] = vocab.get(token, -1)
+    by_bytes = {}
+    for token, token_id in vocab.items():
+        if token and all(c in CHAR_BYTES for c in token):
+            by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
+    words = ByteTable.build(by_bytes)
+    keys, values = merge_table(pairs)
+    return ByteLevelTables(classes=_cached_classes(), fold=probe_fold(pattern), pattern=PATTERNS[pattern],
+                           ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
+                           merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,
+                           vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
+                           max_key=max((len(k) for k in by_bytes), default=1))
+
+
+class ByteLevelFastTokenizer:
+    """Encodes text as the given real byte-level BPE tokenizer does (special-token strings as plain
+    text, no special tokens added): the kernel for every word its tables vouch for, the real
+    model for the others, the real tokenizer for text that is not valid UTF-8."""
+
+    def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
+        config = json.loads(tokenizer_json)
+        problems = bytelevel_support(config)
+        if problems:
+            raise UnsupportedTokenizer("; ".join(problems))
+        self.tokenizer = tokenizer
+        self.tables = _tables(tokenizer_json)
+        self.prefix_space = pre_tokenizer_shape(config)[1]
+        self.cache = ByteLevelCache.empty()
+
+    def encode(self, text: str) -> np.ndarray:
+        """Content ids of `text`, int32, shape (n,)."""
+        try:
+            data = text.encode("utf-8")  # strict: a lone surrogate is not UTF-8
+        except UnicodeEncodeError:
+            return self._real(text)
+        return self._encode_valid(data)
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
+            return self._real(data.decode("utf-8", "surrogatepass"))
+        return self._encode_valid(data)
+
+    def _real(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def _encode_valid(self, data: bytes) -> np.ndarray:
+        text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
+        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
+        if fallback.shape[0] == 0:
+            return ids
+        parts, previous = [], 0
+        for start, stop, position in fallback.tolist():
+            parts.append(ids[previous:position])
+            tokens = self.tokenizer.model.tokenize(byte_level_string(text[start:stop]))
+            parts.append(np.asarray([t.id for t in tokens], dtype=np.int32))
+            previous = position
+        parts.append(ids[previous:])
+        return np.concatenate(parts)

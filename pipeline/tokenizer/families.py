@@ -1,0 +1,146 @@
+"""The registry of fast tokenizer families, and where each family's text may be cut.
+
+A family is one entry: whether a tokenizer belongs to it (`claims`), what of that tokenizer its fast
+path cannot reproduce (`support`: problems, empty when covered), the class that encodes with it
+(`make(tokenizer, tokenizer_json)` with `.encode(text)` and `.encode_bytes(data)` giving int32 ids),
+and its *cut rule*: the places where the family's own pre-tokenizer is guaranteed to cut, so that
+text cut there and encoded piece by piece gives the ids of the whole text.
+
+Adding a family is adding one `Family` to FAMILIES. The SentencePiece family plugs in from
+`pipeline.tokenizer.sentencepiece` (`sentencepiece_support`, `SentencePieceFastTokenizer`) when that
+module is present.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from pipeline.tokenizer import bytelevel_fast, wordpiece_fast
+
+
+class FamilyEncoder(Protocol):
+    def encode(self, text: str) -> np.ndarray: ...
+
+    def encode_bytes(self, data: bytes) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class CutRule:
+    """Where text may be cut without changing its ids: before a character of `before`, and with
+    `after_visible` only when the character before the cut is visible (a letter, digit, mark,
+    punctuation or symbol: never whitespace, a control or format character)."""
+
+    before: str
+    after_visible: bool
+
+    def allows(self, text: str, position: int) -> bool:
+        """Whether text may be cut before text[position] (0 < position < len(text))."""
+        if text[position] not in self.before:
+            return False
+        if not self.after_visible:
+            return True
+        previous = text[position - 1]
+        if "!" <= previous <= "~":
+            return True
+        return previous > "\x7f" and _visible(previous)
+
+
+def _visible(char: str) -> bool:
+    import unicodedata
+
+    return unicodedata.category(char)[0] in "LNMPS"
+
+
+# Whitespace-splitting pre-tokenizers (BertPreTokenizer) cut at any ASCII whitespace.
+WHITESPACE_CUTS = CutRule(" \t\n\r", after_visible=False)
+# A space after a visible character starts a new word in every regex and Metaspace pre-tokenizer
+# we know (and keeps add_prefix_space / prepend_scheme from adding anything to the next part).
+SPACE_CUTS = CutRule(" ", after_visible=True)
+# Without a prefix space, any ASCII whitespace after a visible character starts a new pre-token
+# of the GPT-2 regex; the Llama-3 regex's punctuation runs take the newlines after them
+# (` ?[^\s\p{L}\p{N}]+[\r\n]*`), so there only spaces and tabs.
+REGEX_CUTS = CutRule(" \t\n\r", after_visible=True)
+LLAMA3_CUTS = CutRule(" \t", after_visible=True)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    claims: Callable[[dict], bool]
+    support: Callable[[dict], list[str]]
+    make: Callable[[Tokenizer, str], FamilyEncoder]
+    cuts: Callable[[dict], CutRule]
+
+
+def _bytelevel_cuts(config: dict) -> CutRule:
+    pattern, prefix_space, _ = bytelevel_fast.pre_tokenizer_shape(config)
+    if prefix_space:
+        return SPACE_CUTS
+    return REGEX_CUTS if pattern == bytelevel_fast.GPT2_PATTERN else LLAMA3_CUTS
+
+
+def _sentencepiece() -> Family | None:
+    """The SentencePiece family, when its module is in this tree."""
+    if importlib.util.find_spec("pipeline.tokenizer.sentencepiece") is None:
+        return None
+    module = importlib.import_module("pipeline.tokenizer.sentencepiece")
+    marker = '"Metaspace"'
+
+    def claims(config: dict) -> bool:
+        model = config.get("model") or {}
+        return model.get("type") == "Unigram" or marker in json.dumps(config.get("pre_tokenizer")) \
+            or "\u2581" in json.dumps(config.get("normalizer"), ensure_ascii=False) \
+            or bool(model.get("byte_fallback"))
+
+    return Family("SentencePiece", claims, module.sentencepiece_support, module.SentencePieceFastTokenizer,
+                  lambda config: SPACE_CUTS)
+
+
+FAMILIES: list[Family] = [
+    Family(wordpiece_fast.FAMILY, wordpiece_fast.claims, wordpiece_fast.wordpiece_support,
+           wordpiece_fast.WordPieceFastTokenizer, lambda config: WHITESPACE_CUTS),
+    Family(bytelevel_fast.FAMILY, bytelevel_fast.claims, bytelevel_fast.bytelevel_support,
+           bytelevel_fast.ByteLevelFastTokenizer, _bytelevel_cuts),
+]
+_PLUGGED = _sentencepiece()
+if _PLUGGED is not None:
+    FAMILIES.append(_PLUGGED)
+
+
+def family_of(config: dict) -> Family | None:
+    """The family a tokenizer belongs to, or None."""
+    return next((family for family in FAMILIES if family.claims(config)), None)
+
+
+def describe(config: dict) -> str:
+    """A tokenizer's shape in words, for the log: model and pre-tokenizer types."""
+    model = (config.get("model") or {}).get("type")
+    pre = config.get("pre_tokenizer") or {}
+    kinds = [step.get("type") for step in pre.get("pretokenizers", [])] if pre.get("type") == "Sequence" \
+        else [pre.get("type")]
+    return f"model {model} with pre-tokenizer {'+'.join(str(k) for k in kinds)}"
+
+
+def support(config: dict) -> tuple[Family | None, list[str]]:
+    """(the tokenizer's family, what its fast path cannot reproduce); problems are never empty
+    when no family claims the tokenizer."""
+    family = family_of(config)
+    if family is None:
+        names = ", ".join(f.name for f in FAMILIES)
+        return None, [f"no fast family for a {describe(config)} (fast families: {names})"]
+    return family, family.support(config)
+
+
+def cut_rule(config: dict) -> CutRule:
+    """Where a tokenizer's text may be cut: its family's rule, else cuts before a space after a
+    visible character (right for every whitespace-splitting pre-tokenizer; not proven for others)."""
+    family = family_of(config)
+    return family.cuts(config) if family is not None else SPACE_CUTS

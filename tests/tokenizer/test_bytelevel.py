@@ -1,0 +1,152 @@
+"""The byte-level BPE fast path gives exactly the real tokenizer's ids, for small tokenizers trained
+by `tokenizers` and configured as roberta-base, ModernBERT, GPT-2 (with add_prefix_space), GPT-2 with
+BPE affixes, and Llama-3/OLMo-2 (Split of the cl100k regex + ByteLevel, ignore_merges): a bounded
+slice of every shared book, the hostile text, and random strings weighted to the risky classes."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from pipeline.kernels.bytelevel import GPT2_PATTERN, LETTER, NUMBER, OTHER, SPACE
+from pipeline.tokenizer.bytelevel_fast import _cached_classes
+from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
+from tests.conftest import BOOKS
+from tests.tokenizer.test_fast import HOSTILE
+
+TOKENIZERS = Path(__file__).resolve().parents[1] / "data" / "tokenizers"
+NAMES = ("roberta", "modernbert", "gpt2", "gpt2_affixes", "llama3")
+BOOK_SLICE = 3_000  # characters from the middle of every book: the whole corpus, bounded
+
+
+@functools.lru_cache(maxsize=8)
+def tokenizer_json(name: str) -> str:
+    return (TOKENIZERS / f"{name}.json").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=8)
+def pair(name: str) -> tuple[Tokenizer, FastTokenizer]:
+    real = Tokenizer.from_str(tokenizer_json(name))
+    real.encode_special_tokens = True  # as the job builds it: special-token strings are text
+    return real, FastTokenizer(real, tokenizer_json(name))
+
+
+def assert_same(name: str, text: str) -> None:
+    real, fast = pair(name)
+    expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+    got = fast.encode(text)
+    if not np.array_equal(got, expected):
+        k = next((i for i in range(min(len(got), len(expected))) if got[i] != expected[i]),
+                 min(len(got), len(expected)))
+        raise AssertionError(f"{name}: first difference at token {k} of {len(expected)}: "
+                             f"real {[real.id_to_token(int(i)) for i in expected[k:k + 4]]} "
+                             f"fast {[real.id_to_token(int(i)) for i in got[k:k + 4]]} in {text[:200]!r}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_book_slice_and_the_hostile_text_give_the_real_ids(name):
+    real, fast = pair(name)
+    assert fast.family == "byte-level BPE"
+    texts = [HOSTILE]
+    for path in sorted(BOOKS.glob("*.txt")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        middle = len(text) // 2
+        texts.append(text[middle: middle + BOOK_SLICE])
+    texts.append("\n".join(texts))  # one document of all of them, with its line breaks
+    for text in texts:
+        assert_same(name, text)
+
+
+_RISKY = [
+    "\u0301", "\u0308", "\u20dd", "e\u0301", "\ufb01", "\uff21", "\u2163", "\u00bd", "\u2460", "\u3000", "\u00a0",
+    "\u2028", "\u2029", "\u200b", "\u200d", "\ufeff", "\u00ad", "\x1c", "\x1f", "\x85", "\x00", "\x7f", "\t", "\r",
+    "\n", "\n\n", "  ", "   ", " \n ", "\u1100\u1161\u11a8", "\ud55c", "\U0001F600", "\U0001F468\u200d\U0001F469",
+    "\U00010400", "\U0001D4B3", "\u017f", "\u212a", "\u0130", "\u0131", "\u03c2", "'s", "'S", "'t", "'T", "'re",
+    "'RE", "'Re", "'ve", "'VE", "'m", "'M", "'ll", "'LL", "'Ll", "'d", "'D", "'\u017f", "''s", " 's", "'",
+    "<s>", "</s>", "<mask>", "<pad>", "[CLS]", "[MASK]", "<|endoftext|>", "<|begin_of_text|>", "|||IP_ADDRESS|||",
+    "1", "12", "123", "1234567", "3.14", "1,000", "\u0661\u0662\u0663", "\u00b2", "!!!", "...", "?!", "--", "(",
+    ")", "\u201c", "\u2019", "#", "##", "</w>", "\u0120", "\u010a", "\u5b57", "\u3002", "\u05e9", "\u0645",
+]
+_WORDS = ["the", "The", "THE", "word", "don", "we", "you", "it", "Hello", "caf\u00e9", "na\u00efve", "x" * 40,
+          "ab" * 150, "\u00e9" * 90]
+
+
+@st.composite
+def risky_text(draw) -> str:
+    parts = draw(st.lists(st.one_of(st.sampled_from(_RISKY), st.sampled_from(_WORDS),
+                                    st.text(max_size=6), st.sampled_from([" ", "\n", ""])), max_size=40))
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=risky_text())
+def test_random_risky_strings_give_the_real_ids(name, text):
+    assert_same(name, text)
+
+
+def test_the_class_table_is_the_regex_engines():
+    """Spot checks of the probed \\p{L} / \\p{N} / \\s table: what Python and onig agree on."""
+    classes = _cached_classes()
+    for char, kind in (("a", LETTER), ("\u00e9", LETTER), ("\u5b57", LETTER), ("\U0001D4B3", LETTER),
+                       ("7", NUMBER), ("\u2163", NUMBER), ("\u00bd", NUMBER), (" ", SPACE), ("\u3000", SPACE),
+                       ("\u2028", SPACE), ("\x85", SPACE), ("!", OTHER), ("\u0301", OTHER), ("\x1c", OTHER),
+                       ("\U0001F600", OTHER), ("\u200b", OTHER)):
+        assert classes[ord(char)] == kind, hex(ord(char))
+
+
+def _variant(name: str, change) -> str:
+    config = json.loads(tokenizer_json(name))
+    change(config)
+    return json.dumps(config)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_auto_picks_fast_for_every_byte_level_tokenizer(name):
+    assert choose_backend("auto", tokenizer_json(name)) == ("fast", [])
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda c: c.update(normalizer={"type": "NFC"}), "normalizer NFC"),
+    (lambda c: c["pre_tokenizer"].update(use_regex=False), "ByteLevel without its regex"),
+    (lambda c: c["model"].update(dropout=0.1), "BPE dropout 0.1"),
+    (lambda c: c["added_tokens"].append({"id": 0, "content": "hello", "single_word": False, "lstrip": False,
+                                         "rstrip": False, "normalized": False, "special": False}),
+     "non-special added tokens"),
+    (lambda c: c.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\s+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}),
+     "Split pattern"),
+])
+def test_unsupported_byte_level_settings_are_named(change, named):
+    config = _variant("roberta", change)
+    backend, why = choose_backend("auto", config)
+    assert backend == "hf" and any(named in reason and reason.startswith("byte-level BPE family: ")
+                                   for reason in why), why
+    with pytest.raises(UnsupportedTokenizer, match=named):
+        choose_backend("fast", config)
+
+
+def test_a_split_of_the_gpt2_pattern_is_covered_too():
+    config = _variant("roberta", lambda c: c.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": GPT2_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}))
+    real = Tokenizer.from_str(config)
+    real.encode_special_tokens = True
+    fast = FastTokenizer(real, config)
+    text = HOSTILE[:4000] + " it's  done\n\n  'LL"
+    np.testing.assert_array_equal(fast.encode(text), real.encode(text, add_special_tokens=False).ids)
+
+
+def test_a_tokenizer_no_family_claims_is_named():
+    config = _variant("roberta", lambda c: c.update(pre_tokenizer={"type": "Whitespace"}))
+    backend, why = choose_backend("auto", config)
+    assert backend == "hf" and len(why) == 1
+    assert why[0].startswith("no fast family for a model BPE with pre-tokenizer Whitespace (fast families: WordPiece")
