@@ -140,7 +140,7 @@ def test_max_input_chars_per_word_zero_makes_every_word_unk(spec):
 def test_byte_ranges_give_the_rows_of_the_unsplit_input(tmp_path, spec, monkeypatch, name, packing):
     """Hard-wrapped prose without blank lines in ranges of 16 KiB (pieces of 4 KiB): a range end is not
     a sentence end and no text is lost or doubled at a range junction (issue 23, point 4)."""
-    monkeypatch.setattr(streams, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(streams, "ReadSizes", functools.partial(streams.ReadSizes, piece_bytes=4096))
     monkeypatch.setattr(streams, "CACHE_CHARS", 0)
     raw = spec.json if name == "bert" else tokenizer_json(name)
     tokenizer = FastTokenizer(build_tokenizer(TokenizerSpec.from_json(raw)), raw)
