@@ -75,9 +75,7 @@ def run(argv: list[str] | None = None) -> dict:
     cfg = parse(args)
     try:
         return train(cfg, args)
-    except TrainingInterrupted as stopped:
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(stopped, file=sys.stderr, flush=True)
+    except TrainingInterrupted as stopped:  # rank 0 has logged the one line with the --resume command
         raise SystemExit(stopped.exit_code) from None
     except (ValueError, OSError) as error:
         raise SystemExit(f"jobs.train: {error}") from None

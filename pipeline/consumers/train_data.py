@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import torch
 from torch.utils.data import DataLoader
 
 from pipeline.consumers.distributed import Ranks, ignore_stop_signals
@@ -40,7 +41,8 @@ class TrainData:
         batches = batches[: cfg.eval_batches] if cfg.eval_batches else batches
         return DataLoader(self.validation, batch_sampler=batches[ranks.rank:: ranks.world_size],
                           collate_fn=MlmCollator(compact=True), num_workers=cfg.num_workers,
-                          worker_init_fn=ignore_stop_signals if cfg.num_workers else None)
+                          worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
+                          generator=torch.Generator().manual_seed(cfg.seed))  # no draw from the global RNG
 
 
 def load_data(cfg: TrainConfig, ranks: Ranks) -> TrainData:

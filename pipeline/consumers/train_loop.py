@@ -89,6 +89,8 @@ def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) 
     if refusal is not None:
         raise refusal
     handler = attach_log_file(cfg.output) if ranks.is_main else None
+    if not ranks.is_main:  # one voice: rank 0 logs; the others only fail loudly
+        logging.getLogger("maskbeam").setLevel(logging.ERROR)
     try:
         return _run(cfg, ranks, stop, argv)
     except TrainingInterrupted:
@@ -119,7 +121,8 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
     train_loader = ResumableLoader(
         data.train, sampler=sampler, drop_last=True, widen=False, batch_size=cfg.batch_size,
         collate_fn=MlmCollator(trim_padding=cfg.trim_padding, compact=True), num_workers=cfg.num_workers,
-        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if cfg.num_workers else None)
+        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
+        generator=torch.Generator().manual_seed(cfg.seed))  # its draws stay off the global RNG (dropout)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
     step, ckpt_path, metrics_path = 0, os.path.join(cfg.output, CHECKPOINT_FILE), os.path.join(cfg.output, METRICS_FILE)
@@ -168,7 +171,7 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                         "scheduler": scheduler.state_dict(), "sampler": sampler_state, "rng": rng,
                                         "step": at_step, "world_size": ranks.world_size, "config": vars(cfg)})
-        ranks.barrier()
+        ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
 
     run_started, first_step = time.perf_counter(), step
     boundary = (sampler.state_dict(), rng_state())  # the state at the last step boundary
@@ -180,10 +183,12 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
             step_targets, sigterm, sigint = ranks.sum([targets, stop.signal == 15, stop.signal == 2])
             if sigterm or sigint:  # every rank stops here, at the same step, with the boundary's state
                 checkpoint(step, *boundary)
-                code = 130 if sigint else 143
-                raise TrainingInterrupted(f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step "
-                                          f"{step} of {total}, checkpoint saved; continue with: "
-                                          f"{resume_command(argv, ranks.world_size)}", code)
+                message = (f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step {step} of {total}, "
+                           f"checkpoint saved; continue with: {resume_command(argv, ranks.world_size)}")
+                if main:  # before the last barrier: under torchrun, the launcher stops the others at the first exit
+                    _log.warning("%s", message)
+                ranks.barrier()
+                raise TrainingInterrupted(message, 130 if sigint else 143)
             if samples_log is not None:
                 _log_samples(samples_log, sampler, group, step + 1, ranks.rank)
             scale, loss_sum = ranks.world_size / max(step_targets, 1), torch.zeros((), device=device)
