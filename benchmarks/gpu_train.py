@@ -151,7 +151,7 @@ def _prepare_data(seq_len: int, books: int, folder: str) -> str:
     out = os.path.join(folder, f"sample-{seq_len}")
     argv = [a for path in inputs for a in ("--input", str(path))]
     run([*argv, "--output", out, "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", str(seq_len),
-         "--masking", "dynamic", "--validation_fraction", "0"])
+         "--min_tokens", str(min(64, seq_len // 4)), "--masking", "dynamic", "--validation_fraction", "0"])
     return out
 
 

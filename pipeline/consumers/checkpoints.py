@@ -65,14 +65,15 @@ def load_checkpoint(path: str) -> dict:
 
 
 def rng_state() -> dict:
+    """The CPU generator and the current CUDA device's (never every device's: touching each GPU from
+    every rank would open a context on each)."""
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        cuda = state["cuda"][: torch.cuda.device_count()]  # a run resumed on fewer devices per node
-        torch.cuda.set_rng_state_all(cuda)
+    if isinstance(state.get("cuda"), torch.Tensor) and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

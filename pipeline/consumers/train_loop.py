@@ -106,6 +106,10 @@ def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) 
 
 
 def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
+    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards": bars do not belong in a log
     torch.manual_seed(cfg.seed)
     device, main = ranks.device, ranks.is_main
     data: TrainData = load_data(cfg, ranks)
@@ -133,10 +137,12 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
         sampler.load_state_dict(ckpt["sampler"])
         step = ckpt["step"]
     total = cfg.max_steps or step + steps_left(sampler, cfg, ranks.world_size)
+    if -(-len(data.train) // ranks.world_size) // cfg.batch_size // cfg.grad_accum == 0:
+        raise ValueError(f"nothing to train: an epoch of {len(data.train)} train rows gives no step of "
+                         f"{cfg.batch_size} x {cfg.grad_accum} x {ranks.world_size} rows (lower --batch_size or "
+                         "--grad_accum)")
     if total <= step:
-        raise ValueError(f"nothing to train: {len(data.train)} train rows give {total} steps of {cfg.batch_size} x "
-                         f"{cfg.grad_accum} x {ranks.world_size} rows (lower --batch_size or --grad_accum)"
-                         if step == 0 else f"the run is complete at step {step} of {total} (raise --max_steps)")
+        raise ValueError(f"the run is complete at step {step} of {total} (raise --max_steps or --epochs)")
     warmup_clipped(cfg, total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
     if ckpt is not None:
@@ -266,10 +272,6 @@ def _log_samples(path: str, sampler: ResumableSampler, group: list[dict], step: 
 
 
 def _save_final(model, data: TrainData, cfg: TrainConfig, device: torch.device, metrics_path: str) -> None:
-    from transformers.utils import logging as hf_logging
-
-    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
-        hf_logging.disable_progress_bar()  # "Writing model shards" bars do not belong in a log file
     model.save_pretrained(cfg.output)
     tokenizer = hf_tokenizer(data.spec, data.seq_len, model)
     tokenizer.save_pretrained(cfg.output)

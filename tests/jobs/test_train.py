@@ -119,7 +119,7 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
 
 
-def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, caplog):
+def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, caplog, capsys):
     """An existing run is refused without --resume/--overwrite; --resume needs a checkpoint; --overwrite
     replaces only a jobs.train folder; a crafted checkpoint is refused unrun (issue 26.1); a warmup
     longer than the run is clipped with a warning."""
@@ -161,6 +161,7 @@ def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, ca
     with caplog.at_level("WARNING", logger="maskbeam"):
         run([*base, "--output", str(copy), "--overwrite", "--max_steps", "2"])  # default --warmup_steps 100
     assert "--warmup_steps 100 is longer than the run's 2 steps: warming up over 1 steps instead" in caplog.text
+    assert "Writing model shards" not in capsys.readouterr().err  # no progress bars in a log that is not a terminal
     rows = [r for r in _metrics(copy) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2] and max(r["lr"] for r in rows) == pytest.approx(5e-4)
 

@@ -46,9 +46,9 @@ def _workers(proc: subprocess.Popen):
 
 @pytest.fixture(scope="module")
 def one_book(tmp_path_factory):
-    """One short book at 128 tokens, dynamic masks: a few hundred rows, enough for 10 steps of 12."""
+    """One short book in rows of 32 tokens, dynamic masks: about 200 rows, so 10 steps of 12 stay in epoch 0."""
     out = tmp_path_factory.mktemp("one_book") / "data"
-    run_preprocess([corpus_book("classics__yellow_wallpaper.txt")], out, "--max_seq_length", "128", "--masking",
+    run_preprocess([corpus_book("classics__yellow_wallpaper.txt")], out, "--max_seq_length", "32", "--min_tokens", "8", "--masking",
                    "dynamic", "--validation_fraction", "0.05")
     return out
 
@@ -111,7 +111,9 @@ def test_ranks_and_world_size_changes_train_the_same_model(one_book, tmp_path, c
         assert len(got[step]) == ranks, step
         rows = [i for share in got[step] for i in share]
         assert len(set(rows)) == len(rows) == 12 and sorted(rows) == sorted(expected[step][0]), step
-    stream = ResumableSampler(len(MlmShardDataset(str(one_book))), seed=0).stream()
+    rows = len(MlmShardDataset(str(one_book)))
+    assert rows >= 120 + 3 * 4, rows  # every world size's steps 1..10 lie in epoch 0
+    stream = ResumableSampler(rows, seed=0).stream()
     seen = [i for step in range(1, 11) for share in got[step] for i in share]
     assert sorted(seen) == sorted(stream[:120].tolist())  # each of the epoch's first 120 rows exactly once
 
@@ -141,7 +143,7 @@ def bpe_data(tmp_path_factory):
     tokenizer.train_from_iterator(book.read_text(encoding="utf-8").splitlines(), trainer)
     (folder / "tok").mkdir()
     tokenizer.save(str(folder / "tok" / "tokenizer.json"))
-    run_preprocess([book], folder / "data", "--max_seq_length", "64", "--masking", "dynamic", "--validation_fraction",
+    run_preprocess([book], folder / "data", "--max_seq_length", "64", "--min_tokens", "16", "--masking", "dynamic", "--validation_fraction",
                    "0", "--tokenizer_backend", "hf", tokenizer=folder / "tok")
     return folder / "data", tokenizer
 
