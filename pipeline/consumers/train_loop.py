@@ -133,7 +133,6 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
     ckpt = load_checkpoint(ckpt_path) if cfg.resume else None
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
         sampler.load_state_dict(ckpt["sampler"])
         step = ckpt["step"]
     total = cfg.max_steps or step + steps_left(sampler, cfg, ranks.world_size)
@@ -145,7 +144,8 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
         raise ValueError(f"the run is complete at step {step} of {total} (raise --max_steps or --epochs)")
     warmup_clipped(cfg, total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
-    if ckpt is not None:
+    if ckpt is not None:  # the optimizer after the scheduler, whose construction sets the lr of step 0
+        optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt["rng"])
         if ranks.rank:
