@@ -17,7 +17,11 @@ import time
 
 import torch
 
-from pipeline.consumers.training import MODEL_SIZES, TrainConfig, build_model, mlm_loss
+from pipeline.consumers.models import MODEL_SIZES, build_model
+from pipeline.consumers.training import mlm_loss
+from pipeline.sample import SAMPLE_TOKENIZER
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
 
 
 def _batch(batch_size: int, seq_len: int, vocab: int, generator: torch.Generator) -> dict:
@@ -51,14 +55,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=3, help="steps per timed run")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per head (interleaved)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--arch", default="bert", help="a family of pipeline.consumers.models.ARCHITECTURES")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    spec = TokenizerSpec.from_json(resolve_tokenizer_json(str(SAMPLE_TOKENIZER)))  # bert-base-uncased
     results = []
     for config in args.configs.split(","):
         for seq_len in (int(x) for x in args.seq_len.split(",")):
             torch.manual_seed(0)
-            model = build_model(TrainConfig(data="", output="", config=config), 30522, seq_len, 0).to(device)
+            model = build_model(spec, seq_len, device, arch=args.arch, size=config).to(device)
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
             batch = {k: v.to(device) for k, v in _batch(args.batch_size, seq_len, 30522,
                                                          torch.Generator().manual_seed(1)).items()}
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
                 for name, loss_of in HEADS.items():
                     times[name].append(_seconds_per_step(model, optimizer, batch, loss_of, args.steps))
             tokens = args.batch_size * seq_len
-            row = {"config": config, "hidden_layers": MODEL_SIZES[config][:2], "seq_len": seq_len,
+            row = {"arch": args.arch, "config": config, "hidden_layers": MODEL_SIZES[config][:2], "seq_len": seq_len,
                    "batch_size": args.batch_size, "device": str(device)}
             for name in HEADS:
                 row[f"{name}_tokens_per_s"] = tokens / statistics.median(times[name])

@@ -1,65 +1,94 @@
-"""Train BertForMaskedLM on a MaskBeam output: a short, nanoGPT-style loop.
+"""Train a masked-LM model (BERT, RoBERTa, ModernBERT, DistilBERT, ELECTRA's generator, or any
+AutoModelForMaskedLM) on a MaskBeam output, on one device or data-parallel under torchrun.
 
-    python -m jobs.train --data DIR --output DIR [--model bert-base-uncased | --config tiny] [options]
+    python -m jobs.train --data DIR --output DIR [--model NAME_OR_DIR | --arch bert --config tiny] [options]
+    torchrun --nproc_per_node 2 -m jobs.train --data DIR --output DIR [options]
+    ... --resume     (continues the checkpoint in --output, on any number of processes)
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+import os
+import sys
+from dataclasses import MISSING, fields
 
 from pipeline.console import setup_logging
 from pipeline.consumers.outputs import load_manifest
-from pipeline.consumers.train_loop import train
-from pipeline.consumers.training import MODEL_SIZES, TrainConfig
-from pipeline.storage.shard_rows import READ_MODES
+from pipeline.consumers.train_loop import TrainingInterrupted, train
+from pipeline.consumers.training import TrainConfig
+
+_CASTS = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(TrainConfig):
+        help_text, default = f.metadata["help"], None if f.default is MISSING else f.default
+        if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME
+            flag = f"--no_{f.name}" if default else f"--{f.name}"
+            p.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
+                           help=f"{help_text} (default: {'on' if default else 'off'})")
+            continue
+        shown = "" if f.name in ("data", "output") else f" (default: {default})"
+        p.add_argument(f"--{f.name}", type=_CASTS[str(f.type)], default=default, choices=f.metadata.get("choices"),
+                       help=help_text + shown, metavar=None if f.metadata.get("choices") else f.name.upper())
+    return p
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
-    parser = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__.split("\n")[0])
-    for f in fields(TrainConfig):
-        if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME
-            flag = f"--no_{f.name}" if f.default else f"--{f.name}"
-            parser.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true")
-        else:
-            cast = {"int": int, "float": float, "int | None": int}.get(str(f.type), str)
-            parser.add_argument(f"--{f.name}", type=cast, default=f.default, required=f.name in ("data", "output"))
-    cfg = TrainConfig(**vars(parser.parse_args(argv)))
+    p = parser()
+    cfg = TrainConfig(**vars(p.parse_args(argv)))
+    for name in ("data", "output"):
+        if not getattr(cfg, name):
+            p.error(f"--{name} is required")
     for name in ("batch_size", "grad_accum", "epochs"):
         if getattr(cfg, name) < 1:
-            parser.error(f"--{name} must be >= 1")
-    if cfg.read_mode not in READ_MODES:
-        parser.error(f"--read_mode must be one of {', '.join(READ_MODES)}, got {cfg.read_mode!r}")
-    if not cfg.model and cfg.config not in MODEL_SIZES:
-        parser.error(f"--config must be one of {sorted(MODEL_SIZES)}, got {cfg.config!r}")
+            p.error(f"--{name} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("max_steps", "warmup_steps", "eval_every", "eval_batches", "save_every", "num_workers", "log_every"):
+        value = getattr(cfg, name)
+        if value is not None and value < 0 or name == "max_steps" and value == 0:
+            p.error(f"--{name} must be {'>= 1' if name == 'max_steps' else '>= 0'}, got {value}")
+    if cfg.lr <= 0:
+        p.error(f"--lr must be > 0, got {cfg.lr}")
     if cfg.model and not _model_exists(cfg.model):
-        parser.error(f"--model {cfg.model!r}: no such folder, and not a Hub id")
+        p.error(f"--model {cfg.model!r}: no such folder, and not a Hub id")
+    if cfg.probe and not os.path.isfile(cfg.probe):
+        p.error(f"--probe {cfg.probe!r}: no such file")
     try:
         load_manifest(cfg.data)
     except FileNotFoundError as error:
-        parser.error(str(error))
+        p.error(str(error))
     return cfg
 
 
 def _model_exists(name: str) -> bool:
     """A local folder, or something shaped like a Hub id (`name` or `org/name`)."""
-    import os
-
     return os.path.isdir(name) or (not name.startswith((".", "/", "~")) and name.count("/") <= 1)
 
 
 def run(argv: list[str] | None = None) -> dict:
-    """Parse and check the options, then train; returns the final validation metrics."""
-    cfg = parse(argv)
+    """Parse and check the options, then train; returns the final validation metrics ({} without a
+    validation split). Ctrl-C/SIGTERM: SystemExit 130/143 after a checkpoint, with one line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse(args)
     try:
-        return train(cfg)
+        return train(cfg, args)
+    except TrainingInterrupted as stopped:  # rank 0 has logged the one line with the --resume command
+        raise SystemExit(stopped.exit_code) from None
     except (ValueError, OSError) as error:
         raise SystemExit(f"jobs.train: {error}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
     setup_logging()
-    run(argv)
+    try:
+        run(argv)
+    except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written
+        print("jobs.train: interrupted twice, stopped without saving (the last checkpoint, if any, is intact)",
+              file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

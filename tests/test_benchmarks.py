@@ -39,3 +39,17 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
         report["ours_stages_s"])
     assert set(report["tokenize_one_thread"]["mb_per_s"]) == {
         "hf encode_batch", "hf encode_batch_fast", "maskbeam fast", "tokie encode_batch"}
+
+
+def test_gpu_train_runs_in_its_dry_mode(tmp_path):
+    """benchmarks/gpu_train.py end to end on the CPU (tiny models, 64 tokens, its own sample data, one
+    process and two gloo ranks under torchrun), so its first GPU run does not fail on a typo."""
+    from benchmarks.gpu_train import main
+
+    results = main(["--dry_run", "--json", str(tmp_path / "gpu.json")])
+    configs = [(r["arch"], r["head"], r["devices"]) for r in results]
+    assert configs == [("bert", "gathered", 1), ("bert", "full", 1), ("modernbert", "gathered", 1),
+                       ("modernbert", "full", 1), ("bert", "gathered", 2)]
+    for r in results:
+        assert r["tokens_per_s"] > 0 and 0 <= r["data_wait_share"] < 1 and r["seq_len"] == 64, r
+    assert json.loads((tmp_path / "gpu.json").read_text())["results"] == results

@@ -1,10 +1,14 @@
-"""The training loop of `jobs.train`: nanoGPT-style, with the helpers of `training.py`.
+"""The training loop of `jobs.train`: nanoGPT-style, on one process or on the ranks torchrun starts.
 
-One seed call, a resumable sampler, gradient accumulation, evaluation and atomic checkpoints.
+One seed call, a resumable sampler per rank (the global position makes a checkpoint resumable on any
+number of ranks), gradient accumulation with `no_sync`, a loss normalised by the targets of the whole
+step (so 2 ranks x 2 micro-batches equal 1 rank x 4), evaluation shared by the ranks, atomic
+checkpoints, and Ctrl-C/SIGTERM honoured at the next step boundary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -12,151 +16,277 @@ import sys
 import time
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipeline.console import human_seconds
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler, widen
-from pipeline.consumers.outputs import tokenizer_spec
+from pipeline.consumers.checkpoints import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from pipeline.consumers.distributed import Ranks, StopRequests, ignore_stop_signals, init_ranks
+from pipeline.consumers.loader import MlmCollator, ResumableLoader, ResumableSampler, widen
+from pipeline.consumers.models import build_model
+from pipeline.consumers.run_folders import attach_log_file, check_run_folder, clean_failed_run, resume_command
+from pipeline.consumers.train_data import TrainData, load_data, steps_left
 from pipeline.consumers.training import (
-    CHECKPOINT_FILE,
     CONFIG_FILE,
     METRICS_FILE,
     TrainConfig,
     autocast,
-    build_model,
     evaluate,
     flops_per_token,
     hf_tokenizer,
     lr_at,
-    mlm_loss,
+    mlm_loss_sum,
     peak_flops,
     plot_metrics,
     probe,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
 )
-from pipeline.storage import filesystem
-from schemas import manifest as m
-from schemas.shard import ATTENTION_MASK
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, LABELS
 
 _log = logging.getLogger("maskbeam.train")
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Train as `cfg` says; returns the final validation metrics."""
+class TrainingInterrupted(Exception):
+    """Ctrl-C or SIGTERM: a checkpoint was saved at a step boundary; `exit_code` is 130 or 143."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class MaskedLMLoss(torch.nn.Module):
+    """The summed MLM loss as a module, so DistributedDataParallel (and torch.compile) wrap the
+    gathered head's forward: DDP syncs gradients only for a forward that ran through it."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return mlm_loss_sum(self.model, batch)[0]
+
+
+def train(cfg: TrainConfig, argv: list[str] | None = None) -> dict:
+    """Train as `cfg` says on this process's rank; returns the final validation metrics ({} without a
+    validation split)."""
+    ranks = init_ranks()
+    try:
+        with StopRequests() as stop:
+            return _train(cfg, ranks, stop, list(sys.argv[1:] if argv is None else argv))
+    finally:
+        ranks.close()
+
+
+def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
+    refusal = None
+    if ranks.is_main:
+        try:
+            check_run_folder(cfg.output, resume=cfg.resume, overwrite=cfg.overwrite)
+            os.makedirs(cfg.output, exist_ok=True)
+        except (ValueError, OSError) as error:
+            refusal = error
+    refusal = ranks.broadcast(refusal)
+    if refusal is not None:
+        raise refusal
+    handler = attach_log_file(cfg.output) if ranks.is_main else None
+    if not ranks.is_main:  # one voice: rank 0 logs; the others only fail loudly
+        logging.getLogger("maskbeam").setLevel(logging.ERROR)
+    try:
+        return _run(cfg, ranks, stop, argv)
+    except TrainingInterrupted:
+        raise
+    except Exception as error:
+        if ranks.is_main and not cfg.resume:
+            clean_failed_run(cfg.output, error)
+        raise
+    finally:
+        if handler is not None:
+            logging.getLogger("maskbeam").removeHandler(handler)
+            handler.close()
+
+
+def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
+    if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards": bars do not belong in a log
     torch.manual_seed(cfg.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cache = {"cache_dir": cfg.cache_dir, "cache_limit": cfg.cache_limit,  # for a remote --data
-             "read_mode": cfg.read_mode}
-    # A remote validation split is cached whole and kept: the train split's cache (windows, when it
-    # is larger than the limit) works in what the limit leaves, so evaluations never download again.
-    val_ds = MlmShardDataset(cfg.data, m.VALIDATION, **cache)
-    kept = [] if filesystem.is_local(cfg.data) else val_ds.paths
-    train_ds = MlmShardDataset(cfg.data, m.TRAIN, keep_cached=kept, **cache)
-    spec = tokenizer_spec(cfg.data)
-    model = build_model(cfg, train_ds.vocab_size, train_ds.seq_len, spec.pad_id).to(device)
-    os.makedirs(cfg.output, exist_ok=True)  # only once the model and data are known to load
-    # the epoch travels with the indices; a cache smaller than the split reads window by window
-    sampler = ResumableSampler(len(train_ds), seed=cfg.seed, tag_epoch=True, **train_ds.sampler_options())
-    collate = MlmCollator(trim_padding=cfg.trim_padding, compact=True)  # workers ship int16: a fifth of the bytes
-    loader_args = {"batch_size": cfg.batch_size, "collate_fn": collate, "num_workers": cfg.num_workers,
-                   "pin_memory": device.type == "cuda", "generator": torch.Generator().manual_seed(cfg.seed)}
-    # counts consumption; int64 on the device after the copy (on CUDA the narrow batch crosses PCIe)
-    train_loader = ResumableLoader(train_ds, sampler=sampler, drop_last=True, widen=False, **loader_args)
-    val_loader = DataLoader(val_ds, shuffle=False, **{**loader_args, "collate_fn": MlmCollator()})
+    device, main = ranks.device, ranks.is_main
+    data: TrainData = load_data(cfg, ranks)
+    model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config).to(device)
+    torch.manual_seed(cfg.seed + ranks.rank)  # dropout differs by rank; the weights are rank 0's (DDP broadcasts)
+    loss_module = MaskedLMLoss(model)
+    if ranks.distributed:
+        loss_module = DistributedDataParallel(loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+    step_loss = torch.compile(loss_module, dynamic=True) if cfg.compile else loss_module  # gathered: shapes vary
+    sampler = ResumableSampler(len(data.train), seed=cfg.seed, rank=ranks.rank, world_size=ranks.world_size,
+                               tag_epoch=True, **data.train.sampler_options())
+    # workers ship int16/int8 batches (a fifth of the bytes); widened to int64 on the device
+    train_loader = ResumableLoader(
+        data.train, sampler=sampler, drop_last=True, widen=False, batch_size=cfg.batch_size,
+        collate_fn=MlmCollator(trim_padding=cfg.trim_padding, compact=True), num_workers=cfg.num_workers,
+        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
+        generator=torch.Generator().manual_seed(cfg.seed))  # its draws stay off the global RNG (dropout)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   fused=device.type == "cuda")
-    steps_per_epoch = len(train_ds) // (cfg.batch_size * cfg.grad_accum)
-    total = cfg.max_steps or cfg.epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
-    step, epoch, metrics_path = 0, 0, os.path.join(cfg.output, METRICS_FILE)
-    ckpt_path = os.path.join(cfg.output, CHECKPOINT_FILE)
-    if cfg.resume and os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path, weights_only=False)
+    step, ckpt_path, metrics_path = 0, os.path.join(cfg.output, CHECKPOINT_FILE), os.path.join(cfg.output, METRICS_FILE)
+    ckpt = load_checkpoint(ckpt_path) if cfg.resume else None
+    if ckpt is not None:
         model.load_state_dict(ckpt["model"])
+        sampler.load_state_dict(ckpt["sampler"])
+        step = ckpt["step"]
+    total = cfg.max_steps or step + steps_left(sampler, cfg, ranks.world_size)
+    if -(-len(data.train) // ranks.world_size) // cfg.batch_size // cfg.grad_accum == 0:
+        raise ValueError(f"nothing to train: an epoch of {len(data.train)} train rows gives no step of "
+                         f"{cfg.batch_size} x {cfg.grad_accum} x {ranks.world_size} rows (lower --batch_size or "
+                         "--grad_accum)")
+    if total <= step:
+        raise ValueError(f"the run is complete at step {step} of {total} (raise --max_steps or --epochs)")
+    warmup_clipped(cfg, total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
+    if ckpt is not None:  # the optimizer after the scheduler, whose construction sets the lr of step 0
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        sampler.load_state_dict(ckpt["sampler"])
         set_rng_state(ckpt["rng"])
-        step, epoch = ckpt["step"], sampler.epoch
-        _truncate_metrics(metrics_path, step)
-    else:
+        if ranks.rank:
+            torch.manual_seed(cfg.seed + 1000003 * step + ranks.rank)
+        _log.info("resumed at step %d (epoch %d, sample %d) from %d ranks onto %d", step, ckpt["sampler"]["epoch"],
+                  ckpt["sampler"]["global_position"], ckpt.get("world_size", 1), ranks.world_size)
+        if main:
+            _truncate_metrics(metrics_path, step)
+    elif main:
         open(metrics_path, "w").close()
         cfg.save(os.path.join(cfg.output, CONFIG_FILE))
-    def loss_of(batch: dict) -> torch.Tensor:
-        return mlm_loss(model, batch)
+    log = _logger(metrics_path if main else None)
 
-    loss_of = torch.compile(loss_of) if cfg.compile else loss_of  # the gathered head's shapes vary: dynamic
-    log = _logger(metrics_path)
-    if step == 0:
-        log({"step": 0, **evaluate(model, val_loader, device, cfg.eval_batches)}, announce=True)
-    fpt, peak = flops_per_token(model, train_ds.seq_len), peak_flops(device)
-    bar = tqdm(total=total, initial=step, desc="train", disable=None)
-    # Without a terminal (a batch job, a notebook log) tqdm is off: progress goes to the log instead.
+    def run_eval() -> dict:
+        return evaluate(model, data.validation_batches(cfg, ranks), device, ranks.sum) if data.has_validation else {}
+
+    if step == 0 and data.has_validation:
+        log({"step": 0, **run_eval()}, announce=True)
+    fpt, peak = flops_per_token(model, data.seq_len, data.target_share), peak_flops(device)
+    bar = tqdm(total=total, initial=step, desc="train", disable=None if main else True)
     log_lines = cfg.log_every if not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()) else 0
-    _log.info("training %s on %s: %d step%s of %d x %d rows (%d rows per epoch), device %s",
-              cfg.model or f"a {cfg.config} BERT from scratch", cfg.data, total, "" if total == 1 else "s",
-              cfg.batch_size, cfg.grad_accum, len(train_ds), device)
+    _log.info("training %s on %s: %d step%s of %d x %d x %d rows (%d rows per epoch), device %s", cfg.model or
+              f"a {cfg.config} {cfg.arch} from scratch", cfg.data, total, "" if total == 1 else "s", cfg.batch_size,
+              cfg.grad_accum, ranks.world_size, len(data.train), device)
+    samples_log = os.path.join(cfg.output, f"samples-rank{ranks.rank}.jsonl") if cfg.log_samples else None
+
+    def checkpoint(at_step: int, sampler_state: dict, rng: dict) -> None:
+        if main:
+            save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                        "scheduler": scheduler.state_dict(), "sampler": sampler_state, "rng": rng,
+                                        "step": at_step, "world_size": ranks.world_size, "config": vars(cfg)})
+        ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
+
     run_started, first_step = time.perf_counter(), step
+    boundary = (sampler.state_dict(), rng_state())  # the state at the last step boundary
     while step < total:
-        micro, tokens, started = 0, 0, time.perf_counter()
-        for batch in train_loader:
-            batch = widen({k: v.to(device, non_blocking=True) for k, v in batch.items()})
-            with autocast(device):
-                loss = loss_of(batch) / cfg.grad_accum  # the MLM head only at the targets
-            loss.backward()
-            tokens += int(batch[ATTENTION_MASK].sum())
-            micro += 1
-            if micro % cfg.grad_accum:
-                continue
+        waited, started = 0.0, time.perf_counter()
+        for group in _groups(train_loader, cfg.grad_accum):
+            waited += time.perf_counter() - started
+            targets = sum(int((b[LABELS] != IGNORE_INDEX).sum()) for b in group)
+            step_targets, sigterm, sigint = ranks.sum([targets, stop.signal == 15, stop.signal == 2])
+            if sigterm or sigint:  # every rank stops here, at the same step, with the boundary's state
+                checkpoint(step, *boundary)
+                message = (f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step {step} of {total}, "
+                           f"checkpoint saved; continue with: {resume_command(argv, ranks.world_size)}")
+                if main:  # before the last barrier: under torchrun, the launcher stops the others at the first exit
+                    _log.warning("%s", message)
+                ranks.barrier()
+                raise TrainingInterrupted(message, 130 if sigint else 143)
+            if samples_log is not None:
+                _log_samples(samples_log, sampler, group, step + 1, ranks.rank)
+            scale, loss_sum = ranks.world_size / max(step_targets, 1), torch.zeros((), device=device)
+            tokens = sum(int(b[ATTENTION_MASK].sum()) for b in group)
+            for i, batch in enumerate(group):
+                batch = widen({k: v.to(device, non_blocking=True) for k, v in batch.items()})
+                sync = i == len(group) - 1 or not ranks.distributed
+                with (contextlib.nullcontext() if sync else loss_module.no_sync()), autocast(device):
+                    loss = step_loss(batch)
+                (loss * scale).backward()  # DDP averages over ranks: the step's loss is sum / step_targets
+                loss_sum += loss.detach()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            rate = tokens / (time.perf_counter() - started)
-            row = {"step": step, "loss": loss.item() * cfg.grad_accum, "lr": scheduler.get_last_lr()[0],
-                   "tokens_per_s": rate}
+            boundary = (sampler.state_dict(), rng_state())
+            loss_sum, tokens = ranks.sum([loss_sum.item(), tokens])
+            elapsed = time.perf_counter() - started
+            row = {"step": step, "loss": loss_sum / max(step_targets, 1), "lr": scheduler.get_last_lr()[0],
+                   "tokens_per_s": tokens / elapsed, "data_wait": waited / elapsed}
             if peak:
-                row["mfu"] = rate * fpt / peak
+                row["mfu"] = row["tokens_per_s"] * fpt / (peak * ranks.world_size)
             log(row)
-            extra = {"mfu": f"{row['mfu']:.1%}"} if peak else {}
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{rate:,.0f}", **extra)
+            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
             bar.update()
             if log_lines and (step % log_lines == 0 or step == total):
                 per_step = (time.perf_counter() - run_started) / (step - first_step)
                 _log.info("step %d/%d  loss %.4f  lr %.2e  tokens/s %s  ETA %s", step, total, row["loss"], row["lr"],
-                          f"{rate:,.0f}", human_seconds(per_step * (total - step)))
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total:
-                log({"step": step, **evaluate(model, val_loader, device, cfg.eval_batches)}, announce=True)
+                          f"{row['tokens_per_s']:,.0f}", human_seconds(per_step * (total - step)))
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < total and data.has_validation:
+                log({"step": step, **run_eval()}, announce=True)
             if (cfg.save_every and step % cfg.save_every == 0) or step == total:
-                save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                            "scheduler": scheduler.state_dict(), "sampler": sampler.state_dict(),
-                                            "rng": rng_state(), "step": step, "config": vars(cfg)})
+                checkpoint(step, *boundary)
             if step >= total:
                 break
+            waited, started = 0.0, time.perf_counter()
         else:
-            epoch += 1
-            sampler.set_epoch(epoch)
-            optimizer.zero_grad(set_to_none=True)  # no partial accumulation leaks into the next epoch
+            sampler.set_epoch(sampler.epoch + 1)
     bar.close()
-    final = evaluate(model, val_loader, device, cfg.eval_batches)
-    log({"step": step, **final}, announce=True)
-    model.save_pretrained(cfg.output)
-    hf_tokenizer(spec, model.config.max_position_embeddings).save_pretrained(cfg.output)
-    _log.info("saved the model and its tokenizer to %s (metrics: %s)", cfg.output, metrics_path)
-    if cfg.probe:
-        for line in probe(model, hf_tokenizer(spec, model.config.max_position_embeddings), cfg.probe, device):
-            print(line)
-    if cfg.plot:
-        plot_metrics(metrics_path, cfg.plot)
+    final = run_eval()
+    if final:
+        log({"step": step, **final}, announce=True)
+    if main:
+        _save_final(model, data, cfg, device, metrics_path)
     return final
 
 
-def _logger(path: str):
+def warmup_clipped(cfg: TrainConfig, total: int) -> None:
+    """A warmup longer than the run never reaches the peak rate: clip it to a tenth of the run, saying so."""
+    if cfg.warmup_steps > total:
+        clipped = max(1, total // 10)
+        _log.warning("--warmup_steps %d is longer than the run's %d steps: warming up over %d steps instead",
+                     cfg.warmup_steps, total, clipped)
+        cfg.warmup_steps = clipped
+
+
+def _groups(loader: DataLoader, size: int):
+    """The loader's batches `size` at a time (one optimizer step); an epoch's incomplete last group is
+    dropped, as drop_last drops an incomplete batch."""
+    group = []
+    for batch in loader:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+
+
+def _log_samples(path: str, sampler: ResumableSampler, group: list[dict], step: int, rank: int) -> None:
+    """The dataset indices of this rank's rows of `step` (the sampler has just handed them out)."""
+    rows = sum(len(b[LABELS]) for b in group)
+    indices = sampler.order()[sampler.position - rows: sampler.position].tolist()
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"step": step, "rank": rank, "epoch": sampler.epoch, "indices": indices}) + "\n")
+
+
+def _save_final(model, data: TrainData, cfg: TrainConfig, device: torch.device, metrics_path: str) -> None:
+    model.save_pretrained(cfg.output)
+    tokenizer = hf_tokenizer(data.spec, data.seq_len, model)
+    tokenizer.save_pretrained(cfg.output)
+    _log.info("saved the model and its tokenizer to %s (metrics: %s)", cfg.output, metrics_path)
+    if cfg.probe:
+        for line in probe(model, tokenizer, cfg.probe, device):
+            print(line)
+    if cfg.plot:
+        plot_metrics(metrics_path, cfg.plot)
+
+
+def _logger(path: str | None):
     def log(row: dict, announce: bool = False) -> None:
+        if path is None:
+            return
         with open(path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
         if announce:  # evaluations always reach the log

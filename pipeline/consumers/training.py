@@ -1,84 +1,79 @@
-"""Helpers of the trainer (jobs/train.py): model building, the LR schedule, evaluation, MFU,
-checkpoints and the fill-mask probe. torch/transformers code, never imported by Beam modules."""
+"""Helpers of the trainer (jobs/train.py): the config and its flags, the LR schedule, the gathered MLM
+loss, evaluation, MFU, the fill-mask probe and the saved tokenizer. torch/transformers code, never
+imported by Beam modules."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from pipeline.storage.shard_rows import DEFAULT_READ_MODE
+from pipeline.consumers.models import ARCHITECTURES, MODEL_SIZES, encoder_and_head
+from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
-MODEL_SIZES = {  # hidden, layers, heads, intermediate
-    "tiny": (128, 2, 2, 512),
-    "mini": (256, 4, 4, 1024),
-    "small": (512, 4, 8, 2048),
-    "base": (768, 12, 12, 3072),
-}
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets), for MFU.
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "L4": 121e12,
                    "V100": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
-CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "train_config.json"
+LOG_FILE = "train.log"
+
+
+def _opt(default, help: str, **extra):
+    """A dataclass field that is also a documented command-line flag of jobs.train."""
+    return field(default=default, metadata={"help": help, **extra})
 
 
 @dataclass
 class TrainConfig:
-    data: str
-    output: str
-    model: str | None = None  # Hub name or local folder of a BertForMaskedLM
-    config: str = "tiny"  # from-scratch size when --model is not given
-    batch_size: int = 32
-    grad_accum: int = 1
-    lr: float = 5e-4
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    schedule: str = "linear"
-    max_steps: int | None = None
-    epochs: int = 1
-    clip: float = 1.0
-    eval_every: int = 0
-    eval_batches: int = 50
-    save_every: int = 0
-    seed: int = 0
-    num_workers: int = 0
-    compile: bool = False
-    resume: bool = False
-    probe: str | None = None
-    plot: str | None = None
-    trim_padding: bool = True
-    log_every: int = 10  # steps between progress lines in the log when stdout is not a terminal (0: none)
-    cache_dir: str | None = None  # where shards of a remote --data (s3://, gs://, hf://) are copied
-    cache_limit: int | None = None  # bytes the shard cache may hold (older copies are evicted)
-    read_mode: str = DEFAULT_READ_MODE  # rows from the shards by pread (RSS holds only batches) or mmap
+    """Every option of jobs.train (each is the flag of the same name), saved in train_config.json and
+    in each checkpoint."""
+
+    data: str = _opt("", "a MaskBeam output folder (or an s3://, gs://, hf:// URL); required")
+    output: str = _opt("", "the run folder: checkpoint, metrics, log and the final model; required")
+    model: str | None = _opt(None, "start from this model: a Hub name or a folder of any masked-LM architecture of "
+                                   "transformers (its tokenizer must be the data's); default: a new model")
+    arch: str = _opt("bert", "architecture of a new model", choices=ARCHITECTURES)
+    config: str = _opt("tiny", "size of a new model", choices=tuple(MODEL_SIZES))
+    batch_size: int = _opt(32, "rows per micro-batch on each rank")
+    grad_accum: int = _opt(1, "micro-batches per optimizer step on each rank (a step sees batch_size x grad_accum"
+                              " x ranks rows)")
+    lr: float = _opt(5e-4, "peak learning rate")
+    weight_decay: float = _opt(0.01, "AdamW weight decay")
+    warmup_steps: int = _opt(100, "steps of linear warmup; longer than the run: clipped to a tenth of the run, "
+                                  "with a warning")
+    schedule: str = _opt("linear", "decay to 0 after the warmup", choices=("linear", "cosine"))
+    max_steps: int | None = _opt(None, "optimizer steps to run; default: --epochs epochs")
+    epochs: int = _opt(1, "epochs to run when --max_steps is not given")
+    clip: float = _opt(1.0, "gradient norm clipping")
+    eval_every: int = _opt(0, "steps between evaluations (0: only before and after training)")
+    eval_batches: int = _opt(50, "validation batches per evaluation, shared by the ranks (0: the whole split)")
+    save_every: int = _opt(0, "steps between checkpoints (0: only at the end and when interrupted)")
+    seed: int = _opt(0, "seed of the initialisation, dropout and sample order")
+    num_workers: int = _opt(0, "DataLoader worker processes per rank")
+    compile: bool = _opt(False, "torch.compile the loss (the first steps compile)")
+    resume: bool = _opt(False, "continue the run in --output from its checkpoint, on any number of ranks")
+    overwrite: bool = _opt(False, "replace the jobs.train run in --output")
+    probe: str | None = _opt(None, "a text file of sentences with the mask token (e.g. [MASK]): the top "
+                                   "predictions of each are printed at the end")
+    plot: str | None = _opt(None, "write loss and accuracy curves to this PNG file")
+    trim_padding: bool = _opt(True, "cut each batch after its longest row (rounded up to 8)")
+    log_every: int = _opt(10, "steps between progress lines in the log when stdout is not a terminal (0: none)")
+    log_samples: bool = _opt(False, "write each step's dataset indices to samples-rank{R}.jsonl (an audit trail)")
+    cache_dir: str | None = _opt(None, "where the shards of a remote --data are copied; default "
+                                       "~/.cache/maskbeam/shards")
+    cache_limit: int | None = _opt(None, "bytes the shard cache may hold, older copies evicted; default: no limit")
+    read_mode: str = _opt(DEFAULT_READ_MODE, "how rows leave the shards: pread (RSS holds only batches) or mmap",
+                          choices=READ_MODES)
 
     def save(self, path: str) -> None:
         with open(path, "w") as handle:
             json.dump(asdict(self), handle, indent=2, sort_keys=True)
-
-
-def build_model(cfg: TrainConfig, vocab_size: int, seq_len: int, pad_id: int):
-    """BertForMaskedLM from --model (checked against the data's vocabulary) or from scratch."""
-    from transformers import BertConfig, BertForMaskedLM
-
-    if cfg.model:
-        model = BertForMaskedLM.from_pretrained(cfg.model)
-        if model.config.vocab_size != vocab_size:
-            raise ValueError(f"model {cfg.model!r} has a vocabulary of {model.config.vocab_size} ids but the data "
-                             f"was tokenized with {vocab_size}: use the model's own tokenizer for preprocessing")
-        return model
-    if cfg.config not in MODEL_SIZES:
-        raise ValueError(f"--config must be one of {sorted(MODEL_SIZES)}, got {cfg.config!r}")
-    hidden, layers, heads, inner = MODEL_SIZES[cfg.config]
-    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=inner, max_position_embeddings=max(512, seq_len), pad_token_id=pad_id)
-    return BertForMaskedLM(config)
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -91,11 +86,15 @@ def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
     return cfg.lr * (1 - progress)
 
 
-def flops_per_token(model, seq_len: int) -> float:
-    """6N for the weights plus 12*L*H*S for attention (the PaLM appendix estimate), training."""
+def flops_per_token(model, seq_len: int, head_fraction: float = 1.0) -> float:
+    """Training FLOPs per token: 6N for the weights plus 12*L*H*S for attention (the PaLM appendix
+    estimate). `head_fraction`: the share of positions the vocabulary projection runs at (about 0.15
+    with the gathered head; 1.0 for the full head), so MFU counts only FLOPs that were done."""
     n = sum(p.numel() for p in model.parameters())
+    head = model.get_output_embeddings()
+    head_params = head.weight.numel() if head is not None else 0
     c = model.config
-    return 6 * n + 12 * c.num_hidden_layers * c.hidden_size * seq_len
+    return 6 * (n - head_params * (1 - head_fraction)) + 12 * c.num_hidden_layers * c.hidden_size * seq_len
 
 
 def peak_flops(device: torch.device) -> float | None:
@@ -109,42 +108,51 @@ def target_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits at the target positions only, and their labels: the encoder runs on every position,
     the vocabulary projection (the MLM head) only where labels != -100, as NVIDIA's and Megatron's
-    BERT do. About 85% of the head's FLOPs and activation memory are otherwise spent on positions the
-    loss ignores; for small models the head is most of the step.
-
-    Works for any model with `.bert` (or `.base_model`) and `.cls` (BertForMaskedLM and relatives).
+    BERT do (and ModernBERT's `sparse_prediction`). About 85% of the head's FLOPs and activation
+    memory are otherwise spent on positions the loss ignores; for small models the head is most of
+    the step. Families without a known head (`models.encoder_and_head`) run the full head.
     """
-    encoder = getattr(model, "bert", None) or model.base_model
-    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     selected = labels != IGNORE_INDEX
-    return model.cls(hidden[selected]), labels[selected]
+    parts = encoder_and_head(model)
+    if parts is None:
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[selected], labels[selected]
+    encoder, head = parts
+    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return head(hidden[selected]), labels[selected]
+
+
+def mlm_loss_sum(model, batch: dict) -> tuple[torch.Tensor, int]:
+    """The summed cross-entropy over the batch's targets, and their number (the gathered head)."""
+    logits, targets = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
+    if targets.numel() == 0:  # no target in the batch: a zero that still backpropagates
+        return logits.sum() * 0.0, 0
+    return F.cross_entropy(logits.float(), targets, reduction="sum"), int(targets.numel())
 
 
 def mlm_loss(model, batch: dict) -> torch.Tensor:
     """The MLM loss of `model(**batch).loss` (mean cross-entropy over targets), with the gathered head."""
-    logits, targets = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
-    if targets.numel() == 0:  # no target in the batch: a zero that still backpropagates
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.float(), targets)
+    total, count = mlm_loss_sum(model, batch)
+    return total / max(count, 1)
 
 
 @torch.no_grad()
-def evaluate(model, loader, device: torch.device, max_batches: int) -> dict:
-    """MLM loss and top-1 accuracy over the selected positions of up to max_batches batches."""
+def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]], list[float]] = lambda x: x) -> dict:
+    """MLM loss and top-1 accuracy over the target positions of `batches` (this rank's share);
+    `reduce` sums the totals over the ranks. {} when there was no target (nothing measured)."""
     model.eval()
     loss_sum, correct, targets = 0.0, 0, 0
-    for i, batch in enumerate(loader):
-        if max_batches and i >= max_batches:
-            break
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    for batch in batches:
+        batch = {k: v.to(device, non_blocking=True).long() for k, v in batch.items()}
         with autocast(device):
             logits, labels = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
         loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
         targets += int(labels.numel())
     model.train()
-    return {"eval_loss": loss_sum / max(targets, 1), "eval_accuracy": correct / max(targets, 1),
-            "eval_targets": targets}
+    loss_sum, correct, targets = reduce([loss_sum, float(correct), float(targets)])
+    if not targets:
+        return {}
+    return {"eval_loss": loss_sum / targets, "eval_accuracy": correct / targets, "eval_targets": int(targets)}
 
 
 def autocast(device: torch.device):
@@ -152,26 +160,6 @@ def autocast(device: torch.device):
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
-
-
-def save_checkpoint(path: str, state: dict) -> None:
-    """Atomic: a killed save never leaves a half-written checkpoint under the final name."""
-    temp = path + ".partial"
-    torch.save(state, temp)
-    os.replace(temp, path)
-
-
-def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def probe(model, tokenizer, path: str, device: torch.device, top_k: int = 5) -> list[str]:
@@ -192,19 +180,26 @@ def probe(model, tokenizer, path: str, device: torch.device, top_k: int = 5) -> 
     return lines
 
 
-def hf_tokenizer(spec, model_max_length: int):
+def hf_tokenizer(spec, model_max_length: int, model=None):
     """A transformers fast tokenizer from the tokenizer copy stored with the data, with the model's
     length: saved with the model, `AutoTokenizer` and `pipeline("fill-mask")` then truncate long
-    texts to the positions the model has instead of overflowing them."""
+    texts to the positions the model has instead of overflowing them. Models without token types
+    (RoBERTa-style, DistilBERT, ModernBERT) get no `token_type_ids` input."""
+    import inspect
+
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer.from_str(spec.json)
     unk = json.loads(spec.json).get("model", {}).get("unk_token")
+    names = ["input_ids", "token_type_ids", "attention_mask"]
+    if model is not None and ("token_type_ids" not in inspect.signature(model.forward).parameters
+                              or getattr(model.config, "type_vocab_size", 2) < 2):
+        names.remove("token_type_ids")
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token=unk, cls_token=tok.id_to_token(spec.cls_id),
         sep_token=tok.id_to_token(spec.sep_id), pad_token=tok.id_to_token(spec.pad_id),
-        mask_token=tok.id_to_token(spec.mask_id), model_max_length=model_max_length,
+        mask_token=tok.id_to_token(spec.mask_id), model_max_length=model_max_length, model_input_names=names,
     )
 
 

@@ -1,20 +1,27 @@
-"""The trainer's gathered MLM head: the same loss and gradients as the full head of
-`BertForMaskedLM`, with the vocabulary projection only at the targets."""
+"""The trainer's helpers: the gathered MLM head gives every family's full-head loss and gradients,
+new models of every family fit the data's tokenizer, and checkpoints load as data only."""
 
 from __future__ import annotations
 
+import os
+import pickle
+
+import pytest
 import torch
 
-from pipeline.consumers.training import TrainConfig, build_model, mlm_loss
+from pipeline.consumers.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from pipeline.consumers.models import ARCHITECTURES, build_model, check_vocabulary
+from pipeline.consumers.training import mlm_loss
 
 
-def _model_and_batch(seed: int = 0):
+def _model_and_batch(spec, arch: str = "bert", seed: int = 0):
     torch.manual_seed(seed)
-    model = build_model(TrainConfig(data="", output="", config="tiny"), 30522, 64, 0).eval()  # eval: no dropout
+    model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny").eval()  # eval: no dropout
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1000, 30522, (6, 64), generator=generator)
+    ids = torch.randint(1000, spec.vocab_size, (6, 64), generator=generator)
     attention = torch.ones_like(ids)
     attention[2, 40:] = 0  # a padded row
+    ids[2, 40:] = spec.pad_id
     labels = torch.full_like(ids, -100)
     selected = (torch.rand(ids.shape, generator=generator) < 0.15) & attention.bool()
     selected[3] = False  # a row without targets
@@ -22,8 +29,11 @@ def _model_and_batch(seed: int = 0):
     return model, {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
-def test_gathered_head_gives_the_full_heads_loss_and_gradients():
-    model, batch = _model_and_batch()
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_gathered_head_gives_the_full_heads_loss_and_gradients(spec, arch):
+    model, batch = _model_and_batch(spec, arch)
+    assert model.config.model_type == arch and model.config.vocab_size == spec.vocab_size
+    assert model.config.pad_token_id == spec.pad_id
     full = model(**batch).loss
     full.backward()
     full_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -37,9 +47,63 @@ def test_gathered_head_gives_the_full_heads_loss_and_gradients():
         torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_a_batch_without_targets_gives_zero_and_still_backpropagates():
-    model, batch = _model_and_batch(1)
+def test_a_batch_without_targets_gives_zero_and_still_backpropagates(spec):
+    model, batch = _model_and_batch(spec, seed=1)
     batch["labels"][:] = -100
     loss = mlm_loss(model, batch)
     loss.backward()
     assert loss.item() == 0.0
+
+
+def test_a_model_folder_with_another_tokenizer_is_refused(spec, tmp_path):
+    """Same vocabulary size, other tokens: the sizes alone would let a model train on ids that mean
+    other words to it."""
+    import json
+
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("bert", vocab_size=spec.vocab_size, pad_token_id=spec.pad_id)
+    swapped = json.loads(spec.json)
+    vocab = swapped["model"]["vocab"]
+    a, b = "the", "house"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(swapped))
+    with pytest.raises(ValueError, match="another tokenizer than the data: 2 tokens differ"):
+        check_vocabulary(str(tmp_path), config, spec)
+    (tmp_path / "tokenizer.json").write_text(spec.json)
+    check_vocabulary(str(tmp_path), config, spec)  # the data's own tokenizer passes
+
+
+class _RunsACommand:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
+    """Issue 26.1: torch.load(weights_only=False) ran the pickle's os.system; the restricted loader
+    refuses it and nothing runs. A real checkpoint (tensors, optimizer, numpy numbers) loads."""
+    marker = tmp_path / "pwned"
+    crafted = tmp_path / "checkpoint.pt"
+    torch.save({"model": {}, "optimizer": {}, "step": 3, "payload": _RunsACommand(str(marker))}, crafted)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="holds more than tensors and plain data, refusing to load it"):
+        load_checkpoint(str(crafted))
+    assert not marker.exists()
+    crafted.write_bytes(pickle.dumps({"model": {}}))  # not even a torch file
+    with pytest.raises(CheckpointError):
+        load_checkpoint(str(crafted))
+
+    import numpy as np
+
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    real = tmp_path / "real.pt"
+    save_checkpoint(str(real), {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1,
+                                "sampler": {"global_position": np.int64(96)}, "rng": {"torch": torch.get_rng_state()}})
+    state = load_checkpoint(str(real))
+    assert state["sampler"]["global_position"] == 96 and torch.equal(state["model"]["weight"], model.weight)

@@ -56,35 +56,114 @@ def test_tiny_model_learns_and_loads_in_fill_mask(data128, tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_killed_run_resumes_to_the_same_losses(data128, tmp_path):
-    args = ["--data", str(data128), "--config", "tiny", "--max_steps", "40", "--batch_size", "8",
-            "--save_every", "10", "--warmup_steps", "10", "--eval_batches", "2"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    done = subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(full)], check=True, env=env,
-                          capture_output=True, text=True)
-    # stdout is not a terminal: progress goes to the log every --log_every (10) steps, and each evaluation
-    progress = re.findall(r"step (\d+)/40  loss \d+\.\d+  lr \S+  tokens/s [\d,]+  ETA \d+:\d\d", done.stderr)
-    assert [int(s) for s in progress] == list(range(10, 41, 10)), done.stderr
-    assert "eval at step 0: " in done.stderr and "eval at step 40: " in done.stderr
-    assert f"saved the model and its tokenizer to {full}" in done.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.train", *args, "--output", str(killed)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _stop_when(proc: subprocess.Popen, folder, min_step: int, sig: int, pids=None) -> None:
+    """Send `sig` (to `pids`, default the process) once the run logged step `min_step`."""
     deadline = time.time() + 300
-    while time.time() < deadline:
-        rows = _metrics(killed) if (killed / "metrics.jsonl").exists() else []
-        if (killed / "checkpoint.pt").exists() and any(r.get("step", 0) >= 15 and "loss" in r for r in rows):
+    while time.time() < deadline and proc.poll() is None:
+        rows = _metrics(folder) if (folder / "metrics.jsonl").exists() else []
+        if any(r.get("step", 0) >= min_step and "loss" in r for r in rows):
             break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert max(r["step"] for r in _metrics(killed)) < 40, "the run finished before it could be killed"
-    subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(killed), "--resume"], check=True,
-                   env=env, capture_output=True)
+        time.sleep(0.02)
+    for pid in (pids() if pids else [proc.pid]):
+        os.kill(pid, sig)
+
+
+@pytest.fixture(scope="module")
+def full_run(data128, tmp_path_factory):
+    """An uninterrupted 40-step run (in this process), shared by the interrupt and the refusal tests."""
+    from jobs.train import run
+
+    out = tmp_path_factory.mktemp("full") / "run"
+    run(["--data", str(data128), *_KILL_ARGS, "--output", str(out)])
+    return out
+
+
+_KILL_ARGS = ["--config", "tiny", "--max_steps", "40", "--batch_size", "8", "--save_every", "10", "--warmup_steps",
+              "10", "--eval_batches", "2"]
+
+
+def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data128, full_run, tmp_path, caplog):
+    """Ctrl-C (SIGINT) mid-run: one line naming the step and the --resume command, exit 130, no
+    traceback, a checkpoint at that step (not the last --save_every one); the resumed run logs the same
+    losses as the uninterrupted one."""
+    import logging
+
+    from jobs.train import run
+    from pipeline.consumers.checkpoints import load_checkpoint
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.train", "--data", str(data128), *_KILL_ARGS, "--output",
+                             str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _stop_when(proc, killed, 13, signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    stopped = [line for line in err.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1, err
+    step = int(re.search(r"stopped by SIGINT at step (\d+) of 40, checkpoint saved; continue with: python -m "
+                         r"jobs.train .* --resume$", stopped[0]).group(1))
+    assert 13 <= step < 40 and step % 10, step  # a boundary past the last --save_every checkpoint
+    assert load_checkpoint(str(killed / "checkpoint.pt"))["step"] == step
+    assert sorted(os.listdir(killed)) == ["checkpoint.pt", "metrics.jsonl", "train.log", "train_config.json"]
+    with caplog.at_level(logging.INFO, logger="maskbeam"):
+        run(["--data", str(data128), *_KILL_ARGS, "--output", str(killed), "--resume"])
+    assert f"resumed at step {step} (epoch 0, sample {8 * step}) from 1 ranks onto 1" in caplog.text
+    # not a terminal: progress goes to the log every --log_every (10) steps, and each evaluation
+    progress = re.findall(r"step (\d+)/40  loss \d+\.\d+  lr \S+  tokens/s [\d,]+  ETA \d+:\d\d", caplog.text)
+    assert [int(s) for s in progress] == [s for s in range(10, 41, 10) if s > step]
+    assert "eval at step 40: " in caplog.text and f"saved the model and its tokenizer to {killed}" in caplog.text
     losses = lambda rows: [(r["step"], r["loss"]) for r in rows if "loss" in r]  # noqa: E731
-    a, b = losses(_metrics(full)), losses(_metrics(killed))
+    a, b = losses(_metrics(full_run)), losses(_metrics(killed))
     assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 41))
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
+
+
+def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, caplog, capsys):
+    """An existing run is refused without --resume/--overwrite; --resume needs a checkpoint; --overwrite
+    replaces only a jobs.train folder; a crafted checkpoint is refused unrun (issue 26.1); a warmup
+    longer than the run is clipped with a warning."""
+    import hashlib
+    import shutil
+
+    from jobs.train import run
+
+    base = ["--data", str(data128), "--config", "tiny", "--batch_size", "8", "--eval_batches", "1"]
+    digest = lambda: hashlib.sha256((full_run / "model.safetensors").read_bytes()).hexdigest()  # noqa: E731
+    before = digest()
+    with pytest.raises(SystemExit, match="already holds a jobs.train run: pass --resume to continue it, --overwrite"):
+        run([*base, "--output", str(full_run), "--max_steps", "2"])
+    assert digest() == before and len(_metrics(full_run)) > 40
+    with pytest.raises(SystemExit, match="has no checkpoint.pt, there is nothing to resume"):
+        run([*base, "--output", str(tmp_path / "new"), "--resume"])
+    assert not (tmp_path / "new").exists()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not a jobs.train run folder .* refusing to delete it"):
+        run([*base, "--output", str(foreign), "--overwrite"])
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+    copy = tmp_path / "copy"
+    shutil.copytree(full_run, copy)
+    marker = tmp_path / "pwned"
+
+    class RunsACommand:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    torch.save({"model": {}, "optimizer": {}, "step": 40, "x": RunsACommand()}, copy / "checkpoint.pt")
+    with pytest.raises(SystemExit, match="holds more than tensors and plain data, refusing to load it"):
+        run([*base, "--output", str(copy), "--resume", "--max_steps", "41"])
+    assert not marker.exists()
+    assert (copy / "model.safetensors").exists()  # a failed resume deletes nothing
+
+    with caplog.at_level("WARNING", logger="maskbeam"):
+        run([*base, "--output", str(copy), "--overwrite", "--max_steps", "2"])  # default --warmup_steps 100
+    assert "--warmup_steps 100 is longer than the run's 2 steps: warming up over 1 steps instead" in caplog.text
+    assert "Writing model shards" not in capsys.readouterr().err  # no progress bars in a log that is not a terminal
+    rows = [r for r in _metrics(copy) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2] and max(r["lr"] for r in rows) == pytest.approx(5e-4)
 
 
 def _tiny_bert(vocab_size):
@@ -135,12 +214,17 @@ def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
     assert not torch.equal(seen[0][1].sort(dim=0).values, seen[1][1].sort(dim=0).values)
 
 
-def test_model_vocabulary_must_match_the_data(data128, tmp_path):
+def test_model_vocabulary_must_match_the_data_and_a_failed_run_leaves_only_its_log(data128, tmp_path):
     from jobs.train import run
 
     _tiny_bert(1000).save_pretrained(tmp_path / "small_vocab")
+    out = tmp_path / "out"
     with pytest.raises(SystemExit, match="vocabulary of 1000 ids but the data was tokenized with 30522"):
-        run(["--data", str(data128), "--output", str(tmp_path / "out"), "--model", str(tmp_path / "small_vocab")])
+        run(["--data", str(data128), "--output", str(out), "--model", str(tmp_path / "small_vocab")])
+    assert os.listdir(out) == ["train.log"]
+    assert "the run failed before its first checkpoint (model" in (out / "train.log").read_text()
+    with pytest.raises(SystemExit, match="vocabulary of 1000 ids"):  # a folder holding only a log is free to use
+        run(["--data", str(data128), "--output", str(out), "--model", str(tmp_path / "small_vocab")])
 
 
 def test_flags_keep_the_config_defaults(data128):
@@ -154,6 +238,20 @@ def test_flags_keep_the_config_defaults(data128):
     assert cfg.read_mode == "pread"
     with pytest.raises(SystemExit):
         parse(["--data", str(data128), "--output", "unused", "--read_mode", "direct"])
+
+
+def test_every_flag_has_help_with_its_default():
+    from jobs.train import parser
+
+    actions = [a for a in parser()._actions if a.option_strings != ["-h", "--help"]]
+    assert len(actions) >= 30
+    for action in actions:
+        assert action.help and len(action.help) > 15, action.option_strings
+        if action.dest not in ("data", "output"):
+            assert "(default: " in action.help, action.option_strings
+    text = parser().format_help()
+    assert "--config {tiny,mini,small,base}" in text and "--arch {bert,roberta" in text
+    assert "torchrun --nproc_per_node 2 -m jobs.train" in text
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -209,6 +307,7 @@ def test_two_epochs_with_dataloader_workers(data128, tmp_path):
     reading rows through memory maps (the other runs use the default, pread): every step of both
     epochs runs, and the saved sampler state is at the end of epoch 1."""
     from jobs.train import run
+    from pipeline.consumers.checkpoints import load_checkpoint
     from pipeline.consumers.loader import MlmShardDataset
 
     out = tmp_path / "model"
@@ -219,6 +318,6 @@ def test_two_epochs_with_dataloader_workers(data128, tmp_path):
     steps = [r["step"] for r in _metrics(out) if "loss" in r]
     assert per_epoch >= 2 and steps == list(range(1, 2 * per_epoch + 1))
     assert np.isfinite(final["eval_loss"])
-    state = torch.load(out / "checkpoint.pt", weights_only=False)["sampler"]
+    state = load_checkpoint(str(out / "checkpoint.pt"))["sampler"]
     assert state["epoch"] == 1 and state["position"] == per_epoch * 64
     assert json.load(open(out / "train_config.json"))["read_mode"] == "mmap"

@@ -1,0 +1,138 @@
+"""Masked-LM models for `jobs.train`: any architecture of transformers by name or folder
+(`AutoModelForMaskedLM`), from-scratch configs sized tiny..base for each supported family, the
+vocabulary checked against the data's tokenizer, and the MLM head run only at the target positions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+
+from pipeline.tokenizer.spec import TokenizerSpec
+
+_log = logging.getLogger("maskbeam.train")
+
+# Sizes for from-scratch models: hidden, layers, heads, intermediate. ModernBERT's base is its own
+# published shape (22 layers, a GLU of 1152); the other sizes are the BERT ladder.
+MODEL_SIZES = {
+    "tiny": (128, 2, 2, 512),
+    "mini": (256, 4, 4, 1024),
+    "small": (512, 4, 8, 2048),
+    "base": (768, 12, 12, 3072),
+}
+MODERNBERT_SIZES = {**MODEL_SIZES, "tiny": (128, 3, 2, 192), "mini": (256, 6, 4, 384), "small": (512, 9, 8, 768),
+                    "base": (768, 22, 12, 1152)}
+ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
+
+# The encoder attribute and the MLM head of each family: the head runs on the gathered hidden states.
+# Families not listed run the full head (`model(...).logits`) and gather the logits: correct, slower.
+_HEADS: dict[str, tuple[str, Callable]] = {
+    "bert": ("bert", lambda m, h: m.cls(h)),
+    "roberta": ("roberta", lambda m, h: m.lm_head(h)),
+    "xlm-roberta": ("roberta", lambda m, h: m.lm_head(h)),
+    "camembert": ("roberta", lambda m, h: m.lm_head(h)),
+    "modernbert": ("model", lambda m, h: m.decoder(m.head(h))),
+    "distilbert": ("distilbert",
+                   lambda m, h: m.vocab_projector(m.vocab_layer_norm(m.activation(m.vocab_transform(h))))),
+    "electra": ("electra", lambda m, h: m.generator_lm_head(m.generator_predictions(h))),
+}
+
+
+def scratch_config(arch: str, size: str, spec: TokenizerSpec, seq_len: int):
+    """A transformers config of family `arch` at `size` for the data's tokenizer and row length."""
+    from transformers import AutoConfig
+
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"--arch must be one of {', '.join(ARCHITECTURES)}, got {arch!r}")
+    if size not in MODEL_SIZES:
+        raise ValueError(f"--config must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+    hidden, layers, heads, inner = (MODERNBERT_SIZES if arch == "modernbert" else MODEL_SIZES)[size]
+    ids = {"vocab_size": spec.vocab_size, "pad_token_id": spec.pad_id}
+    if arch == "distilbert":
+        return AutoConfig.for_model("distilbert", dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=inner,
+                                    max_position_embeddings=max(512, seq_len), **ids)
+    common = {"hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+              "intermediate_size": inner, **ids}
+    if arch == "bert":
+        return AutoConfig.for_model("bert", max_position_embeddings=max(512, seq_len), **common)
+    if arch == "electra":  # the generator of ELECTRA: an MLM whose embeddings may be narrower than hidden
+        return AutoConfig.for_model("electra", embedding_size=hidden, max_position_embeddings=max(512, seq_len),
+                                    **common)
+    if arch in ("roberta", "xlm-roberta"):  # positions start after the padding index
+        return AutoConfig.for_model(arch, max_position_embeddings=seq_len + spec.pad_id + 1, type_vocab_size=1,
+                                    bos_token_id=spec.cls_id, eos_token_id=spec.sep_id, **common)
+    return AutoConfig.for_model("modernbert", max_position_embeddings=max(512, seq_len), bos_token_id=spec.cls_id,
+                                eos_token_id=spec.sep_id, cls_token_id=spec.cls_id, sep_token_id=spec.sep_id,
+                                **common)
+
+
+def attention_implementation(model_type: str, device: torch.device) -> str:
+    """flash_attention_2 for ModernBERT on CUDA when flash-attn is installed (transformers then
+    unpads the rows from the attention mask, ModernBERT's design), else sdpa."""
+    if model_type == "modernbert" and device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def build_model(spec: TokenizerSpec, seq_len: int, device: torch.device, *, model: str | None = None,
+                arch: str = "bert", size: str = "tiny"):
+    """A masked-LM model: `model` (a Hub name or folder, any AutoModelForMaskedLM architecture,
+    checked against the data's tokenizer) or a from-scratch `arch` at `size`."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    config = AutoConfig.from_pretrained(model) if model else scratch_config(arch, size, spec, seq_len)
+    if model:
+        check_vocabulary(model, config, spec)
+    impl = attention_implementation(config.model_type, device)
+    for attempt in (impl, "eager"):
+        try:
+            if model:
+                return AutoModelForMaskedLM.from_pretrained(model, attn_implementation=attempt)
+            return AutoModelForMaskedLM.from_config(config, attn_implementation=attempt)
+        except (ValueError, ImportError) as error:  # the family has no such attention implementation
+            if attempt == "eager" or "attn" not in str(error).lower() and "attention" not in str(error).lower():
+                raise
+            _log.info("%s: %s attention unavailable (%s), using eager", config.model_type, attempt, error)
+    raise AssertionError("unreachable")
+
+
+def check_vocabulary(model: str, config, spec: TokenizerSpec) -> None:
+    """The model's embeddings must cover the data's ids, and where the model folder has its own
+    tokenizer, its tokens must be the data's (same token, same id)."""
+    if config.vocab_size < spec.vocab_size or (config.vocab_size != spec.vocab_size and not _has_tokenizer(model)):
+        raise ValueError(f"model {model!r} has a vocabulary of {config.vocab_size} ids but the data was tokenized "
+                         f"with {spec.vocab_size}: use the model's own tokenizer for preprocessing")
+    if _has_tokenizer(model):
+        from tokenizers import Tokenizer
+
+        theirs = Tokenizer.from_file(os.path.join(model, "tokenizer.json")).get_vocab(with_added_tokens=True)
+        ours = Tokenizer.from_str(spec.json).get_vocab(with_added_tokens=True)
+        differ = sorted(tok for tok in ours.keys() | theirs.keys() if ours.get(tok) != theirs.get(tok))
+        if differ:
+            tok = differ[0]
+            raise ValueError(f"model {model!r} has another tokenizer than the data: {len(differ)} tokens differ, "
+                             f"e.g. {tok!r} is id {theirs.get(tok)} in the model's and {ours.get(tok)} in the "
+                             "data's; use the model's own tokenizer for preprocessing")
+    pad = getattr(config, "pad_token_id", None)
+    if pad is not None and pad != spec.pad_id:
+        raise ValueError(f"model {model!r} pads with id {pad} but the data pads with {spec.pad_id}")
+
+
+def _has_tokenizer(model: str) -> bool:
+    return os.path.isfile(os.path.join(model, "tokenizer.json"))
+
+
+def encoder_and_head(model) -> tuple[torch.nn.Module, Callable] | None:
+    """The encoder and the head function of a known family, or None (full head)."""
+    found = _HEADS.get(getattr(model.config, "model_type", ""))
+    if found is None or not hasattr(model, found[0]):
+        return None
+    return getattr(model, found[0]), lambda hidden: found[1](model, hidden)

@@ -1,0 +1,179 @@
+"""jobs.train data-parallel under torchrun (gloo on CPU), elastic resume across world sizes, stop
+signals on one rank and on all, and masked-LM families other than BERT on a byte-level BPE output."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import REPO, corpus_book, run_preprocess
+from tests.jobs.test_train import _stop_when
+
+pytestmark = pytest.mark.slow
+
+
+def _samples(folder) -> dict[int, list[list[int]]]:
+    """step -> the indices each rank logged for it."""
+    by_step = defaultdict(list)
+    for path in sorted(folder.glob("samples-rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            by_step[row["step"]].append(row["indices"])
+    return dict(by_step)
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _workers(proc: subprocess.Popen):
+    import psutil
+
+    return lambda: [child.pid for child in psutil.Process(proc.pid).children()]
+
+
+@pytest.fixture(scope="module")
+def one_book(tmp_path_factory):
+    """One short book in rows of 32 tokens, dynamic masks: about 200 rows, so 10 steps of 12 stay in epoch 0."""
+    out = tmp_path_factory.mktemp("one_book") / "data"
+    run_preprocess([corpus_book("classics__yellow_wallpaper.txt")], out, "--max_seq_length", "32", "--min_tokens", "8", "--masking",
+                   "dynamic", "--validation_fraction", "0.05")
+    return out
+
+
+def test_ranks_and_world_size_changes_train_the_same_model(one_book, tmp_path, caplog):
+    """12 rows a step, dropout off, 10 steps: one process with 4 micro-batches of 3 (the reference)
+    against 2 ranks x 2 micro-batches of 3, stopped by Ctrl-C on one rank, resumed on 3 ranks x 1
+    micro-batch of 4, stopped by SIGTERM to every rank, resumed on 1 process. Each step sees the same
+    rows, ranks never share one, every row of the epoch's first 120 is seen once, and the weights and
+    losses equal the reference's within fp32 tolerance."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from jobs.train import run
+    from pipeline.consumers.checkpoints import load_checkpoint
+    from pipeline.consumers.loader import MlmShardDataset, ResumableSampler
+
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                               max_position_embeddings=128)).save_pretrained(tmp_path / "tiny0")
+    common = ["--data", str(one_book), "--model", str(tmp_path / "tiny0"), "--max_steps", "10", "--warmup_steps", "2",
+              "--lr", "1e-3", "--eval_batches", "1", "--log_samples"]
+    one_rank = ["--batch_size", "3", "--grad_accum", "4"]
+    ref, chain = tmp_path / "reference", tmp_path / "chain"
+    run([*common, *one_rank, "--output", str(ref)])
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    first = subprocess.Popen([*torchrun, "--nproc_per_node", "2", "-m", "jobs.train", *common, "--batch_size", "3",
+                              "--grad_accum", "2", "--output", str(chain)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    _stop_when(first, chain, 1, signal.SIGINT, lambda: _workers(first)()[:1])  # Ctrl-C on one rank
+    _, err1 = first.communicate(timeout=300)
+    stopped = [line for line in err1.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and "continue with: torchrun --nproc_per_node 2 -m jobs.train" in stopped[0], err1
+    s1 = int(re.search(r"stopped by SIGINT at step (\d+) of 10", stopped[0]).group(1))
+    assert first.returncode != 0 and re.search(r"exitcode\s*:\s*130", err1), err1
+    assert "train_loop.py" not in err1 and "KeyboardInterrupt" not in err1, err1  # no traceback of ours
+    assert load_checkpoint(str(chain / "checkpoint.pt"))["step"] == s1 < 10
+
+    second = subprocess.Popen([*torchrun, "--nproc_per_node", "3", "-m", "jobs.train", *common, "--batch_size", "4",
+                               "--output", str(chain), "--resume"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    _stop_when(second, chain, s1 + 1, signal.SIGTERM, _workers(second))  # a scheduler stops every rank
+    _, err2 = second.communicate(timeout=300)
+    assert f"resumed at step {s1} (epoch 0, sample {12 * s1}) from 2 ranks onto 3" in err2, err2
+    stopped = [line for line in err2.splitlines() if "stopped by" in line]
+    assert len(stopped) == 1 and "train_loop.py" not in err2, err2
+    s2 = int(re.search(r"stopped by SIGTERM at step (\d+) of 10", stopped[0]).group(1))
+    assert s1 < s2 < 10 and re.search(r"exitcode\s*:\s*143", err2), err2
+
+    with caplog.at_level(logging.INFO, logger="maskbeam"):
+        run([*common, *one_rank, "--output", str(chain), "--resume"])
+    assert f"resumed at step {s2} (epoch 0, sample {12 * s2}) from 3 ranks onto 1" in caplog.text
+
+    expected, got = _samples(ref), _samples(chain)
+    assert sorted(expected) == sorted(got) == list(range(1, 11))
+    for step in range(1, 11):
+        ranks = 2 if step <= s1 else 3 if step <= s2 else 1
+        assert len(got[step]) == ranks, step
+        rows = [i for share in got[step] for i in share]
+        assert len(set(rows)) == len(rows) == 12 and sorted(rows) == sorted(expected[step][0]), step
+    rows = len(MlmShardDataset(str(one_book)))
+    assert rows >= 120 + 3 * 4, rows  # every world size's steps 1..10 lie in epoch 0
+    stream = ResumableSampler(rows, seed=0).stream()
+    seen = [i for step in range(1, 11) for share in got[step] for i in share]
+    assert sorted(seen) == sorted(stream[:120].tolist())  # each of the epoch's first 120 rows exactly once
+
+    losses = lambda folder: [r["loss"] for r in json.loads(f"[{','.join(open(folder / 'metrics.jsonl'))}]")  # noqa: E731
+                             if "loss" in r]
+    np.testing.assert_allclose(losses(chain), losses(ref), rtol=1e-4)
+    ours, theirs = _weights(chain), _weights(ref)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-4, atol=2e-5, msg=name)
+    assert [p for p in os.listdir(chain) if "checkpoint" in p] == ["checkpoint.pt"]  # one, rank 0's, no partial
+    assert losses(chain)[-1] < losses(chain)[0]
+
+
+@pytest.fixture(scope="module")
+def bpe_data(tmp_path_factory):
+    """A byte-level BPE tokenizer (RoBERTa's specials) trained on one book, and that book preprocessed with
+    it, everything in train (an empty validation split)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    book = corpus_book("classics__yellow_wallpaper.txt")
+    folder = tmp_path_factory.mktemp("bpe")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(book.read_text(encoding="utf-8").splitlines(), trainer)
+    (folder / "tok").mkdir()
+    tokenizer.save(str(folder / "tok" / "tokenizer.json"))
+    run_preprocess([book], folder / "data", "--max_seq_length", "64", "--min_tokens", "16", "--masking", "dynamic", "--validation_fraction",
+                   "0", "--tokenizer_backend", "hf", tokenizer=folder / "tok")
+    return folder / "data", tokenizer
+
+
+@pytest.mark.parametrize("arch", ["roberta", "modernbert"])
+def test_bpe_output_trains_other_families_that_fill_masks(bpe_data, arch, tmp_path, caplog):
+    """A RoBERTa and a ModernBERT from scratch on a byte-level BPE output: the saved folder is that family
+    (not a BERT), loads with the Auto classes with the data's tokenizer, and fills masks. The empty
+    validation split turns evaluation off with one warning (never a 0.0 loss). A RoBERTa folder given as
+    --model trains on as a RoBERTa."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    from jobs.train import run
+
+    data, tokenizer = bpe_data
+    out = tmp_path / arch
+    with caplog.at_level(logging.WARNING, logger="maskbeam"):
+        final = run(["--data", str(data), "--output", str(out), "--arch", arch, "--max_steps", "3", "--batch_size", "8",
+                     "--warmup_steps", "1"])
+    assert final == {} and caplog.text.count("has no validation rows") == 1
+    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3] and not any("eval_loss" in r for r in rows)
+    model = AutoModelForMaskedLM.from_pretrained(out)
+    assert model.config.model_type == arch and model.config.vocab_size == tokenizer.get_vocab_size()
+    loaded = AutoTokenizer.from_pretrained(out)
+    assert loaded.get_vocab() == tokenizer.get_vocab() and loaded.mask_token == "<mask>"
+    fill = pipeline("fill-mask", model=str(out), device="cpu")
+    assert len(fill("The paper on the <mask> of the room.")) == 5
+    if arch == "roberta":
+        run(["--data", str(data), "--output", str(tmp_path / "more"), "--model", str(out), "--max_steps", "1",
+             "--batch_size", "8"])
+        assert json.loads((tmp_path / "more" / "config.json").read_text())["architectures"] == ["RobertaForMaskedLM"]
