@@ -153,13 +153,14 @@ def _owned_text(task: RangeTask, rule: CutRule) -> Iterator[str]:
             if found < 0:
                 continue
             start_found = True
+            begin = found + rule.skip  # a cut character of a dropping rule belongs to neither range
             if stop_offset < 0:
-                yield buffer[found:]
+                yield buffer[begin:]
                 buffer = ""
                 continue
             if found > stop_offset:
                 return  # the first resume point lies beyond the range: the previous range takes it all
-            buffer, stop_offset = buffer[found:], stop_offset - found
+            buffer, stop_offset = buffer[begin:], max(stop_offset - begin, 0)
         end = first_resume_point(buffer, rule, stop_offset + 1)
         if end >= 0:
             yield buffer[:end]

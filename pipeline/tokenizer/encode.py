@@ -23,7 +23,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.kernels.sentences import sentence_breaks
-from pipeline.tokenizer.families import CutRule, cut_rule
+from pipeline.tokenizer.families import SENTENCEPIECE, CutRule, cut_rule, family_of
 from pipeline.tokenizer.fast import FastTokenizer
 
 AnyTokenizer = Tokenizer | FastTokenizer
@@ -77,13 +77,29 @@ def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
     model = tokenizer.model
     config = {"model": {"type": type(model).__name__, "byte_fallback": bool(getattr(model, "byte_fallback", False))},
               "pre_tokenizer": _state(tokenizer.pre_tokenizer), "normalizer": _state(tokenizer.normalizer)}
+    family = family_of(config)
+    if family is not None and family.name == SENTENCEPIECE:  # its cuts depend on the vocabulary: whole JSON
+        return _whole_json_cuts(tokenizer)
     return cut_rule(config)
+
+
+_WHOLE_JSON_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
+
+
+def _whole_json_cuts(tokenizer: Tokenizer) -> CutRule:
+    """The cut rule from the tokenizer's whole JSON, once per tokenizer object (the object is kept,
+    so its id is never reused for another)."""
+    found = _WHOLE_JSON_CUTS.get(id(tokenizer))
+    if found is None:
+        found = (tokenizer, cut_rule(json.loads(tokenizer.to_str())))
+        _WHOLE_JSON_CUTS[id(tokenizer)] = found
+    return found[1]
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:
     """The first position >= max(start, 1) where `rule` allows a cut, or -1."""
     start = max(start, 1)
-    while True:
+    while rule.before:
         found = [p for p in (text.find(c, start) for c in rule.before) if p >= 0]
         if not found:
             return -1
@@ -91,18 +107,20 @@ def first_cut(text: str, rule: CutRule, start: int) -> int:
         if rule.allows(text, p):
             return p
         start = p + 1
+    return -1
 
 
 def last_cut(text: str, rule: CutRule, stop: int | None = None) -> int:
     """The last position in [1, stop) where `rule` allows a cut, or -1."""
     stop = len(text) if stop is None else stop
-    while True:
+    while rule.before:
         p = max(text.rfind(c, 1, stop) for c in rule.before)
         if p < 1:
             return -1
         if rule.allows(text, p):
             return p
         stop = p
+    return -1
 
 
 def is_resume_point(text: str, rule: CutRule, position: int) -> bool:
@@ -138,7 +156,7 @@ def _pieces(text: str, rule: CutRule, size: int) -> Iterator[str]:
         if cut < 0:
             break
         yield text[start:cut]
-        start = cut
+        start = cut + rule.skip
     if start < len(text):
         yield text[start:] if start else text
 
@@ -227,7 +245,7 @@ class DocumentEncoder:
             if cut < 0:
                 self._carry = buffer
                 return _EMPTY, None
-            self._carry = buffer[cut:]
+            self._carry = buffer[cut + self.rule.skip:]
             return tokenize_text(self.tokenizer, buffer[:cut]), None
         return self._sentences(buffer, final=False)
 
@@ -258,18 +276,23 @@ class DocumentEncoder:
             if cuts and end <= cuts[-1]:
                 continue
             cut = first_cut(buffer, self.rule, end)
+            if cut < 0 and final:
+                # no cut after the end in what is left: the buffer's end is the first (the document's
+                # end, or a byte range's end, which lies on a resume point)
+                cut = len(buffer)
             if cut > 0 and (not cuts or cut > cuts[-1]):
                 cuts.append(cut)
         return cuts
 
     def _sentences(self, buffer: str, final: bool) -> tuple[np.ndarray, np.ndarray]:
         cuts = self._breaks(buffer, final)
-        segments = [buffer[a:b] for a, b in zip([0, *cuts[:-1]], cuts)]
+        skip = self.rule.skip  # a cut at 0 (an open sentence's end) is where the carry starts: nothing to skip
+        segments = [buffer[a + skip if a else 0:b] for a, b in zip([0, *cuts[:-1]], cuts)]
         encoded = encode_segments(self.tokenizer, segments)
         if encoded:
             encoded[0] = _concat([*self._partial, encoded[0]])
             self._partial = []
-        start = cuts[-1] if cuts else 0
+        start = cuts[-1] + skip if cuts and cuts[-1] else 0
         self._carry = buffer[start:]
         self._open = self._open and not cuts
         if not final and len(self._carry) > PARTIAL_CHARS:
@@ -277,7 +300,7 @@ class DocumentEncoder:
             resume = first_resume_point(self._carry, self.rule, len(self._carry) // 2)
             if 0 < resume < horizon:
                 self._partial.append(tokenize_text(self.tokenizer, self._carry[:resume]))
-                self._carry = self._carry[resume:]
+                self._carry = self._carry[resume + skip:]
                 self._open = True
         lengths = np.asarray([e.shape[0] for e in encoded], dtype=np.int32)
         return _concat(encoded), lengths

@@ -6,15 +6,12 @@ path cannot reproduce (`support`: problems, empty when covered), the class that 
 and its *cut rule*: the places where the family's own pre-tokenizer is guaranteed to cut, so that
 text cut there and encoded piece by piece gives the ids of the whole text.
 
-Adding a family is adding one `Family` to FAMILIES. The SentencePiece family plugs in from
-`pipeline.tokenizer.sentencepiece` (`sentencepiece_support`, `SentencePieceFastTokenizer`) when that
-module is present.
+Adding a family is adding one `Family` to FAMILIES: WordPiece, byte-level BPE and SentencePiece
+(`pipeline.tokenizer.sentencepiece`: Unigram or byte-fallback BPE behind Metaspace or Prepend+Replace).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +20,7 @@ from typing import Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer import bytelevel_fast, wordpiece_fast
+from pipeline.tokenizer import bytelevel_fast, sentencepiece, wordpiece_fast
 
 
 class FamilyEncoder(Protocol):
@@ -36,21 +33,34 @@ class FamilyEncoder(Protocol):
 class CutRule:
     """Where text may be cut without changing its ids: before a character of `before`, and with
     `after_visible` only when the character before the cut is visible (a letter, digit, mark,
-    punctuation or symbol: never whitespace, a control or format character)."""
+    punctuation or symbol: never whitespace, a control or format character). With `left`/`right`
+    the characters just before and just after the cut character must be among them. With `drop`
+    the cut character belongs to neither part (the right part starts after it): a tokenizer that
+    prefixes every text with its word marker encodes the dropped space as that prefix."""
 
     before: str
     after_visible: bool
+    drop: bool = False
+    left: str | None = None
+    right: str | None = None
 
     def allows(self, text: str, position: int) -> bool:
         """Whether text may be cut before text[position] (0 < position < len(text))."""
         if text[position] not in self.before:
             return False
+        previous = text[position - 1]
+        if self.left is not None:
+            return position + 1 < len(text) and previous in self.left and text[position + 1] in self.right
         if not self.after_visible:
             return True
-        previous = text[position - 1]
         if "!" <= previous <= "~":
             return True
         return previous > "\x7f" and _visible(previous)
+
+    @property
+    def skip(self) -> int:
+        """Characters between a cut and the start of the right part (1 with `drop`)."""
+        return int(self.drop)
 
 
 def _visible(char: str) -> bool:
@@ -69,6 +79,9 @@ SPACE_CUTS = CutRule(" ", after_visible=True)
 # (` ?[^\s\p{L}\p{N}]+[\r\n]*`), so there only spaces and tabs.
 REGEX_CUTS = CutRule(" \t\n\r", after_visible=True)
 LLAMA3_CUTS = CutRule(" \t", after_visible=True)
+SENTENCEPIECE = "SentencePiece"
+# A tokenizer that sees the whole text as one piece (SentencePiece without split): never cut.
+NO_CUTS = CutRule("", after_visible=True)
 
 
 @dataclass(frozen=True)
@@ -87,21 +100,22 @@ def _bytelevel_cuts(config: dict) -> CutRule:
     return REGEX_CUTS if pattern == bytelevel_fast.GPT2_PATTERN else LLAMA3_CUTS
 
 
-def _sentencepiece() -> Family | None:
-    """The SentencePiece family, when its module is in this tree."""
-    if importlib.util.find_spec("pipeline.tokenizer.sentencepiece") is None:
-        return None
-    module = importlib.import_module("pipeline.tokenizer.sentencepiece")
-    marker = '"Metaspace"'
+def _sentencepiece_cuts(config: dict) -> CutRule:
+    """The SentencePiece family's cuts, from its kernel's own analysis of the tokenizer (which ASCII
+    neighbours of a space the normalizer keeps as they are, and whether every part gets a `▁`)."""
+    if sentencepiece.sentencepiece_support(config):
+        return NO_CUTS  # not analysed by the kernel: whole documents, exact on any backend
+    found = sentencepiece.sentencepiece_cut_chars(json.dumps(config, ensure_ascii=False))
+    if found is None:
+        return NO_CUTS
+    mode, left, right = found
+    return CutRule(" ", after_visible=True, drop=mode == "drop", left=left, right=right)
 
-    def claims(config: dict) -> bool:
-        model = config.get("model") or {}
-        return model.get("type") == "Unigram" or marker in json.dumps(config.get("pre_tokenizer")) \
-            or "\u2581" in json.dumps(config.get("normalizer"), ensure_ascii=False) \
-            or bool(model.get("byte_fallback"))
 
-    return Family("SentencePiece", claims, module.sentencepiece_support, module.SentencePieceFastTokenizer,
-                  lambda config: SPACE_CUTS)
+def _sentencepiece_claims(config: dict) -> bool:
+    model = config.get("model") or {}
+    return model.get("type") == "Unigram" or '"Metaspace"' in json.dumps(config.get("pre_tokenizer")) \
+        or "\u2581" in json.dumps(config.get("normalizer"), ensure_ascii=False) or bool(model.get("byte_fallback"))
 
 
 FAMILIES: list[Family] = [
@@ -109,10 +123,9 @@ FAMILIES: list[Family] = [
            wordpiece_fast.WordPieceFastTokenizer, lambda config: WHITESPACE_CUTS),
     Family(bytelevel_fast.FAMILY, bytelevel_fast.claims, bytelevel_fast.bytelevel_support,
            bytelevel_fast.ByteLevelFastTokenizer, _bytelevel_cuts),
+    Family(SENTENCEPIECE, _sentencepiece_claims, sentencepiece.sentencepiece_support,
+           sentencepiece.SentencePieceFastTokenizer, _sentencepiece_cuts),
 ]
-_PLUGGED = _sentencepiece()
-if _PLUGGED is not None:
-    FAMILIES.append(_PLUGGED)
 
 
 def family_of(config: dict) -> Family | None:

@@ -397,6 +397,19 @@ def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set
     return mode, left, right
 
 
+def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
+    """Where a SentencePiece-style tokenizer's text may be cut, for the document encoder: None where
+    no cut is safe (the whole text is one piece), else (mode, left, right): a cut is at an ASCII space
+    whose neighbours are in `left` and `right`; mode "drop" (the space belongs to neither part) or
+    "keep" (it opens the right part). See `sentencepiece_safe_cut`."""
+    t = _tables(tokenizer_json)
+    if t.cut_mode == CUT_NONE:
+        return None
+    left = "".join(chr(b) for b in range(128) if t.cut_left[b])
+    right = "".join(chr(b) for b in range(128) if t.cut_right[b])
+    return ("drop" if t.cut_mode == CUT_DROP else "keep"), left, right
+
+
 @lru_cache(maxsize=4)
 def _tables(tokenizer_json: str) -> _Tables:
     """The kernel's tables of a tokenizer, built once per process."""

@@ -14,8 +14,7 @@ so every boundary is hit) and must give exactly what the oracle gives for the wh
 * parquet: `clean_text` of each row.
 
 A few examples go on to rows: the unsplit unit and its split ranges stitched give the same part
-files for --packing doc and concat (sentences awaits issue 23 point 4: piece ends must not count as
-paragraph ends; add it to the sampled modes once that lands). MASKBEAM_FUZZ_EXAMPLES sets the number of examples (default 60;
+files for every --packing mode. MASKBEAM_FUZZ_EXAMPLES sets the number of examples (default 60;
 benchmarks/fuzz_readers.py runs a long profile).
 """
 
@@ -241,10 +240,10 @@ def row_tools(spec):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(lines=st.lists(st.one_of(PROSE, HOSTILE), min_size=20, max_size=80),
        newline=st.sampled_from(["\n", "\r\n"]), split_bytes=st.integers(200, 900),
-       packing=st.sampled_from(["doc", "concat"]))
+       packing=st.sampled_from(["doc", "concat", "sentences"]))
 def test_split_rows_equal_unsplit_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing):
-    """Rows of the split path (scan, ranges, stitch) against the unsplit unit, byte for byte.
-    (--packing sentences: its piece ends are being made exact by issue 23 point 4.)"""
+    """Rows of the split path (scan, ranges, stitch) against the unsplit unit, byte for byte, in every
+    packing mode (with sentences, a piece or range end is never taken for a sentence end)."""
     from pipeline.beam.arrow_io import read_part
     from pipeline.beam.config import PreprocessConfig
     from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range

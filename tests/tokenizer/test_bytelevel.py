@@ -28,7 +28,9 @@ BOOK_SLICE = 3_000  # characters from the middle of every book: the whole corpus
 
 @functools.lru_cache(maxsize=8)
 def tokenizer_json(name: str) -> str:
-    return (TOKENIZERS / f"{name}.json").read_text(encoding="utf-8")
+    """A test tokenizer by name: `NAME.json` (byte-level ones) or `NAME/tokenizer.json` (SentencePiece ones)."""
+    path = TOKENIZERS / f"{name}.json"
+    return (path if path.exists() else TOKENIZERS / name / "tokenizer.json").read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=8)

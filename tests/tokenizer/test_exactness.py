@@ -48,10 +48,15 @@ def _tokenizers(name: str, bert_json: str) -> tuple[Tokenizer, FastTokenizer]:
 
 @pytest.fixture(scope="module")
 def pairs(spec):
-    return {name: _tokenizers(name, spec.json) for name in ("bert", "roberta", "gpt2", "llama3")}
+    return {name: _tokenizers(name, spec.json) for name in CUT_FAMILIES}
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "gpt2", "llama3"])
+# WordPiece, byte-level BPE (GPT-2 regex, prefix space, Llama-3 regex) and SentencePiece (Unigram behind
+# Metaspace with a Precompiled normalizer: a cut drops its space; byte-fallback BPE behind Prepend+Replace)
+CUT_FAMILIES = ("bert", "roberta", "gpt2", "llama3", "xlmr_unigram", "llama_bpe")
+
+
+@pytest.mark.parametrize("name", CUT_FAMILIES)
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(min_value=0, max_value=25_000), max_size=30), backend=st.sampled_from([0, 1]))
@@ -136,7 +141,8 @@ def test_max_input_chars_per_word_zero_makes_every_word_unk(spec):
     np.testing.assert_array_equal(FastTokenizer(real, raw).encode(text), expected)
 
 
-@pytest.mark.parametrize("name, packing", [("bert", "sentences"), ("roberta", "sentences"), ("gpt2", "doc")])
+@pytest.mark.parametrize("name, packing", [("bert", "sentences"), ("roberta", "sentences"), ("gpt2", "doc"),
+                                           ("xlmr_unigram", "sentences")])
 def test_byte_ranges_give_the_rows_of_the_unsplit_input(tmp_path, spec, monkeypatch, name, packing):
     """Hard-wrapped prose without blank lines in ranges of 16 KiB (pieces of 4 KiB): a range end is not
     a sentence end and no text is lost or doubled at a range junction (issue 23, point 4)."""

@@ -19,7 +19,7 @@ from schemas import manifest as m
 from schemas.options import PACKING_MODES
 from schemas.shard import id_dtype_for_vocab
 from tests.conftest import BOOKS, run_preprocess
-from tests.tokenizer.test_bytelevel import TOKENIZERS
+from tests.tokenizer.test_bytelevel import TOKENIZERS, tokenizer_json
 from tests.tokenizer.test_fast import HOSTILE
 
 
@@ -38,8 +38,9 @@ def _inputs(folder):
 
 
 @pytest.mark.parametrize("packing", PACKING_MODES)
-def test_fast_and_hf_make_the_same_rows(tmp_path, packing):
-    raw = (TOKENIZERS / "roberta.json").read_text(encoding="utf-8")
+@pytest.mark.parametrize("name", ["roberta", "xlmr_unigram", "llama_bpe"])
+def test_fast_and_hf_make_the_same_rows(tmp_path, packing, name):
+    raw = tokenizer_json(name)
     spec = TokenizerSpec.from_json(raw)
     config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="t",
                               validation_fraction=0.2, packing=packing, max_seq_length=128, min_tokens=8)
