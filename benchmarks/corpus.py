@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -24,8 +25,11 @@ def scaled_corpus(source: Path, scale: int, target: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         for path in corpus_files(source):
             dest = folder / path.name
-            if k == 0:
-                os.symlink(path.resolve(), dest)
+            if k == 0:  # a hard link or a copy: the job never follows a symbolic link out of its input folder
+                try:
+                    os.link(path.resolve(), dest)
+                except OSError:
+                    shutil.copyfile(path, dest)
             else:
                 dest.write_bytes(f"Copy {k}.\n".encode() + path.read_bytes())
     return target
