@@ -1,7 +1,7 @@
 """MaskBeam library code, in layers that import only downwards (kept by import-linter, setup.cfg):
 
-    beam/       the Apache Beam layer: readers, streams, units, ranges, sharding, transforms, finalize,
-                resume, runner options
+    beam/       the Apache Beam layer: readers and inputs/, streams, units (+ unit_results, part_writer,
+                duplicates, near_duplicates), ranges, sharding, transforms, finalize, resume, runner options
     consumers/  loader, training, validation, inspection, report, publish: never import Beam
     tokenizer/  the `tokenizers` adapter: tokenizer spec, resolution/download, paragraph encoding
     storage/    the consumers' filesystem layer: fsspec paths and memory-mapped Arrow files

@@ -14,7 +14,7 @@ from pipeline.beam.arrow_io import write_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.folders import delete_folder
 from pipeline.beam.sharding import ShardResult
-from pipeline.beam.units import UnitResult
+from pipeline.beam.unit_results import UnitResult
 from schemas import manifest as m
 from schemas.shard import shard_features
 

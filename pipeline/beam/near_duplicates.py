@@ -19,7 +19,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.combiners import ToListCombineFn
 
-from pipeline.beam.units import UnitResult, by_input, dropped_result
+from pipeline.beam.duplicates import by_input, dropped_result
+from pipeline.beam.unit_results import UnitResult
 from pipeline.kernels.quality import band_hashes, is_empty_signature, signature_similarity
 from schemas import manifest as m
 

@@ -15,7 +15,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.arrow_io import read_text
 from pipeline.beam.readers import FORMAT_HF, WorkUnit
-from pipeline.beam.units import result_path
+from pipeline.beam.unit_results import result_path
 from pipeline.console import ProgressReporter
 from pipeline.console.formatting import plural
 from schemas import manifest as m

@@ -22,18 +22,16 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.inputs.byte_ranges import READ_BLOCK_BYTES, exact_blocks
+from pipeline.beam.part_writer import PartWriter
 from pipeline.beam.readers import WorkUnit
 from pipeline.beam.streams import UnitReader
+from pipeline.beam.unit_results import UnitResult, load_result, save_result
 from pipeline.beam.units import (
-    PartWriter,
     StageClock,
-    UnitResult,
     check_unchanged,
     finish_parts,
     finish_stream,
-    load_result,
     new_row_stream,
-    save_result,
     scan_unit,
     tokenize_unit,
 )

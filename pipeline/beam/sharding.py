@@ -27,7 +27,7 @@ from pipeline.beam.arrow_io import (
     write_text,
 )
 from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
-from pipeline.beam.units import UnitResult
+from pipeline.beam.unit_results import UnitResult
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.kernels.planning import range_pieces, shard_count
 from pipeline.storage.arrow_files import fixed_list_array

@@ -17,19 +17,19 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.combiners import ToListCombineFn
 
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.duplicates import mark_duplicates
 from pipeline.beam.finalize import finalize_output
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
 from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
+from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.units import (
     STAGE_QUALITY,
     STAGE_READ,
     STAGE_TOKENIZE,
     STAGE_WRITE_PARTS,
     StageClock,
-    UnitResult,
-    mark_duplicates,
     process_unit,
 )
 from pipeline.kernels.chunking import RowLayout

@@ -1,23 +1,23 @@
-"""One unit of work (a book, a jsonl file, a dataset range) to unmasked rows in part files."""
+"""One unit of work (a book, a jsonl file, a dataset range) to unmasked rows in part files: the two
+passes (scan, then tokenize and cut rows) and the quality gates between them. The result model and
+resume records live in `unit_results`, exact duplicates in `duplicates`, the part files in
+`part_writer`."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import posixpath
 import time
-from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.arrow_io import AtomicArrowWriter, part_batch, read_text, write_text
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.part_writer import PartWriter
 from pipeline.beam.readers import FORMAT_HF, WorkUnit
 from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
-from pipeline.kernels.chunking import Chunks, RowLayout, RowStream
-from pipeline.kernels.hashing import digest_to_u64, mask_seeds, row_keys, short_row_targets, validation_rows
-from pipeline.kernels.quality import MinHasher, dominant_script, script_shares
+from pipeline.beam.unit_results import UnitResult, load_result, save_result
+from pipeline.kernels.chunking import RowLayout, RowStream
+from pipeline.kernels.hashing import digest_to_u64, short_row_targets
+from pipeline.kernels.quality import MinHasher, script_shares
 from pipeline.tokenizer.encode import (
     AnyTokenizer,
     DocumentEncoder,
@@ -26,130 +26,7 @@ from pipeline.tokenizer.encode import (
     tokenize_text,
 )
 from schemas import manifest as m
-from schemas.options import PACKING_CONCAT, PACKING_SENTENCES, VALIDATION_BY_DOCUMENT
-from schemas.shard import ROWS_PER_RECORD_BATCH, part_schema
-
-
-@dataclass
-class UnitResult:
-    """What a worker reports for one unit; the manifest is built only from these and shard results."""
-
-    source: str
-    size: int = 0  # bytes of the input (of its range) when it was read
-    key: str = ""
-    skip_reason: str | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    records_skipped: dict[str, int] = field(default_factory=dict)
-    parts: dict[str, tuple[str, int]] = field(default_factory=dict)  # split -> (part path, rows)
-    duplicate_of: str | None = None  # the first input (by path) with the same content
-    unk_fraction: float | None = None  # share of [UNK] among its content tokens (None: not tokenized)
-    scripts: dict[str, float] = field(default_factory=dict)  # share of its letters per Unicode script
-    signature: str = ""  # MinHash signature of its word bigrams, hex (near-duplicate detection)
-    near_duplicate_of: str | None = None  # the earliest input (by path) of its near-duplicate cluster
-    similarity: float | None = None  # estimated similarity to near_duplicate_of
-    file: str = ""  # a byte range's file (its WorkUnit.path): ranges of one file are one input for dedup
-
-    @property
-    def input(self) -> str:
-        """The input this result is (part of): its file for a byte range, else its source."""
-        return self.file or self.source
-
-    @property
-    def dominant_script(self) -> str:
-        return dominant_script(self.scripts)
-
-    @property
-    def sort_key(self) -> tuple[str, str]:
-        """Row order of the output: by content key, then source (ties are identical content)."""
-        return (self.key, self.source)
-
-
-def by_input(results: list[UnitResult]) -> dict[str, list[UnitResult]]:
-    """Results grouped by input (a split file's ranges together, in order), inputs by path."""
-    groups: dict[str, list[UnitResult]] = {}
-    for result in sorted(results, key=lambda r: (r.input, r.source)):
-        groups.setdefault(result.input, []).append(result)
-    return groups
-
-
-def input_key(parts: list[UnitResult]) -> str:
-    """The content key of an input from its results: a whole file's key; for a split file, the
-    hash of its ranges' keys in order ("" when a part was skipped or read nothing). Two files of
-    equal content have equal sizes, so they are split alike and get equal keys."""
-    if any(p.skip_reason is not None or not p.key for p in parts if not _empty_range(p)):
-        return ""
-    keys = [p.key for p in parts if not _empty_range(p)]
-    if len(parts) == 1 or not keys:
-        return keys[0] if keys else ""
-    return hashlib.sha256("\n".join(keys).encode()).hexdigest()
-
-
-def _empty_range(result: UnitResult) -> bool:
-    return bool(result.file) and result.skip_reason is None and not result.key  # a range with no record
-
-
-def dropped_result(result: UnitResult, reason: str, **changes) -> UnitResult:
-    """A result that contributes no rows: counts zeroed but the file count, skipped with `reason`."""
-    counts = dict.fromkeys(result.counts, 0)
-    counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
-    counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
-    return replace(result, skip_reason=reason, parts={}, counts=counts, **changes)
-
-
-def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
-    """Report inputs whose content equals an earlier input's (by path); with `drop` (--dedup) they
-    become skipped inputs contributing no rows. The byte ranges of one split file are one input:
-    never duplicates of each other, and marked (or dropped) together."""
-    first_by_key: dict[str, str] = {}
-    out = []
-    for name, parts in by_input(results).items():
-        key = input_key(parts)
-        if key and key in first_by_key:
-            twin = first_by_key[key]
-            for result in parts:
-                if result.skip_reason is None:
-                    result = replace(result, duplicate_of=twin)
-                    if drop:
-                        result = dropped_result(result, f"duplicate of {twin} (--dedup)")
-                out.append(result)
-            continue
-        if key:
-            first_by_key[key] = name
-        out.extend(parts)
-    return out
-
-
-def result_path(temp_dir: str, source: str) -> str:
-    return part_path(temp_dir, source, "result").replace(".arrow", ".json")
-
-
-def save_result(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
-    """Written after the unit's parts are in place: its presence marks the unit done (for --resume)."""
-    record = {"identity": unit.identity, "result": asdict(result)}
-    write_text(result_path(temp_dir, unit.source), json.dumps(record, sort_keys=True))
-
-
-def load_result(temp_dir: str, unit: WorkUnit) -> UnitResult | None:
-    """A finished unit's result from an interrupted run, if the input is unchanged and its parts exist."""
-    path = result_path(temp_dir, unit.source)
-    if not FileSystems.exists(path):
-        return None
-    try:
-        record = json.loads(read_text(path))
-        result = UnitResult(**record["result"])
-        result.parts = {split: (p, rows) for split, (p, rows) in result.parts.items()}
-    except (ValueError, KeyError, TypeError):
-        return None
-    if record["identity"] != unit.identity or not all(FileSystems.exists(p) for p, _ in result.parts.values()):
-        return None
-    return result
-
-
-def part_path(temp_dir: str, source: str, split: str) -> str:
-    """A part's path is built from a hash of the source, never from the input's own name."""
-    name = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return posixpath.join(temp_dir, f"{name}-{split}.arrow")
-
+from schemas.options import PACKING_CONCAT, PACKING_SENTENCES
 
 STAGE_READ = "read_clean"
 STAGE_QUALITY = "quality"  # script mix and MinHash signature
@@ -291,66 +168,6 @@ def _gated(result: UnitResult, reason: str) -> UnitResult:
     result.skip_reason = reason
     result.parts = {}
     return result
-
-
-class PartWriter:
-    """A unit's rows into its train and validation parts as they are made: seeds and the split of
-    each row from its key, record batches of ROWS_PER_RECORD_BATCH rows (bounded memory)."""
-
-    def __init__(self, temp_dir: str, source: str, layout: RowLayout, id_dtype: np.dtype,
-                 config: PreprocessConfig) -> None:
-        self._temp_dir = temp_dir
-        self._source = source
-        self._schema = part_schema(layout.seq_len, id_dtype)
-        self._config = config
-        self._writers: dict[str, AtomicArrowWriter] = {}
-        self._pending: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {m.TRAIN: [], m.VALIDATION: []}
-        self._pending_rows = dict.fromkeys(self._pending, 0)
-
-    def add(self, chunks: Chunks, stream: RowStream, document_key: np.uint64) -> None:
-        """Rows just made by `stream` (whose content key is `document_key`)."""
-        n = chunks.rows.shape[0]
-        if not n:
-            return
-        keys = row_keys(document_key, n, first=stream.rows - n)
-        seeds = mask_seeds(keys, self._config.seed)
-        # By row, rows of one book land in both splits (an optimistic validation loss); by document, a
-        # document's content key sends all its rows one way (with --packing concat: the rows' group).
-        by_document = self._config.validation_unit == VALIDATION_BY_DOCUMENT
-        split_keys = np.full(n, document_key, dtype=np.uint64) if by_document else keys
-        in_validation = validation_rows(split_keys, self._config.validation_fraction)
-        for split, selector in ((m.TRAIN, ~in_validation), (m.VALIDATION, in_validation)):
-            if selector.any():
-                self._pending[split].append((chunks.rows[selector], chunks.lengths[selector], seeds[selector]))
-                self._pending_rows[split] += int(selector.sum())
-                self._flush(split, final=False)
-
-    def _flush(self, split: str, final: bool) -> None:
-        pending = self._pending[split]
-        if not pending or (not final and self._pending_rows[split] < ROWS_PER_RECORD_BATCH):
-            return
-        rows, lengths, seeds = (np.concatenate(column) for column in zip(*pending))
-        whole = len(rows) if final else len(rows) // ROWS_PER_RECORD_BATCH * ROWS_PER_RECORD_BATCH
-        if split not in self._writers:
-            self._writers[split] = AtomicArrowWriter(part_path(self._temp_dir, self._source, split), self._schema,
-                                                     random_access=True)
-        for start in range(0, whole, ROWS_PER_RECORD_BATCH):
-            stop = min(start + ROWS_PER_RECORD_BATCH, whole)
-            self._writers[split].write(part_batch(rows[start:stop], lengths[start:stop], seeds[start:stop],
-                                                  self._schema))
-        self._pending[split] = [(rows[whole:], lengths[whole:], seeds[whole:])] if whole < len(rows) else []
-        self._pending_rows[split] = len(rows) - whole
-
-    def close(self) -> dict[str, tuple[str, int]]:
-        """Finish the parts: split -> (part path, rows); a split without rows has no part."""
-        for split in self._pending:
-            self._flush(split, final=True)
-        return {split: (writer.path, writer.close().rows) for split, writer in self._writers.items()}
-
-    def abort(self) -> None:
-        for writer in self._writers.values():
-            writer.abort()
-        self._writers = {}
 
 
 def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,

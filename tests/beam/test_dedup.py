@@ -9,9 +9,10 @@ import random
 import numpy as np
 
 from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.duplicates import by_input, mark_duplicates
 from pipeline.beam.near_duplicates import band_records, candidate_pairs, mark_near_duplicates
 from pipeline.beam.readers import expand_inputs, split_large_inputs
-from pipeline.beam.units import by_input, mark_duplicates, process_unit
+from pipeline.beam.units import process_unit
 from pipeline.kernels.quality import MinHasher, minhash_signature, signature_similarity
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer

@@ -1,0 +1,65 @@
+"""Exact duplicates among the inputs: an input whose clean content equals an earlier input's (by
+path) is reported, and with --dedup dropped. The byte ranges of one split file are one input."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from pipeline.beam.unit_results import UnitResult
+from schemas import manifest as m
+
+
+def by_input(results: list[UnitResult]) -> dict[str, list[UnitResult]]:
+    """Results grouped by input (a split file's ranges together, in order), inputs by path."""
+    groups: dict[str, list[UnitResult]] = {}
+    for result in sorted(results, key=lambda r: (r.input, r.source)):
+        groups.setdefault(result.input, []).append(result)
+    return groups
+
+
+def input_key(parts: list[UnitResult]) -> str:
+    """The content key of an input from its results: a whole file's key; for a split file, the
+    hash of its ranges' keys in order ("" when a part was skipped or read nothing). Two files of
+    equal content have equal sizes, so they are split alike and get equal keys."""
+    if any(p.skip_reason is not None or not p.key for p in parts if not _empty_range(p)):
+        return ""
+    keys = [p.key for p in parts if not _empty_range(p)]
+    if len(parts) == 1 or not keys:
+        return keys[0] if keys else ""
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()
+
+
+def _empty_range(result: UnitResult) -> bool:
+    return bool(result.file) and result.skip_reason is None and not result.key  # a range with no record
+
+
+def dropped_result(result: UnitResult, reason: str, **changes) -> UnitResult:
+    """A result that contributes no rows: counts zeroed but the file count, skipped with `reason`."""
+    counts = dict.fromkeys(result.counts, 0)
+    counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
+    counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
+    return replace(result, skip_reason=reason, parts={}, counts=counts, **changes)
+
+
+def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
+    """Report inputs whose content equals an earlier input's (by path); with `drop` (--dedup) they
+    become skipped inputs contributing no rows. The byte ranges of one split file are one input:
+    never duplicates of each other, and marked (or dropped) together."""
+    first_by_key: dict[str, str] = {}
+    out = []
+    for name, parts in by_input(results).items():
+        key = input_key(parts)
+        if key and key in first_by_key:
+            twin = first_by_key[key]
+            for result in parts:
+                if result.skip_reason is None:
+                    result = replace(result, duplicate_of=twin)
+                    if drop:
+                        result = dropped_result(result, f"duplicate of {twin} (--dedup)")
+                out.append(result)
+            continue
+        if key:
+            first_by_key[key] = name
+        out.extend(parts)
+    return out
