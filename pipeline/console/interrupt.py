@@ -65,14 +65,20 @@ def run_main(target: Callable[[], T]) -> T:
         except BaseException as error:  # noqa: BLE001 - handed to the main thread as is
             outcome["error"] = error
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # for the workers; SIGTERM is sent to this process alone
-    thread = threading.Thread(target=work, name="maskbeam-job", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
-        if got is not None:
-            _stop(got.si_signo)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # for the workers; SIGTERM goes to this process alone
+    try:
+        thread = threading.Thread(target=work, name="maskbeam-job", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
+            if got is not None:
+                _stop(got.si_signo)
+    finally:
+        # A caller that goes on (a test, a library user calling main()) gets its signals back: processes
+        # it starts later would otherwise inherit SIGINT ignored and both signals blocked.
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]

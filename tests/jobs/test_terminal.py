@@ -159,3 +159,23 @@ def test_ctrl_c_and_sigterm_while_importing_print_one_line(tmp_path):
         assert lines[-1] == f"interrupted ({name}) before any input was processed", screen
         assert "Traceback" not in screen and "KeyboardInterrupt" not in screen, screen
         assert not (tmp_path / name).exists()
+
+
+def test_a_caller_of_main_gets_its_signals_back():
+    """`run_main` blocks SIGINT/SIGTERM and ignores SIGINT while a job runs; a caller that goes on (a
+    test, a script calling `main()`) must get them back, or every process it starts later inherits
+    them (a Ctrl-C test run after an in-process job saw its child ignore SIGINT)."""
+    import pytest
+
+    from pipeline.console import run_main
+
+    def raises() -> None:
+        raise ValueError("a bad option")
+
+    before = signal.getsignal(signal.SIGINT)
+    assert run_main(lambda: 42) == 42
+    with pytest.raises(ValueError, match="a bad option"):
+        run_main(raises)
+    assert signal.getsignal(signal.SIGINT) is before
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert signal.SIGINT not in blocked and signal.SIGTERM not in blocked
