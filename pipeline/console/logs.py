@@ -196,6 +196,16 @@ class WorkerOutput:
                 os.remove(self.path)
 
 
+def _raised_in_beam(tb) -> bool:
+    """Whether an exception was raised inside Apache Beam's own code (its SDK worker threads run in
+    this process with --direct_running_mode multi_threading, and may fail as a run is torn down after
+    the failure the job reports itself): such a traceback is worker output, not a launcher crash."""
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and f"{os.sep}apache_beam{os.sep}" in last.tb_frame.f_code.co_filename
+
+
 @contextlib.contextmanager
 def quiet_worker_output(enabled: bool = True):
     """Send this process's file descriptor 2 (inherited by every worker process it starts) to a log
@@ -231,6 +241,9 @@ def quiet_worker_output(enabled: bool = True):
     excepthook = threading.excepthook
 
     def to_console(args) -> None:
+        if _raised_in_beam(args.exc_traceback):  # a Beam worker thread of this process: worker output
+            excepthook(args)
+            return
         saved, sys.stderr = sys.stderr, stream
         try:
             excepthook(args)
