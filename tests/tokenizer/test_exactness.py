@@ -162,7 +162,7 @@ def test_byte_ranges_give_the_rows_of_the_unsplit_input(tmp_path, spec, monkeypa
     whole = process_unit(unit, tokenizer, layout, dtype, config, str(tmp_path / "whole"))
     tasks = scan_for_ranges(dataclasses.replace(unit, split_bytes=16384), tokenizer, layout, dtype, config,
                             str(tmp_path / "split"), StageClock())
-    assert isinstance(tasks, list) and len(tasks) >= 6
+    assert isinstance(tasks, list) and len(tasks) >= 4  # at least three junctions, on either corpus
     ranges = [tokenize_range(task, tokenizer, layout, config, str(tmp_path / "split")) for task in tasks]
     split = stitch_ranges(ranges, layout, dtype, config, str(tmp_path / "split"))
     assert split.counts == whole.counts and whole.counts[m.ROWS] > 100
