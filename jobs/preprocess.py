@@ -23,6 +23,7 @@ from pipeline.console import (
     setup_logging,
     stderr_is_terminal,
 )
+from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 from schemas.options import (
     BACKEND_AUTO,
@@ -45,23 +46,7 @@ _log = logging.getLogger("maskbeam.preprocess")
 PROG = "python -m jobs.preprocess"
 # Given only where they do something (None: not given); their defaults, as the help says.
 DEFAULT_SHORT_SEQ_PROB = 0.1
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An error is one line naming the option, and where to read more; not a 30-line usage block."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (--help lists every option)\n")
-
-
-class DefaultsFormatter(argparse.HelpFormatter):
-    """Adds `(default: X)` to every option's help that does not state its default itself."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "default" in text or action.default in (None, argparse.SUPPRESS, []) or not action.option_strings:
-            return text
-        return f"{text} (default: {'off' if action.default is False else '%(default)s'})"
+DEFAULT_MIN_TOKENS = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep Project Gutenberg header and licence (default: cut)")
     p.add_argument("--max_seq_length", type=int, default=DEFAULT_SEQ_LEN,
                    help="tokens per row, [CLS] and [SEP] included")
-    p.add_argument("--min_tokens", type=int, default=64, help="content tokens a final short row needs to be kept")
+    p.add_argument("--min_tokens", type=int, default=None,
+                   help=f"content tokens a final short row needs to be kept (default: {DEFAULT_MIN_TOKENS}, or "
+                        "max_seq_length - 2 when that is less)")
     p.add_argument("--packing", choices=PACKING_MODES, default=PACKING_DOC,
                    help="doc: rows never span documents; concat: short documents share rows; "
                         "sentences: rows end at sentence ends")
@@ -181,6 +168,11 @@ def _checked(parser: argparse.ArgumentParser, known: argparse.Namespace) -> None
     known.max_span = DEFAULT_MAX_SPAN if known.max_span is None else known.max_span
 
 
+def resolved_min_tokens(known: argparse.Namespace) -> int:
+    """--min_tokens, or its default capped to the row's content (so --max_seq_length 32 alone works)."""
+    return min(DEFAULT_MIN_TOKENS, known.max_seq_length - 2) if known.min_tokens is None else known.min_tokens
+
+
 def run(argv: list[str] | None = None, *, command_line: bool = False):
     """Parse and validate everything, the Beam options and runner included (exit 2 with one line before
     anything is written), then run the pipeline.
@@ -236,7 +228,8 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
     config = PreprocessConfig(
         inputs=tuple(known.input), output=known.output.rstrip("/") or "/", tokenizer=known.tokenizer,
         hf_dataset=known.hf_dataset, hf_split=known.hf_split, text_column=known.text_column,
-        keep_boilerplate=known.keep_boilerplate, max_seq_length=known.max_seq_length, min_tokens=known.min_tokens,
+        keep_boilerplate=known.keep_boilerplate, max_seq_length=known.max_seq_length,
+        min_tokens=resolved_min_tokens(known),
         packing=known.packing, masking=known.masking, dupe_factor=known.dupe_factor,
         mlm_probability=known.mlm_probability, mask_replace_prob=known.mask_replace_prob,
         random_replace_prob=known.random_replace_prob, seed=known.seed,

@@ -10,6 +10,7 @@ import argparse
 import logging
 
 from pipeline.console import setup_logging
+from pipeline.console.arguments import OneLineParser
 from pipeline.consumers.outputs import NotAnOutput
 from pipeline.consumers.publish import FORMATS, PublishError, build_upload_folder, check_repo_id, publish_streaming
 
@@ -18,7 +19,7 @@ _log = logging.getLogger("maskbeam.publish")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.publish", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m jobs.publish", description=__doc__.split("\n")[0])
     p.add_argument("dir", help="output folder of jobs.preprocess")
     p.add_argument("--repo_id", required=True, help="USER/NAME of the dataset repository")
     p.add_argument("--private", action="store_true")

@@ -2,27 +2,31 @@
 AutoModelForMaskedLM) on a MaskBeam output, on one device or data-parallel under torchrun.
 
     python -m jobs.train --data DIR --output DIR [--model NAME_OR_DIR | --arch bert --config tiny] [options]
-    torchrun --nproc_per_node 2 -m jobs.train --data DIR --output DIR [options]
+    python -m jobs.train --nproc_per_node 2 --data DIR --output DIR [options]     (2 ranks on this machine)
+    torchrun --nproc_per_node 2 -m jobs.train --data DIR --output DIR [options]   (or several machines)
     ... --resume     (continues the checkpoint in --output, on any number of processes)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import MISSING, fields
 
 from pipeline.console import setup_logging
+from pipeline.console.arguments import OneLineParser
 from pipeline.consumers.outputs import load_manifest
+from pipeline.consumers.rank_launcher import launch_ranks
 from pipeline.consumers.train_loop import TrainingInterrupted, train
-from pipeline.consumers.training import TrainConfig
+from pipeline.consumers.training import METRICS_FILE, TrainConfig
 
 _CASTS = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jobs.train", description=__doc__,
+    p = OneLineParser(prog="python -m jobs.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
         help_text, default = f.metadata["help"], None if f.default is MISSING else f.default
@@ -34,12 +38,38 @@ def parser() -> argparse.ArgumentParser:
         shown = "" if f.name in ("data", "output") else f" (default: {default})"
         p.add_argument(f"--{f.name}", type=_CASTS[str(f.type)], default=default, choices=f.metadata.get("choices"),
                        help=help_text + shown, metavar=None if f.metadata.get("choices") else f.name.upper())
+    p.add_argument("--nproc_per_node", type=int, default=1, metavar="N",
+                   help="data-parallel ranks to start on this machine (one per GPU; gloo processes on the CPU), "
+                        "as torchrun's flag; Ctrl-C stops them all with one line (default: 1; under torchrun: "
+                        "leave it out)")
     return p
+
+
+def _split_launch(argv: list[str]) -> tuple[int, list[str]]:
+    """--nproc_per_node N (or =N) and the other arguments, which every rank gets."""
+    nproc, rest, i = 1, [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--nproc_per_node" and i + 1 < len(argv):
+            nproc, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--nproc_per_node="):
+            nproc = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return nproc, rest
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
     p = parser()
-    cfg = TrainConfig(**vars(p.parse_args(argv)))
+    options = vars(p.parse_args(argv))
+    nproc = options.pop("nproc_per_node")
+    if nproc < 1:
+        p.error(f"--nproc_per_node must be >= 1, got {nproc}")
+    if nproc > 1 and "RANK" in os.environ:
+        p.error("--nproc_per_node starts the ranks itself: leave it out under torchrun")
+    cfg = TrainConfig(**options)
     for name in ("data", "output"):
         if not getattr(cfg, name):
             p.error(f"--{name} is required")
@@ -73,12 +103,25 @@ def run(argv: list[str] | None = None) -> dict:
     validation split). Ctrl-C/SIGTERM: SystemExit 130/143 after a checkpoint, with one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
+    nproc, args = _split_launch(args)
+    if int(nproc) > 1:  # this process only starts the ranks, which parse and check the same flags again
+        code = launch_ranks("jobs.train", args, int(nproc))
+        if code:
+            raise SystemExit(code)
+        return _final_metrics(cfg.output)
     try:
         return train(cfg, args)
     except TrainingInterrupted as stopped:  # rank 0 has logged the one line with the --resume command
         raise SystemExit(stopped.exit_code) from None
     except (ValueError, OSError) as error:
         raise SystemExit(f"jobs.train: {error}") from None
+
+
+def _final_metrics(output: str) -> dict:
+    """What `train` returned on rank 0: the last row of metrics.jsonl when it is the final evaluation."""
+    with open(os.path.join(output, METRICS_FILE), encoding="utf-8") as handle:
+        last = json.loads(handle.read().splitlines()[-1])
+    return {k: v for k, v in last.items() if k != "step"} if "eval_loss" in last else {}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 from collections.abc import Iterator
@@ -14,12 +13,13 @@ from collections.abc import Iterator
 from pipeline.beam.readers import InputError, expand_inputs
 from pipeline.beam.tokenizer_training import KINDS, iter_training_text, save_tokenizer, train_tokenizer
 from pipeline.console import human_bytes, human_seconds, setup_logging
+from pipeline.console.arguments import OneLineParser
 
 _log = logging.getLogger("maskbeam.train_tokenizer")
 
 
 def run(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(prog="python -m jobs.train_tokenizer", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m jobs.train_tokenizer", description=__doc__.split("\n")[0])
     parser.add_argument("--input", action="append", required=True, metavar="PATTERN")
     parser.add_argument("--output", required=True, help="folder for tokenizer.json and its configs")
     parser.add_argument("--vocab_size", type=int, default=30522)

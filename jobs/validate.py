@@ -7,14 +7,14 @@ Exit 0 with a one-line summary, or 1 naming the first bad shard and what is wron
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from pipeline.console.arguments import OneLineParser
 from pipeline.consumers.validation import ValidationError, validate_output
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobs.validate", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m jobs.validate", description=__doc__.split("\n")[0])
     parser.add_argument("dir", help="output folder of jobs.preprocess")
     args = parser.parse_args(argv)
     try:

@@ -9,6 +9,7 @@ import shlex
 import shutil
 
 from pipeline.consumers.checkpoints import CHECKPOINT_FILE
+from pipeline.consumers.rank_launcher import LAUNCHER_ENV
 from pipeline.consumers.training import CONFIG_FILE, LOG_FILE
 
 _log = logging.getLogger("maskbeam.train")
@@ -80,5 +81,7 @@ def clean_failed_run(output: str, error: BaseException) -> None:
 def resume_command(argv: list[str], world_size: int) -> str:
     """The command that continues this run: the same flags, --resume instead of --overwrite."""
     args = [a for a in argv if a not in ("--overwrite", "--resume")] + ["--resume"]
+    if os.environ.get(LAUNCHER_ENV):  # started by `python -m jobs.train --nproc_per_node N`
+        return shlex.join(["python", "-m", "jobs.train", "--nproc_per_node", str(world_size), *args])
     launcher = (["torchrun", "--nproc_per_node", str(world_size)] if world_size > 1 else ["python"])
     return shlex.join([*launcher, "-m", "jobs.train", *args])

@@ -74,6 +74,31 @@ def test_options_that_apply_are_taken(tmp_path):
     assert (known.short_seq_prob, known.span_p, known.max_span) == (0.1, 0.2, 10)  # the defaults the help names
 
 
+def test_short_rows_need_no_min_tokens_flag():
+    """--max_seq_length 64 alone was refused: `--min_tokens must be in [0, 62], got 64` (a default)."""
+    from jobs.preprocess import build_parser, resolved_min_tokens
+
+    parser = build_parser()
+    given = lambda *argv: resolved_min_tokens(parser.parse_known_args(list(argv))[0])  # noqa: E731
+    assert given() == 64 and given("--max_seq_length", "128") == 64
+    assert given("--max_seq_length", "64") == 62 and given("--max_seq_length", "16") == 14
+    assert given("--max_seq_length", "64", "--min_tokens", "8") == 8
+
+
+@pytest.mark.parametrize("job", ["train", "validate", "report", "publish", "inspect_output", "train_tokenizer"])
+def test_every_job_reports_a_bad_flag_in_one_line(job, capsys):
+    """jobs.train printed a 25-line usage block before `error: ...` (so did the other jobs)."""
+    import importlib
+
+    with pytest.raises(SystemExit) as error:
+        importlib.import_module(f"jobs.{job}").run(["--no_such_flag"])
+    assert error.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"python -m jobs.{job}: error: "), err
+    assert lines[0].endswith("(--help lists every option)") and "usage:" not in err, err
+
+
 def test_a_folder_that_is_not_a_maskbeam_output_gets_the_right_advice_the_first_time(tmp_path, capsys):
     from jobs.preprocess import run
 
