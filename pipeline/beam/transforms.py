@@ -23,6 +23,7 @@ from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
 from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
+from pipeline.beam.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.units import (
     STAGE_QUALITY,
@@ -91,10 +92,10 @@ class _CountingFn(beam.DoFn):
 class _TokenizerFn(_CountingFn):
     """A DoFn holding the tokenizer and the row layout (built once per worker in setup)."""
 
-    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+    def __init__(self, spec: SpecFile, config: PreprocessConfig, temp_dir: str,
                  tokenizer_threads: int | None) -> None:
         super().__init__()
-        self._spec = spec
+        self._spec_file = spec
         self._config = config
         self._temp_dir = temp_dir
         self._tokenizer_threads = tokenizer_threads
@@ -104,6 +105,7 @@ class _TokenizerFn(_CountingFn):
             # Set before the tokenizer's first batch starts its thread pool: worker processes
             # sharing the cores should not each start one thread per core.
             os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
+        self._spec = self._spec_file.load()
         tokenizer = build_tokenizer(self._spec)
         self._tokenizer = (FastTokenizer(tokenizer, self._spec.json) if self._config.tokenizer_backend == BACKEND_FAST
                            else tokenizer)
@@ -154,14 +156,15 @@ class _StitchRangesFn(_CountingFn):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, spec: TokenizerSpec, config: PreprocessConfig) -> None:
-        self._spec = spec
+    def __init__(self, spec: SpecFile, config: PreprocessConfig) -> None:
+        self._spec_file = spec
         self._config = config
         self._shards_written = Metrics.counter(METRICS_NAMESPACE, "shards_written")
         self._shard_ms = Metrics.counter(METRICS_NAMESPACE, f"{STAGE_MS_PREFIX}{STAGE_SHARDS}")
 
     def setup(self) -> None:
         c = self._config
+        self._spec = self._spec_file.load()
         self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob,
                                              c.masking_unit, c.span_p, c.max_span)
 
@@ -220,7 +223,7 @@ class TokenizeAndChunk(beam.PTransform):
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
-        self._args = (spec, config, temp_dir, tokenizer_threads)
+        self._args = (ship_spec(spec, temp_dir), config, temp_dir, tokenizer_threads)
         self._layout = spec.layout(config.max_seq_length, config.min_tokens)
         self._id_dtype = _id_dtype(spec)
         self._local_workers = local_workers
@@ -249,6 +252,8 @@ class WriteShards(beam.PTransform):
 
     def expand(self, unit_results):
         spec, config = self._spec, self._config
+        shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
+        id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
         pairs = unit_results | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
         marked = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
@@ -261,13 +266,13 @@ class WriteShards(beam.PTransform):
             units
             | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
             | "SpreadShards" >> beam.Reshuffle()
-            | "WriteShard" >> beam.ParDo(_WriteShardFn(spec, config))
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
             | "CollectShards" >> beam.CombineGlobally(ToListCombineFn())
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
         return shards | "Finalize" >> beam.Map(
             lambda shard_results, unit_list, near: finalize_output(unit_list, shard_results, config, tokenizer_info,
-                                                                   _id_dtype(spec), spec.json, near),
+                                                                   id_dtype, shipped.load().json, near),
             unit_list=beam.pvalue.AsSingleton(units), near=beam.pvalue.AsSingleton(near_report),
         )
 

@@ -9,6 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.runner_options import DASK_RUNNER, local_runner_defaults, tokenizer_threads
+from pipeline.beam.spec_file import ship_spec
 from pipeline.beam.transforms import _ProcessUnitFn
 
 
@@ -29,5 +30,5 @@ def test_worker_setup_caps_the_pool_before_the_tokenizer_starts(spec, monkeypatc
     monkeypatch.setenv("RAYON_NUM_THREADS", "unset")  # so that the teardown restores what was there
     monkeypatch.delenv("RAYON_NUM_THREADS")
     config = PreprocessConfig(inputs=("x",), output=str(tmp_path), tokenizer="t", tokenizer_backend="hf")
-    _ProcessUnitFn(spec, config, str(tmp_path), tokenizer_threads=1).setup()
+    _ProcessUnitFn(ship_spec(spec, str(tmp_path)), config, str(tmp_path), tokenizer_threads=1).setup()
     assert os.environ["RAYON_NUM_THREADS"] == "1"
