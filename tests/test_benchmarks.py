@@ -17,7 +17,7 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
     corpus = tmp_path / "books"
     corpus.mkdir()
     shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), corpus)
-    report = run(["--corpus", str(corpus), "--tokenizer", str(TOKENIZER_DIR), "--repeat", "1", "--scale", "2",
+    report = run(["--corpus", str(corpus), "--tokenizer", str(TOKENIZER_DIR), "--repeat", "1", "--scale", "1",
                   "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")])
     saved = json.loads((tmp_path / "b.json").read_text())
     assert [s["step"] for s in saved["steps"]] == [

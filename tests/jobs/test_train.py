@@ -302,7 +302,7 @@ def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resum
     check(run(resume_from=str(tmp_path / "run" / "checkpoint-6")), list(range(6, 8)))
 
 
-def test_two_epochs_with_dataloader_workers(data128, tmp_path):
+def test_two_epochs_with_dataloader_workers(one_book, tmp_path):
     """jobs.train with 2 DataLoader workers (compact batches widened on the device) over 2 epochs,
     reading rows through memory maps (the other runs use the default, pread): every step of both
     epochs runs, and the saved sampler state is at the end of epoch 1."""
@@ -311,8 +311,8 @@ def test_two_epochs_with_dataloader_workers(data128, tmp_path):
     from pipeline.consumers.loader import MlmShardDataset
 
     out = tmp_path / "model"
-    per_epoch = len(MlmShardDataset(str(data128))) // 64
-    final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--epochs", "2",
+    per_epoch = len(MlmShardDataset(str(one_book))) // 64
+    final = run(["--data", str(one_book), "--output", str(out), "--config", "tiny", "--epochs", "2",
                  "--batch_size", "64", "--num_workers", "2", "--eval_batches", "1", "--warmup_steps", "2",
                  "--read_mode", "mmap"])
     steps = [r["step"] for r in _metrics(out) if "loss" in r]

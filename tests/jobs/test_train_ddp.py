@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import REPO, corpus_book, run_preprocess
+from pipeline.sample import SAMPLE_BOOKS
+from tests.conftest import REPO, run_preprocess
 from tests.jobs.test_train import _stop_when
 
 pytestmark = pytest.mark.slow
@@ -42,15 +43,6 @@ def _workers(proc: subprocess.Popen):
     import psutil
 
     return lambda: [child.pid for child in psutil.Process(proc.pid).children()]
-
-
-@pytest.fixture(scope="module")
-def one_book(tmp_path_factory):
-    """One short book in rows of 32 tokens, dynamic masks: about 200 rows, so 10 steps of 12 stay in epoch 0."""
-    out = tmp_path_factory.mktemp("one_book") / "data"
-    run_preprocess([corpus_book("classics__yellow_wallpaper.txt")], out, "--max_seq_length", "32", "--min_tokens", "8", "--masking",
-                   "dynamic", "--validation_fraction", "0.05")
-    return out
 
 
 def test_ranks_and_world_size_changes_train_the_same_model(one_book, tmp_path, caplog):
@@ -137,7 +129,7 @@ def bpe_data(tmp_path_factory):
     it, everything in train (an empty validation split)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    book = corpus_book("classics__yellow_wallpaper.txt")
+    book = SAMPLE_BOOKS / "classics__yellow_wallpaper.txt"  # the embedded sample's copy: runs without ../shared
     folder = tmp_path_factory.mktemp("bpe")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
