@@ -93,7 +93,7 @@ def test_no_path_is_built_from_input_names(tmp_path):
 # Peak RSS of the whole process tree (launcher + 2 workers) on a 128 MB line and a 128 MB gzip
 # (of 128 MB of text) at once. Inputs are read in pieces of 8 MB, so it does not grow with their
 # size: 680 MB measured with inputs of 300 MB each, and the same bound held there; reading an input
-# whole took 2.5 GB for one 200 MB line (about 1.6 GB for these 128 MB).
+# whole took 1.9-2.5 GB for one 200 MB line (about 1.2-1.6 GB for these 128 MB).
 INPUT_MB = 128
 PEAK_RSS_BOUND_MB = 1000
 

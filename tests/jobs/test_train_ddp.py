@@ -144,9 +144,10 @@ def bpe_data(tmp_path_factory):
     return folder / "data", tokenizer
 
 
-@pytest.mark.parametrize("arch", ["roberta", "modernbert"])
+@pytest.mark.parametrize("arch", ["roberta", "modernbert", "distilbert", "electra"])
 def test_bpe_output_trains_other_families_that_fill_masks(bpe_data, arch, tmp_path, caplog):
-    """A RoBERTa and a ModernBERT from scratch on a byte-level BPE output: the saved folder is that family
+    """A RoBERTa, ModernBERT, DistilBERT and ELECTRA generator from scratch on a byte-level BPE output
+    (another family's tokenizer than BERT's): the saved folder is that family
     (not a BERT), loads with the Auto classes with the data's tokenizer, and fills masks. The empty
     validation split turns evaluation off with one warning (never a 0.0 loss). A RoBERTa folder given as
     --model trains on as a RoBERTa."""
