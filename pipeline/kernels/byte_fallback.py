@@ -22,7 +22,7 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.unigram import find, utf8_width
+from pipeline.kernels.unigram import utf8_width
 from pipeline.kernels.wordpiece import ByteTable
 
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
@@ -117,6 +117,27 @@ class BpeTables:
                    byte_ids=np.array([vocab.get(f"<0x{b:02X}>", -1) for b in range(256)], dtype=np.int32),
                    byte_fallback=bool(byte_fallback), fuse_unk=bool(fuse_unk), ignore_merges=bool(ignore_merges),
                    unk_mode=unk_mode, unk_id=vocab.get(unk_token, -1) if unk_token is not None else -1)
+
+
+@kernel()
+def find(h, word, start, stop, blob, starts, lengths, ids, slots):
+    """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
+    mask = slots.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    n = stop - start
+    while slots[slot] != 0:
+        entry = slots[slot] - 1
+        if lengths[entry] == n:
+            base = starts[entry]
+            same = True
+            for k in range(n):
+                if blob[base + k] != word[start + k]:
+                    same = False
+                    break
+            if same:
+                return ids[entry]
+        slot = (slot + 1) & mask
+    return -1
 
 
 @kernel()

@@ -1,0 +1,99 @@
+"""The *plain chunk* form of a SentencePiece-style tokenizer: what its normalizer and pre-tokenizer
+make of a chunk of printable ASCII, derived once from its configuration.
+
+Most chunks of running text are a word with its punctuation: printable ASCII, no space inside.
+When every byte of such a chunk is one the per-character normalizers map to one printable ASCII
+byte (`plain_map`, read off the probed table), the whole normalizer and pre-tokenizer reduce to
+"one word: a fixed prefix, then the mapped bytes": the tail operations cannot touch the chunk's
+bytes (no spaces, no whitespace, no pattern they can match) and act only on what is prepended.
+`plain_form` follows the operations in their order on that prefix and refuses (plain path off,
+prefix length -1) wherever an operation could see past it into the chunk or could split it. The
+kernel then skips the per-code-point table and the tail passes for such chunks
+(`pipeline.kernels.sentencepiece_encode`); any other chunk takes the general path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pipeline.kernels.metaspace import (
+    OP_COLLAPSE_SPACES,
+    OP_MAP,
+    OP_PREPEND,
+    OP_REPLACE,
+    OP_REPLACE_START,
+    OP_STRIP,
+    OP_TRIM_SPACES,
+)
+
+META = "\u2581"
+_RUST_WHITE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+                        + "".join(chr(c) for c in range(0x2000, 0x200B)))
+_OFF = (np.zeros(256, dtype=np.uint8), np.array([-1], dtype=np.int64))
+
+
+def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None, split: bool, whitespace_split: bool,
+               mapped: Callable[[str], str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(plain_map uint8 (256,), plain_prefix int64: [prefix length or -1, prefix bytes...]).
+
+    Args:
+        ops: the normalizer's operations in order (opcode, pattern, content), OP_MAP among them.
+        metaspace_prepends: None without a Metaspace pre-tokenizer, else whether it prepends `▁`.
+        split: Metaspace's split option.
+        whitespace_split: WhitespaceSplit before Metaspace.
+        mapped: the per-character normalizers' output for one character, None where the table
+            does not vouch for it.
+
+    Returns:
+        plain_map[b] is the byte printable ASCII byte b normalises to (0: not plain); the prefix
+        is what precedes the mapped bytes in the chunk's one word (length -1: no plain path)."""
+    plain_map = np.zeros(256, dtype=np.uint8)
+    for byte in range(0x21, 0x7F):
+        out = mapped(chr(byte))
+        if out is not None and len(out) == 1 and 0x21 <= ord(out) < 0x7F:
+            plain_map[byte] = ord(out)
+    outputs = {chr(b) for b in plain_map if b}
+    if not outputs:
+        return _OFF
+    prefix = ""
+    for code, pattern, content in ops:
+        if code == OP_MAP:
+            parts = [mapped(char) for char in prefix]
+            if any(part is None for part in parts):
+                return _OFF
+            prefix = "".join(parts)
+        elif code in (OP_COLLAPSE_SPACES, OP_TRIM_SPACES):
+            if " " in prefix:
+                return _OFF
+        elif code == OP_STRIP:
+            if any(char in _RUST_WHITE for char in prefix):
+                return _OFF
+        elif code == OP_REPLACE:
+            if _may_match(pattern, set(prefix) | outputs):
+                return _OFF
+        elif code == OP_PREPEND:
+            prefix = content + prefix  # the chunk is never empty
+        elif code == OP_REPLACE_START:
+            if prefix.startswith(pattern):
+                prefix = content + prefix[len(pattern):]
+            elif pattern.startswith(prefix) and _may_match(pattern[len(prefix):], outputs):
+                return _OFF  # the pattern may run on into the chunk
+        else:
+            return _OFF
+    if metaspace_prepends is not None:
+        if any(char in _RUST_WHITE for char in prefix):
+            return _OFF  # WhitespaceSplit would cut it off, Metaspace would turn a space into `▁`
+        if metaspace_prepends and not prefix.startswith(META):
+            prefix = META + prefix
+        if split and META in prefix[1:]:
+            return _OFF  # the word would split inside the prefix
+    del whitespace_split  # the chunk holds no whitespace: WhitespaceSplit leaves it whole either way
+    data = prefix.encode("utf-8")
+    return plain_map, np.array([len(data), *data], dtype=np.int64)
+
+
+def _may_match(pattern: str, alphabet: set[str]) -> bool:
+    """Whether `pattern` can occur in a text made only of `alphabet`'s characters."""
+    return bool(pattern) and all(char in alphabet for char in pattern)
