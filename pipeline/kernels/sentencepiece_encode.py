@@ -39,6 +39,7 @@ from pipeline.kernels.metaspace import (
     OP_PREPEND,
     OP_REPLACE,
     OP_REPLACE_START,
+    _next_code_point,
     pre_tokenize,
 )
 from pipeline.kernels.unigram import viterbi_ids
@@ -51,6 +52,7 @@ _COUNT_AT = 8  # in int32 units
 _FNV_OFFSET = FNV_OFFSET
 _FNV_PRIME = FNV_PRIME
 _HASH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)  # a key: the hash's high bits, a word flag, the length (<= 24)
+_BATCH = 32  # chunks found ahead of the one being encoded
 _WORD_FLAG = np.uint64(0x80)  # the row holds a normalised word (the model's input), not a chunk of text
 
 
@@ -111,7 +113,27 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     return peak + 8, 3 * size + 8
 
 
-@kernel()
+@kernel(inline="always")
+def _ends_before_run(text, lo, j, edges):
+    """Whether the character that ends at text[j] (not before lo) may end the text before a cut run."""
+    k = j - 1
+    if text[k] < 0x80:
+        return (edges[text[k]] & 1) != 0
+    s = k
+    while s > lo and (text[s] & 0xC0) == 0x80 and k - s < 3:
+        s -= 1
+    cp, width = _next_code_point(text, s, j)
+    return cp >= 0 and s + width == j and (edges[cp] & 1) != 0
+
+
+@kernel(inline="always")
+def _starts_after_run(text, e, n, edges):
+    """Whether the character at text[e] may start the text after a cut run."""
+    cp, width = _next_code_point(text, e, n)
+    return cp >= 0 and (edges[cp] & 2) != 0
+
+
+@kernel(inline="always")
 def _probe(cache, cache_bytes, slot, key, data, start, length):
     """The row of the set at `slot` holding `key` and data[start:start+length], or -1."""
     for way in range(2):
@@ -147,11 +169,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
     had no room for the next chunk (call again from stop with a larger `out`).
 
-    cuts: (cut mode (int64, shape (1,)), cut_left, cut_right); normalizer: (flags, cp_start, cp_len,
+    cuts: ([cut mode, whether to cut at whitespace runs], cut_left, cut_right, run_bytes, edges: see
+    `pipeline.tokenizer.sentencepiece_plain.whitespace_cuts`); normalizer: (flags, cp_start, cp_len,
     cp_blob, ops, op_blob, pretok, growth (the longest output of one code point), plain_map,
     plain_prefix); uni / bpe: the model tables (see `pipeline.tokenizer.sentencepiece`); cache:
     `chunk_cache`; spans: int64 (k, 3) fallback spans (byte start, byte stop, position in out)."""
-    cut_mode, cut_left, cut_right = cuts[0][0], cuts[1], cuts[2]
+    cut_mode, cut_left, cut_right, run_bytes, edges = cuts[0][0], cuts[1], cuts[2], cuts[3], cuts[4]
+    by_runs = cuts[0][1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
     flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix = normalizer
     base, check, value, u_scores, u_bytes = uni[0], uni[1], uni[2], uni[3], uni[4]
     unk_score = uni[5][0]
@@ -170,103 +194,133 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     src, dst, words, bounds, symbols, best_score, best_start = _grow(256)
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
-    i = begin
-    while i < n:
-        # the chunk [i, j): up to the next safe cut
-        h = _FNV_OFFSET
-        j = i
-        while j < n:
-            c = text[j]
-            if c == 32 and cutting and j > i and j + 1 < n and cut_left[text[j - 1]] != 0 \
-                    and cut_right[text[j + 1]] != 0:
-                break
-            h = (h ^ np.uint64(c)) * _FNV_PRIME
-            j += 1
-        length = j - i
-        # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
-        following = j + 1 if (j < n and cut_mode == CUT_DROP) else j
-        cacheable = length <= CHUNK_BYTES
-        slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
-        key = (h & _HASH_BITS) | np.uint64(length)
-        if cacheable:
-            probe = _probe(cache, cache_bytes, slot, key, text, i, length)
-            if probe >= 0:
-                count = cache_ints[probe, _COUNT_AT]
-                if n_out + count > out.shape[0]:
-                    return n_out, n_spans, i
-                for k in range(count):
-                    out[n_out + k] = cache_ints[probe, _COUNT_AT + 1 + k]
-                n_out += count
-                open_span = False
-                i = following
-                continue
-        plain = plain_ok and length > 0  # printable ASCII the normalizer keeps as one byte each
-        if plain:
-            for k in range(length):
-                if plain_map[text[i + k]] == 0:
-                    plain = False
+    chunk_start = np.empty(_BATCH, np.int64)
+    chunk_stop = np.empty(_BATCH, np.int64)
+    chunk_hash = np.empty(_BATCH, np.uint64)
+    touched = np.uint64(0)
+    position = begin
+    while position < n:
+        # find the next _BATCH chunks (up to each safe cut) and touch their cache rows, so that the
+        # memory fetches of a batch overlap instead of following one another
+        count = 0
+        while count < _BATCH and position < n:
+            h = _FNV_OFFSET
+            j = position
+            following = n
+            while j < n:
+                c = text[j]
+                if by_runs:
+                    if run_bytes[c] != 0 and j > position:
+                        e = j + 1
+                        while e < n and run_bytes[text[e]] != 0:
+                            e += 1
+                        if e < n and _ends_before_run(text, position, j, edges) \
+                                and _starts_after_run(text, e, n, edges):
+                            following = e  # the run belongs to neither side
+                            break
+                        while j < e:
+                            h = (h ^ np.uint64(text[j])) * _FNV_PRIME
+                            j += 1
+                        continue
+                elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
+                        and cut_right[text[j + 1]] != 0:
+                    # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
+                    following = j + 1 if cut_mode == CUT_DROP else j
                     break
-        if plain:
-            peak, need = n_prefix + length + 8, n_prefix + length + 8
-        else:
-            peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
-        if peak > src.shape[0] or need > words.shape[0]:
-            src, dst, words, bounds, symbols, best_score, best_start = _grow(max(peak, need, 2 * src.shape[0]))
-        if n_out + need > out.shape[0]:
-            return n_out, n_spans, i
-        first = n_out
-        if plain:  # one word: the prefix, then the mapped bytes
-            for k in range(n_prefix):
-                words[k] = plain_prefix[1 + k]
-            for k in range(length):
-                words[n_prefix + k] = plain_map[text[i + k]]
-            bounds[0, 0] = 0
-            bounds[0, 1] = n_prefix + length
-            n_words = 1
-        else:
-            n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
-                                   words, bounds)
-        general = not plain
-        w = 0
-        while w < n_words and n_out >= 0:
-            a, b = bounds[w, 0], bounds[w, 1]
-            w += 1
-            word_slot, word_key = np.int64(-1), np.uint64(0)
-            if general and b - a <= CHUNK_BYTES:  # a word of a chunk the cache did not know: maybe seen before
-                wh = _FNV_OFFSET
-                for k in range(a, b):
-                    wh = (wh ^ np.uint64(words[k])) * _FNV_PRIME
-                word_slot = np.int64(wh & np.uint64(cache_mask)) & ~np.int64(1)
-                word_key = (wh & _HASH_BITS) | _WORD_FLAG | np.uint64(b - a)
-                probe = _probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
-                if probe >= 0:
-                    for k in range(cache_ints[probe, _COUNT_AT]):
-                        out[n_out] = cache_ints[probe, _COUNT_AT + 1 + k]
-                        n_out += 1
-                    continue
-            before = n_out
-            if is_bpe:
-                n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots,
-                                m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore,
-                                b_unk_mode, b_unk, symbols, out, n_out)
-            else:
-                n_out = viterbi_ids(words, a, b, base, check, value, u_scores, u_bytes, u_unk,
-                                    unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
-            if word_slot >= 0 and n_out >= 0:
-                _insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
-        if n_words >= 0 and n_out >= 0:
+                h = (h ^ np.uint64(c)) * _FNV_PRIME
+                j += 1
+            chunk_start[count] = position
+            chunk_stop[count] = j
+            chunk_hash[count] = h
+            count += 1
+            if j - position <= CHUNK_BYTES:
+                slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
+                touched ^= cache[slot, 0] ^ cache[slot + 1, 0]
+            position = following
+        for q in range(count):
+            i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
+            length = j - i
+            cacheable = length <= CHUNK_BYTES
+            slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
+            key = (h & _HASH_BITS) | np.uint64(length)
             if cacheable:
-                _insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
-            open_span = False
-        else:
-            n_out = first
-            if open_span:
-                spans[n_spans - 1, 1] = j
+                probe = _probe(cache, cache_bytes, slot, key, text, i, length)
+                if probe >= 0:
+                    known = cache_ints[probe, _COUNT_AT]
+                    if n_out + known > out.shape[0]:
+                        return n_out, n_spans, i
+                    for k in range(known):
+                        out[n_out + k] = cache_ints[probe, _COUNT_AT + 1 + k]
+                    n_out += known
+                    open_span = False
+                    continue
+            plain = plain_ok and length > 0  # printable ASCII the normalizer keeps as one byte each
+            if plain:
+                for k in range(length):
+                    if plain_map[text[i + k]] == 0:
+                        plain = False
+                        break
+            if plain:
+                peak, need = n_prefix + length + 8, n_prefix + length + 8
             else:
-                spans[n_spans, 0] = i
-                spans[n_spans, 1] = j
-                spans[n_spans, 2] = n_out
-                n_spans += 1
-                open_span = True
-        i = following
+                peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
+            if peak > src.shape[0] or need > words.shape[0]:
+                src, dst, words, bounds, symbols, best_score, best_start = _grow(max(peak, need, 2 * src.shape[0]))
+            if n_out + need > out.shape[0]:
+                return n_out, n_spans, i
+            first = n_out
+            if plain:  # one word: the prefix, then the mapped bytes
+                for k in range(n_prefix):
+                    words[k] = plain_prefix[1 + k]
+                for k in range(length):
+                    words[n_prefix + k] = plain_map[text[i + k]]
+                bounds[0, 0] = 0
+                bounds[0, 1] = n_prefix + length
+                n_words = 1
+            else:
+                n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
+                                       words, bounds)
+            general = not plain
+            w = 0
+            while w < n_words and n_out >= 0:
+                a, b = bounds[w, 0], bounds[w, 1]
+                w += 1
+                word_slot, word_key = np.int64(-1), np.uint64(0)
+                if general and b - a <= CHUNK_BYTES:  # a word of a chunk the cache did not know: maybe seen before
+                    wh = _FNV_OFFSET
+                    for k in range(a, b):
+                        wh = (wh ^ np.uint64(words[k])) * _FNV_PRIME
+                    word_slot = np.int64(wh & np.uint64(cache_mask)) & ~np.int64(1)
+                    word_key = (wh & _HASH_BITS) | _WORD_FLAG | np.uint64(b - a)
+                    probe = _probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
+                    if probe >= 0:
+                        for k in range(cache_ints[probe, _COUNT_AT]):
+                            out[n_out] = cache_ints[probe, _COUNT_AT + 1 + k]
+                            n_out += 1
+                        continue
+                before = n_out
+                if is_bpe:
+                    n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, m_keys, m_slots, m_rank,
+                                    m_new, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk,
+                                    symbols, out, n_out)
+                else:
+                    n_out = viterbi_ids(words, a, b, base, check, value, u_scores, u_bytes, u_unk,
+                                        unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
+                if word_slot >= 0 and n_out >= 0:
+                    _insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
+            if n_words >= 0 and n_out >= 0:
+                if cacheable:
+                    _insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
+                open_span = False
+            else:
+                n_out = first
+                if open_span:
+                    spans[n_spans - 1, 1] = j
+                else:
+                    spans[n_spans, 0] = i
+                    spans[n_spans, 1] = j
+                    spans[n_spans, 2] = n_out
+                    n_spans += 1
+                    open_span = True
+    bounds[0, 0] = np.int64(touched & np.uint64(1))  # keeps the touching loads
     return n_out, n_spans, n

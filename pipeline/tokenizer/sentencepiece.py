@@ -44,7 +44,7 @@ from pipeline.kernels.metaspace import (
 )
 from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
 from pipeline.kernels.unigram import UnigramTables
-from pipeline.tokenizer.sentencepiece_plain import plain_form
+from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
 
 META = "\u2581"
 BMP = 0x10000
@@ -328,12 +328,15 @@ class _Tables:
     growth: np.ndarray
     plain_map: np.ndarray
     plain_prefix: np.ndarray
+    run_bytes: np.ndarray
+    edges: np.ndarray
     uni: tuple
     bpe: tuple
 
     @property
     def cuts(self) -> tuple:
-        return np.array([self.cut_mode], dtype=np.int64), self.cut_left, self.cut_right
+        return (np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left, self.cut_right,
+                self.run_bytes, self.edges)
 
     @property
     def normalizer(self) -> tuple:
@@ -453,8 +456,11 @@ def _tables(tokenizer_json: str) -> _Tables:
     plain_map, plain_prefix = plain_form(plan.ops, None if meta is None else _scheme(meta) != "never",
                                          meta is not None and bool(meta.get("split", True)), plan.whitespace_split,
                                          mapped)
+    prepends = None if meta is None else _scheme(meta) != "never"
+    run_bytes, edges = whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends,
+                                       meta is not None and bool(meta.get("split", True)), mapped, BMP)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(plan, cp_len), plain_map, plain_prefix, uni, bpe)
+                   _growth(plan, cp_len), plain_map, plain_prefix, run_bytes, edges, uni, bpe)
 
 
 def _unigram_tuple(unigram: UnigramTables) -> tuple:

@@ -97,3 +97,44 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
 def _may_match(pattern: str, alphabet: set[str]) -> bool:
     """Whether `pattern` can occur in a text made only of `alphabet`'s characters."""
     return bool(pattern) and all(char in alphabet for char in pattern)
+
+
+def whitespace_cuts(ops: list[tuple[int, str, str]], cut_drop: bool, metaspace_prepends: bool | None, split: bool,
+                    mapped: Callable[[str], str | None], bmp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where the kernel may cut a text inside, beyond the document's safe cuts: at a run of ASCII
+    whitespace that the normalizer maps to spaces, between two characters that keep the run apart.
+
+    For a tokenizer whose normalizer is the per-character table first and then only collapses
+    runs of spaces (into `" "` or `"▁"`), followed by a splitting, prepending Metaspace (with or
+    without WhitespaceSplit), the run becomes one word start: the text after it begins a word
+    exactly as a text of its own does (its prepended `▁`), and the text before it ends a word. That
+    holds when the character before the run maps to text that ends in no whitespace (so the
+    collapse cannot reach past the run) and the character after it maps to text that starts with
+    neither whitespace nor `▁` (which would stop the prepend). Both neighbours are vouched for by
+    the probe (they act alone, so no normalizer context crosses the run).
+
+    Returns:
+        (run_bytes uint8 (256,): 1 for the ASCII whitespace bytes that map to one space; edges
+        uint8 (bmp,): bit 0 where a code point may end the text before a run, bit 1 where it may
+        start the text after one). All zero where the tokenizer is not of that form."""
+    run_bytes = np.zeros(256, dtype=np.uint8)
+    edges = np.zeros(bmp, dtype=np.uint8)
+    collapse_only = all(code == OP_COLLAPSE_SPACES and content in (" ", META) for code, _, content in ops[1:])
+    if not (cut_drop and metaspace_prepends and split and ops and ops[0][0] == OP_MAP and collapse_only):
+        return run_bytes, edges
+    for byte in (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20):
+        if mapped(chr(byte)) == " ":
+            run_bytes[byte] = 1
+    if not run_bytes[0x20]:
+        return np.zeros(256, dtype=np.uint8), edges
+    for cp in range(bmp):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        out = mapped(chr(cp))
+        if not out:
+            continue
+        if out[-1] not in _RUST_WHITE:
+            edges[cp] |= 1
+        if out[0] not in _RUST_WHITE and out[0] != META:
+            edges[cp] |= 2
+    return run_bytes, edges
