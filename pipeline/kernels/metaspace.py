@@ -42,7 +42,7 @@ OP_MAP = 7  # every character through the per-code-point table (the per-characte
 _META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
 
 
-@kernel()
+@kernel(inline="always")
 def is_white(cp):
     """Rust's char::is_whitespace (the Unicode White_Space property)."""
     if cp <= 0x20:
@@ -53,7 +53,7 @@ def is_white(cp):
             or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-@kernel()
+@kernel(inline="always")
 def _decode(buf, j):
     """(code point, width) of the valid UTF-8 sequence at buf[j]."""
     width = utf8_width(buf[j])
@@ -68,7 +68,7 @@ def _decode(buf, j):
             | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
 
 
-@kernel()
+@kernel(inline="always")
 def _next_code_point(text, i, n):
     """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
     b0 = np.int64(text[i])

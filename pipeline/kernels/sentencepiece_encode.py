@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.byte_fallback import bpe_ids
+from pipeline.kernels.byte_fallback import bpe_ids, bpe_parts, merge_part
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.metaspace import (
@@ -73,10 +73,11 @@ def _grow(size):
     dst = np.empty(size, np.uint8)
     words = np.empty(size + 8, np.uint8)
     bounds = np.empty((size + 8, 2), np.int64)
-    symbols = np.empty(size + 8, np.int32)
+    symbols = np.empty(3 * size + 24, np.int32)
     best_score = np.empty(size + 8, np.float64)
     best_start = np.empty(size + 8, np.int64)
-    return src, dst, words, bounds, symbols, best_score, best_start
+    parts = np.empty((size + 8, 2), np.int64)
+    return src, dst, words, bounds, symbols, best_score, best_start, parts
 
 
 @kernel()
@@ -181,17 +182,18 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     unk_score = uni[5][0]
     u_unk, u_fallback = uni[6][0], uni[6][1] != 0
     b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
-    m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes = bpe[5], bpe[6], bpe[7], bpe[8], bpe[9], bpe[10], bpe[11]
-    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[12][0] != 0, bpe[12][1] != 0, bpe[12][2] != 0, \
-        bpe[12][3], bpe[12][4]
+    p_keys, p_slots, b_bytes, b_chars, b_merges = bpe[5], bpe[6], bpe[7], bpe[9], bpe[10]
+    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[8][0], bpe[8][1] != 0, bpe[8][2] != 0, \
+        bpe[8][3], bpe[8][4]
     is_bpe = pretok[4] != 0
+    by_parts = is_bpe and not b_ignore  # BPE words are cached by parts (`bpe_parts`)
     plain_ok = plain_prefix[0] >= 0  # plain_prefix: (length or -1, bytes...)
     n_prefix = plain_prefix[0]
     cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
     cache_mask = cache.shape[0] - 1
-    src, dst, words, bounds, symbols, best_score, best_start = _grow(256)
+    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(256)
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
     chunk_start = np.empty(_BATCH, np.int64)
@@ -265,7 +267,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             else:
                 peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
             if peak > src.shape[0] or need > words.shape[0]:
-                src, dst, words, bounds, symbols, best_score, best_start = _grow(max(peak, need, 2 * src.shape[0]))
+                grown = _grow(max(peak, need, 2 * src.shape[0]))
+                src, dst, words, bounds, symbols, best_score, best_start, parts = grown
             if n_out + need > out.shape[0]:
                 return n_out, n_spans, i
             first = n_out
@@ -286,7 +289,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 a, b = bounds[w, 0], bounds[w, 1]
                 w += 1
                 word_slot, word_key = np.int64(-1), np.uint64(0)
-                if general and b - a <= CHUNK_BYTES:  # a word of a chunk the cache did not know: maybe seen before
+                if general and b - a <= CHUNK_BYTES and not by_parts:  # a word of an unknown chunk: maybe seen
                     wh = _FNV_OFFSET
                     for k in range(a, b):
                         wh = (wh ^ np.uint64(words[k])) * _FNV_PRIME
@@ -299,10 +302,38 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                             n_out += 1
                         continue
                 before = n_out
-                if is_bpe:
-                    n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, m_keys, m_slots, m_rank,
-                                    m_new, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk,
-                                    symbols, out, n_out)
+                if by_parts and general:  # the word's parts (no merge crosses them), each cached
+                    n_parts = bpe_parts(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, p_keys,
+                                        p_slots, b_bytes, b_fallback, parts)
+                    for r in range(n_parts):
+                        pa, pb = parts[r, 0], parts[r, 1]
+                        part_slot, part_key = np.int64(-1), np.uint64(0)
+                        if pb - pa <= CHUNK_BYTES:
+                            ph = _FNV_OFFSET
+                            for k in range(pa, pb):
+                                ph = (ph ^ np.uint64(words[k])) * _FNV_PRIME
+                            part_slot = np.int64(ph & np.uint64(cache_mask)) & ~np.int64(1)
+                            part_key = (ph & _HASH_BITS) | _WORD_FLAG | np.uint64(pb - pa)
+                            probe = _probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
+                            if probe >= 0:
+                                for k in range(cache_ints[probe, _COUNT_AT]):
+                                    out[n_out] = cache_ints[probe, _COUNT_AT + 1 + k]
+                                    n_out += 1
+                                continue
+                        part_first = n_out
+                        n_out = merge_part(words, pa, pb, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
+                                           b_merges, b_bytes, b_fallback, b_fuse, b_unk_mode, b_unk, symbols, out,
+                                           n_out)
+                        if n_out < 0:
+                            break
+                        if part_slot >= 0:
+                            _insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
+                                    part_first, n_out)
+                    word_slot = np.int64(-1)  # the parts are cached, not the word
+                elif is_bpe:
+                    n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges, p_keys,
+                                    p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
+                                    out, n_out)
                 else:
                     n_out = viterbi_ids(words, a, b, base, check, value, u_scores, u_bytes, u_unk,
                                         unk_score, u_fallback, best_score, best_start, symbols, out, n_out)

@@ -140,7 +140,7 @@ def _build(blob, starts, lengths, ids, capacity):
     return base, check, value, used
 
 
-@kernel()
+@kernel(inline="always")
 def find_id(word, start, stop, base, check, value):
     """The id of word[start:stop] (non-empty), or -1."""
     cells = check.shape[0]

@@ -434,10 +434,7 @@ def _tables(tokenizer_json: str) -> _Tables:
                                  exact.get("fuse_unk", False), exact.get("ignore_merges", False))
         pieces = set(exact["vocab"])
         pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
-        v = tables.vocab
-        bpe = (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.merge_keys, tables.merge_slots, tables.merge_rank,
-               tables.merge_new, tables.pair_keys, tables.pair_slots, tables.byte_ids,
-               np.array([tables.byte_fallback, tables.fuse_unk, tables.ignore_merges, tables.unk_mode, tables.unk_id]))
+        bpe = _bpe_tuple(tables)
         uni = _empty_unigram()
         is_bpe = 1
 
@@ -473,8 +470,12 @@ def _empty_unigram() -> tuple:
     return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
 
 
+def _bpe_tuple(tables: BpeTables) -> tuple:
+    v = tables.vocab
+    return (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.pair_keys, tables.pair_slots, tables.byte_ids,
+            np.array([2 if tables.bytes_isolated else int(tables.byte_fallback), tables.fuse_unk, tables.ignore_merges,
+                      tables.unk_mode, tables.unk_id], dtype=np.int64), tables.char_ids, tables.merge_table)
+
+
 def _empty_bpe() -> tuple:
-    empty = BpeTables.build({"a": 0}, [], None, False, False, False)
-    v = empty.vocab
-    return (v.blob, v.starts, v.lengths, v.ids, v.slots, empty.merge_keys, empty.merge_slots, empty.merge_rank,
-            empty.merge_new, empty.pair_keys, empty.pair_slots, empty.byte_ids, np.array([0, 0, 0, 0, -1]))
+    return _bpe_tuple(BpeTables.build({"a": 0}, [], None, False, False, False))
