@@ -84,7 +84,7 @@ def _next_code_point(text, i, n):
     return -1, 1
 
 
-@kernel()
+@kernel(inline="always")
 def _apply_op(op, blob, src, m, dst):
     """One tail operation from src[:m] into dst; returns the new length."""
     code, p0, plen, c0, clen = op[0], op[1], op[2], op[3], op[4]
@@ -179,7 +179,7 @@ def _apply_op(op, blob, src, m, dst):
     return k
 
 
-@kernel()
+@kernel(inline="always")
 def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
     from n_words. Returns (k, n_words)."""
@@ -214,7 +214,7 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     return k, n_words
 
 
-@kernel()
+@kernel(inline="always")
 def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
     k = 0
@@ -237,7 +237,7 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     return k
 
 
-@kernel()
+@kernel(inline="always")
 def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
