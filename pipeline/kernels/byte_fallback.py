@@ -97,12 +97,10 @@ def _merge_of(key, table):
         slot = (slot + 1) & mask
 
 
-@kernel(inline="always")
-def _char_id(word, j, width, blob, starts, lengths, ids, slots, char_ids):
-    """The id of the one character word[j:j+width] when it is a piece, else -1."""
-    if width < 4:
-        return char_ids[_code_point(word, j, width)]
-    return _piece_id(word, j, j + width, blob, starts, lengths, ids, slots)
+@kernel()
+def _wide_char_id(word, j, width, blob, starts, lengths, ids, slots):
+    """The id of the one character word[j:j+width] beyond the BMP when it is a piece, else -1."""
+    return np.int32(_piece_id(word, j, j + width, blob, starts, lengths, ids, slots))
 
 
 @dataclass(frozen=True)
@@ -237,7 +235,8 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, 
     j = start
     while j < stop:
         width = utf8_width(word[j])
-        found = _char_id(word, j, width, blob, starts, lengths, ids, slots, char_ids)
+        found = char_ids[_code_point(word, j, width)] if width < 4 else _wide_char_id(word, j, width, blob, starts,
+                                                                                        lengths, ids, slots)
         if found >= 0:
             if pending >= 0:
                 symbols[n] = unk_id
@@ -321,7 +320,7 @@ def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pa
     while j < stop:
         width = utf8_width(word[j])
         cp = _code_point(word, j, width)
-        alone = _char_id(word, j, width, blob, starts, lengths, ids, slots, char_ids) >= 0
+        alone = (char_ids[cp] if width < 4 else _wide_char_id(word, j, width, blob, starts, lengths, ids, slots)) >= 0
         if not alone and byte_fallback == 2 and clean:
             as_bytes = True
             for k in range(j, j + width):
