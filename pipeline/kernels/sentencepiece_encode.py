@@ -178,9 +178,9 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts[0][0], cuts[1], cuts[2], cuts[3], cuts[4]
     by_runs = cuts[0][1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
     flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix = normalizer
-    base, check, value, u_scores, u_bytes = uni[0], uni[1], uni[2], uni[3], uni[4]
-    unk_score = uni[5][0]
-    u_unk, u_fallback = uni[6][0], uni[6][1] != 0
+    cells, u_scores, u_bytes = uni[0], uni[1], uni[2]
+    unk_score = uni[3][0]
+    u_unk, u_fallback = uni[4][0], uni[4][1] != 0
     b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
     p_keys, p_slots, b_bytes, b_chars, b_merges = bpe[5], bpe[6], bpe[7], bpe[9], bpe[10]
     b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[8][0], bpe[8][1] != 0, bpe[8][2] != 0, \
@@ -335,7 +335,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                                     p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
                                     out, n_out)
                 else:
-                    n_out = viterbi_ids(words, a, b, base, check, value, u_scores, u_bytes, u_unk,
+                    n_out = viterbi_ids(words, a, b, cells, u_scores, u_bytes, u_unk,
                                         unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
                 if word_slot >= 0 and n_out >= 0:
                     _insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)

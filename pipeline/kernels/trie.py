@@ -32,11 +32,14 @@ class DoubleArray:
         base, check: int32, shape (cells,): the child of node n by byte c is t = base[n] + c when
             t < cells and check[t] == n (the root is node 0; check is -1 at free cells).
         value: int32, shape (cells,): the id of the string that leads to each node, -1 where none.
+        cells: int32, shape (cells, 4): base, check and value side by side (and a zero), what the
+            kernels walk: one step reads one 16-byte cell.
     """
 
     base: np.ndarray
     check: np.ndarray
     value: np.ndarray
+    cells: np.ndarray
 
     @classmethod
     def build(cls, entries: dict[bytes, int]) -> DoubleArray:
@@ -51,12 +54,16 @@ class DoubleArray:
         if np.any(ids < 0):
             raise ValueError("DoubleArray ids must be >= 0")
         base, check, value, used = _build(blob, starts, lengths, ids, 256 + 2 * int(lengths.sum()))
-        return cls(base=base[:used].copy(), check=check[:used].copy(), value=value[:used].copy())
+        cells = np.zeros((used + 256, 4), dtype=np.int32)  # 256 spare: base + byte never runs off the end
+        cells[:, 1] = _FREE
+        cells[:used, 0], cells[:used, 1], cells[:used, 2] = base[:used], check[:used], value[:used]
+        cells[used:, 2] = -1
+        return cls(base=base[:used].copy(), check=check[:used].copy(), value=value[:used].copy(), cells=cells)
 
     def lookup(self, key: bytes) -> int:
         """The id of `key`, or -1 (for tests and tools; kernels call `find_id`)."""
         data = np.frombuffer(key, dtype=np.uint8)
-        return int(find_id(data, 0, len(data), self.base, self.check, self.value)) if key else -1
+        return int(find_id(data, 0, len(data), self.cells)) if key else -1
 
 
 @kernel()
@@ -141,13 +148,12 @@ def _build(blob, starts, lengths, ids, capacity):
 
 
 @kernel(inline="always")
-def find_id(word, start, stop, base, check, value):
-    """The id of word[start:stop] (non-empty), or -1."""
-    cells = check.shape[0]
+def find_id(word, start, stop, cells):
+    """The id of word[start:stop] (non-empty), or -1; cells: `DoubleArray.cells`."""
     node = ROOT
     for e in range(start, stop):
-        t = base[node] + word[e]
-        if t >= cells or check[t] != node:
+        t = cells[node, 0] + word[e]
+        if cells[t, 1] != node:
             return -1
         node = t
-    return value[node]
+    return cells[node, 2]

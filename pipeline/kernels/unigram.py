@@ -75,12 +75,11 @@ def utf8_width(lead):
 
 
 @kernel()
-def viterbi_ids(word, start, stop, base, check, value, scores, byte_ids, unk_id, unk_score, byte_fallback,
+def viterbi_ids(word, start, stop, cells, scores, byte_ids, unk_id, unk_score, byte_fallback,
                 best_score, best_start, best_id, out, n_out):
     """Append the ids of word[start:stop] (valid UTF-8) to out from n_out; returns the new n_out, or
     -1 where `tokenizers` fails (an unknown character and no unk_id). best_*: scratch, >= stop-start+1."""
     size = stop - start
-    cells = check.shape[0]
     for k in range(size + 1):
         best_score[k] = 0.0
         best_start[k] = -1
@@ -93,12 +92,12 @@ def viterbi_ids(word, start, stop, base, check, value, scores, byte_ids, unk_id,
         node = 0
         e = s
         while e < size:  # the pieces that start at s, shortest first (common_prefix_search)
-            t = base[node] + word[start + e]
-            if t >= cells or check[t] != node:
+            t = cells[node, 0] + word[start + e]
+            if cells[t, 1] != node:
                 break  # no piece starts with these bytes
             node = t
             e += 1
-            found = value[node]  # only ever >= 0 at the end of a character: pieces are valid UTF-8
+            found = cells[node, 2]  # only ever >= 0 at the end of a character: pieces are valid UTF-8
             if found >= 0:
                 candidate = scores[found] + till
                 if best_start[e] < 0 or candidate > best_score[e]:
@@ -139,7 +138,7 @@ def viterbi_ids(word, start, stop, base, check, value, scores, byte_ids, unk_id,
         while k - 1 >= 0 and best_id[np.int64(best_score[k - 1])] == unk_id:
             k -= 1
         end = np.int64(best_score[k])
-        found = find_id(word, start + begin, start + end, base, check, value)
+        found = find_id(word, start + begin, start + end, cells)
         if found >= 0:
             out[n_out] = found
             n_out += 1

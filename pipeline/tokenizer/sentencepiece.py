@@ -462,7 +462,7 @@ def _tables(tokenizer_json: str) -> _Tables:
 
 def _unigram_tuple(unigram: UnigramTables) -> tuple:
     u = unigram.pieces
-    return (u.base, u.check, u.value, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
+    return (u.cells, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
             np.array([unigram.unk_id, unigram.byte_fallback]))
 
 
