@@ -247,6 +247,7 @@ class SentencePieceFastTokenizer:
         self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
         self.tokenizer.encode_special_tokens = True
         self.tables = _tables(tokenizer_json)
+        self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = _chunk_cache(CACHE_SLOTS)
 
     def encode(self, text: str) -> np.ndarray:
@@ -255,14 +256,14 @@ class SentencePieceFastTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
-        t = self.tables
+        cuts, normalizer, uni, bpe = self._tables_args
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
         spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
         n_out, n_spans, position = 0, 0, 0
         while True:
-            n_out, n_spans, position = encode_kernel(text, position, t.cuts, t.normalizer, t.uni, t.bpe, self.cache,
-                                                     out, n_out, spans, n_spans)
+            n_out, n_spans, position = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out, n_out,
+                                                     spans, n_spans)
             if position >= len(data):
                 break
             out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
