@@ -41,7 +41,7 @@ def _int_table(keys: np.ndarray) -> np.ndarray:
     return slots
 
 
-@kernel(inline="always")
+@kernel()
 def _mix(key):
     z = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
     return z ^ (z >> np.uint64(29))
@@ -57,7 +57,7 @@ def _fill_int_slots(keys, slots):
         slots[slot] = i + 1
 
 
-@kernel(inline="always")
+@kernel()
 def int_lookup(key, keys, slots):
     """Index of `key` in `keys` through `slots`, or -1."""
     mask = slots.shape[0] - 1
@@ -83,7 +83,7 @@ def _fill_merge_table(keys, ranks, new, table):
         table[slot, 1] = (ranks[i] << 32) | new[i]
 
 
-@kernel(inline="always")
+@kernel()
 def _merge_of(key, table):
     """rank << 32 | resulting id of the merge `key` (left id << 32 | right id), or -1."""
     mask = table.shape[0] - 1
@@ -173,7 +173,7 @@ class BpeTables:
                    merge_table=merge_table)
 
 
-@kernel(inline="always")
+@kernel()
 def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
     mask = slots.shape[0] - 1
@@ -194,7 +194,7 @@ def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     return -1
 
 
-@kernel(inline="always")
+@kernel()
 def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     h = _FNV_OFFSET
     for j in range(a, b):
@@ -202,7 +202,7 @@ def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     return find(h, word, a, b, blob, starts, lengths, ids, slots)
 
 
-@kernel(inline="always")
+@kernel()
 def _code_point(word, j, width):
     if width == 1:
         return np.int64(word[j])
@@ -215,7 +215,7 @@ def _code_point(word, j, width):
             | ((np.int64(word[j + 2]) & 0x3F) << 6) | (np.int64(word[j + 3]) & 0x3F))
 
 
-@kernel(inline="always")
+@kernel()
 def _pair_rank(symbols, k, cap, merge_table):
     """Rank (symbols[cap + k], _NO_MERGE when none) and result (symbols[2cap + k]) of merging symbols k, k+1."""
     found = _merge_of((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_table)

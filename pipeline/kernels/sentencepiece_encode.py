@@ -114,7 +114,7 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     return peak + 8, 3 * size + 8
 
 
-@kernel(inline="always")
+@kernel()
 def _ends_before_run(text, lo, j, edges):
     """Whether the character that ends at text[j] (not before lo) may end the text before a cut run."""
     k = j - 1
@@ -127,14 +127,14 @@ def _ends_before_run(text, lo, j, edges):
     return cp >= 0 and s + width == j and (edges[cp] & 1) != 0
 
 
-@kernel(inline="always")
+@kernel()
 def _starts_after_run(text, e, n, edges):
     """Whether the character at text[e] may start the text after a cut run."""
     cp, width = _next_code_point(text, e, n)
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel(inline="always")
+@kernel()
 def _probe(cache, cache_bytes, slot, key, data, start, length):
     """The row of the set at `slot` holding `key` and data[start:start+length], or -1."""
     for way in range(2):

@@ -147,7 +147,7 @@ def _build(blob, starts, lengths, ids, capacity):
     return base, check, value, used
 
 
-@kernel(inline="always")
+@kernel()
 def find_id(word, start, stop, cells):
     """The id of word[start:stop] (non-empty), or -1; cells: `DoubleArray.cells`."""
     node = ROOT

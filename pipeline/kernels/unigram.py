@@ -62,7 +62,7 @@ class UnigramTables:
                    byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
 
 
-@kernel(inline="always")
+@kernel()
 def utf8_width(lead):
     """Bytes of the UTF-8 sequence that starts with byte `lead` (valid UTF-8 assumed)."""
     if lead < 0x80:
