@@ -12,11 +12,10 @@ What makes it fast (and why it stays exact):
   pre-tokenized, and each of its words (the model's inputs, normalised bytes) is looked up in the
   same table under a word key before the model runs: the model is a function of the word alone,
   so `mark,” sneered\nLef.` costs one pre-tokenization and four lookups once its words are known.
-- *plain chunks*: a chunk whose every byte is printable ASCII that the normalizer maps to one
-  printable ASCII byte (`plain_map`, from the probe) normalises byte by byte, and its one word is
-  a fixed prefix (`plain_prefix`, derived from the tail operations and the pre-tokenizer by
-  `pipeline.tokenizer.sentencepiece`) followed by the mapped bytes: no per-code-point table, no
-  tail operation passes. Any other chunk takes the general path (`metaspace._pre_tokenize`).
+- *plain chunks*: a chunk whose every character is plain (`plain_map` for ASCII bytes,
+  `plain_cp` for the rest: see `pipeline.tokenizer.sentencepiece_plain`) is one word: a fixed
+  prefix (`plain_prefix`) followed by each character's output from the table, without the tail
+  operation passes. Any other chunk takes the general path (`metaspace.pre_tokenize`).
 - the Unigram model walks a double-array trie (`pipeline.kernels.trie`).
 
 A chunk holding a character the table does not vouch for is not encoded here: maximal runs of
@@ -173,11 +172,11 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cuts: ([cut mode, whether to cut at whitespace runs], cut_left, cut_right, run_bytes, edges: see
     `pipeline.tokenizer.sentencepiece_plain.whitespace_cuts`); normalizer: (flags, cp_start, cp_len,
     cp_blob, ops, op_blob, pretok, growth (the longest output of one code point), plain_map,
-    plain_prefix); uni / bpe: the model tables (see `pipeline.tokenizer.sentencepiece`); cache:
+    plain_prefix, plain_cp); uni / bpe: the model tables (see `pipeline.tokenizer.sentencepiece`); cache:
     `chunk_cache`; spans: int64 (k, 3) fallback spans (byte start, byte stop, position in out)."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts[0][0], cuts[1], cuts[2], cuts[3], cuts[4]
     by_runs = cuts[0][1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
-    flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix = normalizer
+    flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = normalizer
     cells, u_scores, u_bytes = uni[0], uni[1], uni[2]
     unk_score = uni[3][0]
     u_unk, u_fallback = uni[4][0], uni[4][1] != 0
@@ -256,14 +255,23 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     n_out += known
                     open_span = False
                     continue
-            plain = plain_ok and length > 0  # printable ASCII the normalizer keeps as one byte each
+            plain = plain_ok and length > 0  # plain characters only: one word, prefix and their outputs
+            size = 0
+            k = i
+            while plain and k < j:
+                byte = text[k]
+                if byte < 0x80:
+                    plain = plain_map[byte] != 0
+                    size += 1
+                    k += 1
+                else:
+                    cp, width = _next_code_point(text, k, j)
+                    plain = cp >= 0 and plain_cp[cp] != 0
+                    if plain:
+                        size += cp_len[cp]
+                    k += width
             if plain:
-                for k in range(length):
-                    if plain_map[text[i + k]] == 0:
-                        plain = False
-                        break
-            if plain:
-                peak, need = n_prefix + length + 8, n_prefix + length + 8
+                peak, need = n_prefix + size + 8, n_prefix + size + 8
             else:
                 peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
             if peak > src.shape[0] or need > words.shape[0]:
@@ -272,18 +280,30 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             if n_out + need > out.shape[0]:
                 return n_out, n_spans, i
             first = n_out
-            if plain:  # one word: the prefix, then the mapped bytes
+            if plain:
                 for k in range(n_prefix):
                     words[k] = plain_prefix[1 + k]
-                for k in range(length):
-                    words[n_prefix + k] = plain_map[text[i + k]]
+                m = n_prefix
+                k = i
+                while k < j:
+                    byte = text[k]
+                    if byte < 0x80:
+                        words[m] = plain_map[byte]
+                        m += 1
+                        k += 1
+                    else:
+                        cp, width = _next_code_point(text, k, j)
+                        for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
+                            words[m] = cp_blob[t]
+                            m += 1
+                        k += width
                 bounds[0, 0] = 0
-                bounds[0, 1] = n_prefix + length
+                bounds[0, 1] = m
                 n_words = 1
             else:
                 n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
                                        words, bounds)
-            general = not plain
+            general = not plain or not cacheable  # its words are worth remembering on their own
             w = 0
             while w < n_words and n_out >= 0:
                 a, b = bounds[w, 0], bounds[w, 1]

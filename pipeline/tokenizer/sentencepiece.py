@@ -48,7 +48,7 @@ from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
 
 META = "\u2581"
 BMP = 0x10000
-CACHE_SLOTS = 1 << 17  # chunks remembered per tokenizer (8 MB of 64-byte rows): a book's words fit
+CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
 _PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
 _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
 # Grapheme extenders and prepends that are letters by category (Grapheme_Cluster_Break SpacingMark,
@@ -329,6 +329,7 @@ class _Tables:
     growth: np.ndarray
     plain_map: np.ndarray
     plain_prefix: np.ndarray
+    plain_cp: np.ndarray
     run_bytes: np.ndarray
     edges: np.ndarray
     uni: tuple
@@ -342,7 +343,7 @@ class _Tables:
     @property
     def normalizer(self) -> tuple:
         return (self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok, self.growth,
-                self.plain_map, self.plain_prefix)
+                self.plain_map, self.plain_prefix, self.plain_cp)
 
 
 def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -451,14 +452,14 @@ def _tables(tokenizer_json: str) -> _Tables:
     def mapped(char: str) -> str | None:
         return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
 
-    plain_map, plain_prefix = plain_form(plan.ops, None if meta is None else _scheme(meta) != "never",
+    plain_map, plain_prefix, plain_cp = plain_form(plan.ops, None if meta is None else _scheme(meta) != "never",
                                          meta is not None and bool(meta.get("split", True)), plan.whitespace_split,
-                                         mapped)
+                                         mapped, BMP)
     prepends = None if meta is None else _scheme(meta) != "never"
     run_bytes, edges = whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends,
                                        meta is not None and bool(meta.get("split", True)), mapped, BMP)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(plan, cp_len), plain_map, plain_prefix, run_bytes, edges, uni, bpe)
+                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe)
 
 
 def _unigram_tuple(unigram: UnigramTables) -> tuple:

@@ -1,11 +1,11 @@
 """The *plain chunk* form of a SentencePiece-style tokenizer: what its normalizer and pre-tokenizer
-make of a chunk of printable ASCII, derived once from its configuration.
+make of a chunk of plain characters, derived once from its configuration.
 
-Most chunks of running text are a word with its punctuation: printable ASCII, no space inside.
-When every byte of such a chunk is one the per-character normalizers map to one printable ASCII
-byte (`plain_map`, read off the probed table), the whole normalizer and pre-tokenizer reduce to
-"one word: a fixed prefix, then the mapped bytes": the tail operations cannot touch the chunk's
-bytes (no spaces, no whitespace, no pattern they can match) and act only on what is prepended.
+Most chunks of running text are a word with its punctuation, no space inside. When every
+character of a chunk is plain (vouched for by the probe, and its output holds no space, no `▁`, no
+character a Replace pattern needs, no whitespace a Strip or WhitespaceSplit would see), the whole
+normalizer and pre-tokenizer reduce to "one word: a fixed prefix, then the mapped characters":
+the tail operations cannot touch the chunk's text and act only on what is prepended.
 `plain_form` follows the operations in their order on that prefix and refuses (plain path off,
 prefix length -1) wherever an operation could see past it into the chunk or could split it. The
 kernel then skips the per-code-point table and the tail passes for such chunks
@@ -31,12 +31,13 @@ from pipeline.kernels.metaspace import (
 META = "\u2581"
 _RUST_WHITE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(chr(c) for c in range(0x2000, 0x200B)))
-_OFF = (np.zeros(256, dtype=np.uint8), np.array([-1], dtype=np.int64))
+_OFF = (np.zeros(256, dtype=np.uint8), np.array([-1], dtype=np.int64), np.zeros(0x10000, dtype=np.uint8))
 
 
 def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None, split: bool, whitespace_split: bool,
-               mapped: Callable[[str], str | None]) -> tuple[np.ndarray, np.ndarray]:
-    """(plain_map uint8 (256,), plain_prefix int64: [prefix length or -1, prefix bytes...]).
+               mapped: Callable[[str], str | None], bmp: int = 0x10000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(plain_map uint8 (256,), plain_prefix int64: [prefix length or -1, prefix bytes...], plain_cp
+    uint8 (bmp,)).
 
     Args:
         ops: the normalizer's operations in order (opcode, pattern, content), OP_MAP among them.
@@ -45,16 +46,35 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
         whitespace_split: WhitespaceSplit before Metaspace.
         mapped: the per-character normalizers' output for one character, None where the table
             does not vouch for it.
+        bmp: code points covered by the table.
 
     Returns:
-        plain_map[b] is the byte printable ASCII byte b normalises to (0: not plain); the prefix
-        is what precedes the mapped bytes in the chunk's one word (length -1: no plain path)."""
+        plain_map[b] is the byte ASCII byte b normalises to (0: not plain); plain_cp[cp] is 1 where
+        a code point is plain (its bytes are the table's output); the prefix is what precedes the
+        mapped text in the chunk's one word (length -1: no plain path). A character is plain when
+        its output is not empty and holds no space, no `▁`, no character of a Replace pattern, and
+        no whitespace where a Strip or WhitespaceSplit would see it."""
+    banned = {" ", META}
+    if whitespace_split or any(code == OP_STRIP for code, _, _ in ops):
+        banned |= _RUST_WHITE
+    for code, pattern, _ in ops:
+        if code in (OP_REPLACE, OP_REPLACE_START):
+            banned |= set(pattern)
     plain_map = np.zeros(256, dtype=np.uint8)
-    for byte in range(0x21, 0x7F):
-        out = mapped(chr(byte))
-        if out is not None and len(out) == 1 and 0x21 <= ord(out) < 0x7F:
-            plain_map[byte] = ord(out)
-    outputs = {chr(b) for b in plain_map if b}
+    plain_cp = np.zeros(bmp, dtype=np.uint8)
+    outputs: set[str] = set()
+    for cp in range(bmp):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        out = mapped(chr(cp))
+        if not out or any(char in banned for char in out):
+            continue
+        if cp < 0x80:
+            if len(out) != 1 or ord(out) >= 0x80:
+                continue
+            plain_map[cp] = ord(out)
+        plain_cp[cp] = 1
+        outputs.update(out)
     if not outputs:
         return _OFF
     prefix = ""
@@ -91,7 +111,7 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
             return _OFF  # the word would split inside the prefix
     del whitespace_split  # the chunk holds no whitespace: WhitespaceSplit leaves it whole either way
     data = prefix.encode("utf-8")
-    return plain_map, np.array([len(data), *data], dtype=np.int64)
+    return plain_map, np.array([len(data), *data], dtype=np.int64), plain_cp
 
 
 def _may_match(pattern: str, alphabet: set[str]) -> bool:
