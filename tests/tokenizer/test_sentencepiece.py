@@ -275,6 +275,20 @@ def test_whitespace_run_cuts_are_on_where_the_layout_allows_them():
     assert t.edges[ord("\u0301")] == 0 and t.edges[ord("\u00a0")] == 0  # a mark; NBSP maps to a space
 
 
+def test_plain_characters_skip_the_tail_operations_only_where_they_cannot_act():
+    """Curly quotes and letters are plain (one word: prefix and table output); `▁`, spaces, marks
+    behind a normalizer and characters the normalizer makes spaces are not; a newline is plain where nothing treats it as
+    whitespace (Llama-style: no pre-tokenizer, Replace of " " only)."""
+    xlmr, llama = _pair("xlmr_unigram")[1].tables, _pair("llama_bpe")[1].tables
+    for t in (xlmr, llama):
+        assert t.plain_prefix[0] == 3 and t.plain_cp[ord("\u201c")] and t.plain_cp[ord("\u00e9")]
+        assert not t.plain_cp[0x2581] and not t.plain_cp[0x20]
+    assert not xlmr.plain_cp[0x0301]  # a mark: not vouched for behind a normalizer (Llama has none)
+    assert not xlmr.plain_cp[0x0A] and not xlmr.plain_cp[0x3000]  # both normalise to a space
+    assert llama.plain_map[0x0A] == 0x0A and llama.plain_cp[0x3000]
+    assert not _pair("xlmr_unigram:deberta")[1].tables.plain_cp[0x3000]
+
+
 def test_long_texts_without_cuts_give_the_real_ids():
     """A long text the kernel cannot cut (CJK without spaces, one long word) is one chunk, sized
     from its own bytes (a worst-case bound of the 66-fold growth some characters allow asked for
