@@ -375,3 +375,19 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     open_span = True
     bounds[0, 0] = np.int64(touched & np.uint64(1))  # keeps the touching loads
     return n_out, n_spans, n
+
+
+@kernel()
+def remember_chunk(cache, text, start, stop, ids):
+    """Put the ids (int32) the real tokenizer gave text[start:stop] (a fallback span, encoded as a
+    text of its own) in the chunk cache, as the kernel would have for a chunk it encoded itself:
+    the next time this chunk comes, it is a hit. Spans longer than a row takes are left out."""
+    length = stop - start
+    if length > CHUNK_BYTES or ids.shape[0] > CHUNK_IDS or length == 0:
+        return
+    h = _FNV_OFFSET
+    for k in range(start, stop):
+        h = (h ^ np.uint64(text[k])) * _FNV_PRIME
+    slot = np.int64(h & np.uint64(cache.shape[0] - 1)) & ~np.int64(1)
+    key = (h & _HASH_BITS) | np.uint64(length)
+    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, 0, ids.shape[0])

@@ -42,7 +42,7 @@ from pipeline.kernels.metaspace import (
     OP_TRIM_SPACES,
     safe_cuts,
 )
-from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
+from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel, remember_chunk
 from pipeline.kernels.unigram import UnigramTables
 from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
 
@@ -273,9 +273,11 @@ class SentencePieceFastTokenizer:
         pieces = [data[a:b].decode("utf-8", "surrogatepass") for a, b, _ in spans[:n_spans].tolist()]
         encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
         parts, previous = [], 0
-        for (_, _, at), encoding in zip(spans[:n_spans].tolist(), encodings):
+        for (start, stop, at), encoding in zip(spans[:n_spans].tolist(), encodings):
             parts.append(ids[previous:at])
-            parts.append(np.asarray(encoding.ids, dtype=np.int32))
+            real_ids = np.asarray(encoding.ids, dtype=np.int32)
+            parts.append(real_ids)
+            remember_chunk(self.cache, text, start, stop, real_ids)  # the same chunk again: a cache hit
             previous = at
         parts.append(ids[previous:])
         return np.concatenate(parts)

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.cleaning import NotText, clean_bytes
 from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE
+from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
 from pipeline.kernels.trie import DoubleArray
 from pipeline.tokenizer.sentencepiece import (
     SentencePieceFastTokenizer,
@@ -311,3 +312,18 @@ def test_double_array_trie_finds_exactly_its_keys(entries, probes):
         assert trie.lookup(probe) == entries.get(probe, -1)
         for k in range(1, len(probe)):
             assert trie.lookup(probe[:k]) == entries.get(probe[:k], -1)
+
+
+def test_chunks_the_real_tokenizer_encoded_are_remembered():
+    """A chunk the kernel hands to the real tokenizer (a combining mark) gets the real ids, and the
+    next time it comes it is a cache hit with the same ids (no fallback span)."""
+    real, fast = _pair("xlmr_unigram")
+    fast.cache = chunk_cache(1 << 10)  # empty (the cache only changes the speed)
+    text = "ang ng\u0303 mg\u0303a loob, ng\u0303 x\u0301y"
+    expected = real.encode(text, add_special_tokens=False).ids
+    data = np.frombuffer(text.encode(), dtype=np.uint8)
+    for round_ in range(2):
+        out, spans = np.empty(256, np.int32), np.empty((64, 3), np.int64)
+        _, n_spans, _ = encode_kernel(data, 0, *fast._tables_args, fast.cache, out, 0, spans, 0)
+        assert (n_spans == 0) == (round_ == 1)
+        assert list(fast.encode(text)) == expected
