@@ -22,13 +22,15 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.unigram import find, utf8_width
+from pipeline.kernels.unigram import utf8_width
 from pipeline.kernels.wordpiece import ByteTable
 
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
 _FNV_OFFSET = FNV_OFFSET
 _FNV_PRIME = FNV_PRIME
 _EMPTY = np.int64(-1)
+_BMP = 0x10000
+_NO_MERGE = np.int32(0x7FFFFFFF)
 
 
 def _int_table(keys: np.ndarray) -> np.ndarray:
@@ -68,6 +70,39 @@ def int_lookup(key, keys, slots):
     return -1
 
 
+@kernel()
+def _fill_merge_table(keys, ranks, new, table):
+    mask = table.shape[0] - 1
+    for i in range(keys.shape[0]):
+        if keys[i] < 0:
+            continue
+        slot = np.int64(_mix(keys[i]) & np.uint64(mask))
+        while table[slot, 0] != -1:
+            slot = (slot + 1) & mask
+        table[slot, 0] = keys[i]
+        table[slot, 1] = (ranks[i] << 32) | new[i]
+
+
+@kernel()
+def _merge_of(key, table):
+    """rank << 32 | resulting id of the merge `key` (left id << 32 | right id), or -1."""
+    mask = table.shape[0] - 1
+    slot = np.int64(_mix(key) & np.uint64(mask))
+    while True:
+        found = table[slot, 0]
+        if found == key:
+            return table[slot, 1]
+        if found == -1:
+            return np.int64(-1)
+        slot = (slot + 1) & mask
+
+
+@kernel()
+def _wide_char_id(word, j, width, blob, starts, lengths, ids, slots):
+    """The id of the one character word[j:j+width] beyond the BMP when it is a piece, else -1."""
+    return np.int32(_piece_id(word, j, j + width, blob, starts, lengths, ids, slots))
+
+
 @dataclass(frozen=True)
 class BpeTables:
     """A BPE model with byte fallback for the kernel.
@@ -81,6 +116,11 @@ class BpeTables:
             both pieces themselves, is one no merge crosses.
         byte_ids: int32, shape (256,): the id of `<0xNN>`, -1 where absent.
         unk_mode, unk_id: UNK_DROP, UNK_ID (with its id) or UNK_ERROR.
+        bytes_isolated: byte_fallback, and no merge takes a `<0xNN>` piece: a character that becomes
+            byte pieces then ends the merges on both sides of it.
+        char_ids: int32, shape (65536,): the id of each BMP code point that is a piece alone, else -1.
+        merge_table: int64, shape (power of two, 2): open addressing, each slot (merge key or -1,
+            rank << 32 | resulting id): a merge is found in one place in memory.
     """
 
     vocab: ByteTable
@@ -96,6 +136,9 @@ class BpeTables:
     ignore_merges: bool
     unk_mode: int
     unk_id: int
+    bytes_isolated: bool = False
+    char_ids: np.ndarray = None
+    merge_table: np.ndarray = None
 
     @classmethod
     def build(cls, vocab: dict[str, int], merges: list[tuple[str, str]], unk_token: str | None,
@@ -110,13 +153,45 @@ class BpeTables:
         merge_keys = np.array(keys or [-1], dtype=np.int64)
         pair_keys = np.array(pairs or [-1], dtype=np.int64)
         unk_mode = UNK_DROP if unk_token is None else (UNK_ID if unk_token in vocab else UNK_ERROR)
+        byte_pieces = {vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab}
+        merged = {part for key in table for part in (key >> 32, key & 0xFFFFFFFF)}
+        char_ids = np.full(_BMP, -1, dtype=np.int32)
+        for token, token_id in vocab.items():
+            if len(token) == 1 and ord(token) < _BMP:
+                char_ids[ord(token)] = token_id
+        merge_table = np.full((int(_int_table(merge_keys).shape[0]), 2), -1, dtype=np.int64)
+        _fill_merge_table(merge_keys, np.array(ranks or [0], dtype=np.int64), np.array(new or [0], dtype=np.int64),
+                          merge_table)
         return cls(vocab=ByteTable.build({k.encode("utf-8"): v for k, v in vocab.items()}),
                    merge_keys=merge_keys, merge_slots=_int_table(merge_keys),
                    merge_rank=np.array(ranks or [0], dtype=np.int32), merge_new=np.array(new or [0], dtype=np.int32),
                    pair_keys=pair_keys, pair_slots=_int_table(pair_keys),
                    byte_ids=np.array([vocab.get(f"<0x{b:02X}>", -1) for b in range(256)], dtype=np.int32),
                    byte_fallback=bool(byte_fallback), fuse_unk=bool(fuse_unk), ignore_merges=bool(ignore_merges),
-                   unk_mode=unk_mode, unk_id=vocab.get(unk_token, -1) if unk_token is not None else -1)
+                   unk_mode=unk_mode, unk_id=vocab.get(unk_token, -1) if unk_token is not None else -1,
+                   bytes_isolated=bool(byte_fallback) and not (byte_pieces & merged), char_ids=char_ids,
+                   merge_table=merge_table)
+
+
+@kernel()
+def find(h, word, start, stop, blob, starts, lengths, ids, slots):
+    """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
+    mask = slots.shape[0] - 1
+    slot = np.int64(h & np.uint64(mask))
+    n = stop - start
+    while slots[slot] != 0:
+        entry = slots[slot] - 1
+        if lengths[entry] == n:
+            base = starts[entry]
+            same = True
+            for k in range(n):
+                if blob[base + k] != word[start + k]:
+                    same = False
+                    break
+            if same:
+                return ids[entry]
+        slot = (slot + 1) & mask
+    return -1
 
 
 @kernel()
@@ -141,15 +216,27 @@ def _code_point(word, j, width):
 
 
 @kernel()
-def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank, merge_new,
-                byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out):
+def _pair_rank(symbols, k, cap, merge_table):
+    """Rank (symbols[cap + k], _NO_MERGE when none) and result (symbols[2cap + k]) of merging symbols k, k+1."""
+    found = _merge_of((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_table)
+    if found >= 0:
+        symbols[cap + k] = np.int32(found >> 32)
+        symbols[2 * cap + k] = np.int32(found & 0xFFFFFFFF)
+    else:
+        symbols[cap + k] = _NO_MERGE
+
+
+@kernel()
+def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
+                fuse_unk, unk_mode, unk_id, symbols, out, n_out):
     """merge_word on word[start:stop]; appends ids to out; -1 where tokenizers fails."""
     n = 0
     pending = -1  # bytes of the pending unknown piece, -1 when none
     j = start
     while j < stop:
         width = utf8_width(word[j])
-        found = _piece_id(word, j, j + width, blob, starts, lengths, ids, slots)
+        found = char_ids[_code_point(word, j, width)] if width < 4 else _wide_char_id(word, j, width, blob, starts,
+                                                                                        lengths, ids, slots)
         if found >= 0:
             if pending >= 0:
                 symbols[n] = unk_id
@@ -185,21 +272,31 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, merge_keys
     if pending >= 0:
         symbols[n] = unk_id
         n += 1
-    while n > 1:  # lowest rank first, leftmost among equals
+    # lowest rank first, leftmost among equals: each pair's rank looked up once, then again only
+    # for the two pairs a merge changes (symbols[cap:2cap] ranks, [2cap:3cap] the merged ids)
+    cap = stop - start
+    for k in range(n - 1):
+        _pair_rank(symbols, k, cap, merge_table)
+    while n > 1:
         best = -1
-        best_rank = np.int64(1) << 40
+        best_rank = _NO_MERGE
         for k in range(n - 1):
-            entry = int_lookup((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_keys, merge_slots)
-            if entry >= 0 and merge_rank[entry] < best_rank:
-                best_rank = merge_rank[entry]
+            if symbols[cap + k] < best_rank:
+                best_rank = symbols[cap + k]
                 best = k
         if best < 0:
             break
-        entry = int_lookup((np.int64(symbols[best]) << 32) | np.int64(symbols[best + 1]), merge_keys, merge_slots)
-        symbols[best] = merge_new[entry]
+        symbols[best] = symbols[2 * cap + best]
         for k in range(best + 1, n - 1):
             symbols[k] = symbols[k + 1]
+        for k in range(best + 1, n - 2):
+            symbols[cap + k] = symbols[cap + k + 1]
+            symbols[2 * cap + k] = symbols[2 * cap + k + 1]
         n -= 1
+        if best > 0:
+            _pair_rank(symbols, best - 1, cap, merge_table)
+        if best < n - 1:
+            _pair_rank(symbols, best, cap, merge_table)
     for k in range(n):
         out[n_out] = symbols[k]
         n_out += 1
@@ -207,11 +304,78 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, merge_keys
 
 
 @kernel()
-def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank, merge_new,
-            pair_keys, pair_slots, byte_ids, byte_fallback, fuse_unk, ignore_merges, unk_mode, unk_id, symbols,
-            out, n_out):
+def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pair_keys, pair_slots, byte_ids,
+              byte_fallback, parts):
+    """Cut the pre-token word[start:stop] where no merge can cross; each part's (start, stop) into
+    parts (int64, (>= stop - start, 2)); returns their number. A cut falls between two characters
+    that are pieces and form no pair inside any piece (`BpeTables.pair_keys`), and, where byte_fallback
+    is 2 (`BpeTables.bytes_isolated`), on both sides of a character that becomes byte pieces, unless
+    an unknown piece is pending (it is written after such byte pieces, before the next known
+    character)."""
+    count = 0
+    part = start
+    j = start
+    previous = np.int64(-1)  # code point before j when it is a piece by itself, else -1
+    clean = True  # no character of the current part is unknown (neither a piece nor byte pieces)
+    while j < stop:
+        width = utf8_width(word[j])
+        cp = _code_point(word, j, width)
+        alone = (char_ids[cp] if width < 4 else _wide_char_id(word, j, width, blob, starts, lengths, ids, slots)) >= 0
+        if not alone and byte_fallback == 2 and clean:
+            as_bytes = True
+            for k in range(j, j + width):
+                if byte_ids[word[k]] < 0:
+                    as_bytes = False
+                    break
+            if as_bytes:  # byte pieces no merge takes: the merges stop on both sides
+                if j > part:
+                    parts[count, 0] = part
+                    parts[count, 1] = j
+                    count += 1
+                parts[count, 0] = j
+                parts[count, 1] = j + width
+                count += 1
+                j += width
+                part = j
+                previous = np.int64(-1)
+                continue
+        if previous >= 0 and alone and int_lookup((previous << 21) | cp, pair_keys, pair_slots) < 0:
+            parts[count, 0] = part
+            parts[count, 1] = j
+            count += 1
+            part = j
+            clean = True
+        if not alone:
+            unknown = byte_fallback == 0
+            for k in range(j, j + width):
+                if byte_ids[word[k]] < 0:
+                    unknown = True
+            if unknown:
+                clean = False  # its unknown piece waits for the next known character: no cut before that
+        previous = cp if alone else np.int64(-1)
+        j += width
+    if stop > part:
+        parts[count, 0] = part
+        parts[count, 1] = stop
+        count += 1
+    return count
+
+
+@kernel()
+def merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
+               fuse_unk, unk_mode, unk_id, symbols, out, n_out):
+    """The ids of one part (see `bpe_parts`) appended to out from n_out; returns the new n_out, or -1
+    where `tokenizers` fails. symbols: int32 scratch, >= 3 * (stop - start)."""
+    return _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids,
+                       byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
+
+
+@kernel()
+def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, pair_keys, pair_slots,
+            byte_ids, byte_fallback, fuse_unk, ignore_merges, unk_mode, unk_id, symbols, parts, out, n_out):
     """Append the ids of the pre-token word[start:stop] (valid UTF-8) to out from n_out; returns the
-    new n_out, or -1 where `tokenizers` fails. symbols: int32 scratch, >= stop - start."""
+    new n_out, or -1 where `tokenizers` fails. symbols: int32 scratch, >= 3 * (stop - start); parts:
+    int64 scratch, (>= stop - start, 2)."""
     if start == stop:
         return n_out
     if ignore_merges:
@@ -220,20 +384,11 @@ def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, merge_keys, me
             out[n_out] = whole
             n_out += 1
             return n_out
-    part = start
-    j = start
-    previous = np.int64(-1)  # code point before j when it is a piece by itself, else -1
-    while j < stop:
-        width = utf8_width(word[j])
-        cp = _code_point(word, j, width)
-        alone = _piece_id(word, j, j + width, blob, starts, lengths, ids, slots) >= 0
-        if previous >= 0 and alone and int_lookup((previous << 21) | cp, pair_keys, pair_slots) < 0:
-            n_out = _merge_part(word, part, j, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank,
-                                merge_new, byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
-            if n_out < 0:
-                return -1
-            part = j
-        previous = cp if alone else np.int64(-1)
-        j += width
-    return _merge_part(word, part, stop, blob, starts, lengths, ids, slots, merge_keys, merge_slots, merge_rank,
-                       merge_new, byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
+    count = bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pair_keys, pair_slots, byte_ids,
+                      byte_fallback, parts)
+    for k in range(count):
+        n_out = _merge_part(word, parts[k, 0], parts[k, 1], blob, starts, lengths, ids, slots, char_ids, merge_table,
+                            byte_ids, byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
+        if n_out < 0:
+            return -1
+    return n_out

@@ -1,5 +1,6 @@
-"""SentencePiece-style tokenization of UTF-8 text in one jitted pass: safe cuts, normalizer,
-Metaspace pre-tokenizer, Unigram or byte-fallback BPE, and a cache of whole chunks.
+"""SentencePiece-style text handling before the model: safe cuts, the normalizer and the
+Metaspace pre-tokenizer of one chunk (the loop over chunks, the chunk cache and the model calls
+are in `pipeline.kernels.sentencepiece_encode`).
 
 The text is cut into *chunks* at safe cuts (`CUT_DROP`: an ASCII space between two chosen ASCII
 characters, the space itself belonging to neither side; `CUT_KEEP`: before such a space, which
@@ -19,19 +20,15 @@ chunk is encoded exactly like a whole text:
 A chunk holding a character the table does not vouch for (flag 0: a combining mark, a Hangul jamo,
 a format character, a code point beyond the BMP, invalid UTF-8, ...) is not encoded here: maximal
 runs of such chunks are returned as fallback spans for the real tokenizer, their ids spliced in at
-the recorded position. A chunk of at most CACHE_WORD_BYTES bytes is remembered with its ids in a
-two-way cache (checked byte for byte on a hit), so a repeated word costs one hash.
+the recorded position.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.byte_fallback import bpe_ids
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.unigram import utf8_width, viterbi_ids
-from pipeline.kernels.wordpiece import _HIGH_BITS, _next_code_point
+from pipeline.kernels.unigram import utf8_width
 
 CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
 # Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
@@ -42,8 +39,6 @@ OP_STRIP = 4  # Unicode whitespace at the left (pattern length 1) and/or right (
 OP_PREPEND = 5  # content before a non-empty text (Prepend)
 OP_REPLACE_START = 6  # the pattern at the very start (Replace, Regex "\A<literal>")
 OP_MAP = 7  # every character through the per-code-point table (the per-character normalizers, fused)
-_FNV_OFFSET = FNV_OFFSET
-_FNV_PRIME = FNV_PRIME
 _META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
 
 
@@ -71,6 +66,22 @@ def _decode(buf, j):
                 | (np.int64(buf[j + 2]) & 0x3F)), 3
     return (((np.int64(buf[j]) & 0x07) << 18) | ((np.int64(buf[j + 1]) & 0x3F) << 12)
             | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
+
+
+@kernel()
+def _next_code_point(text, i, n):
+    """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
+        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
+        if cp < 0x800 or 0xD800 <= cp < 0xE000:
+            return -1, 1
+        return cp, 3
+    return -1, 1
 
 
 @kernel()
@@ -227,7 +238,7 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
 
 
 @kernel()
-def _pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
+def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
     the real tokenizer."""
@@ -268,122 +279,6 @@ def _pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pr
         k, n_words = _metaspace(src, i, e, prepend, split, words, k, bounds, n_words)
         i = e
     return n_words
-
-
-@kernel()
-def encode_kernel(text, begin, cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                  growth, uni, bpe, cache_keys, cache_words, cache_ids, out, n_out, spans, n_spans):
-    """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
-    had no room for the next chunk (call again from stop with a larger `out`)."""
-    u_blob, u_starts, u_lengths, u_ids, u_slots, u_scores, u_bytes = uni[0], uni[1], uni[2], uni[3], uni[4], uni[5], \
-        uni[6]
-    unk_score = uni[7][0]
-    u_unk, u_fallback, u_max = uni[8][0], uni[8][1] != 0, uni[8][2]
-    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
-    m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes = bpe[5], bpe[6], bpe[7], bpe[8], bpe[9], bpe[10], bpe[11]
-    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[12][0] != 0, bpe[12][1] != 0, bpe[12][2] != 0, \
-        bpe[12][3], bpe[12][4]
-    is_bpe = pretok[4] != 0
-    n = text.shape[0]
-    cache_mask = cache_keys.shape[0] - 1
-    size = 256
-    src = np.empty(size, np.uint8)
-    dst = np.empty(size, np.uint8)
-    words = np.empty(3 * size + 8, np.uint8)
-    bounds = np.empty((3 * size + 8, 2), np.int64)
-    symbols = np.empty(3 * size + 8, np.int32)
-    best_score = np.empty(3 * size + 8, np.float64)
-    best_start = np.empty(3 * size + 8, np.int64)
-    open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
-    i = begin
-    while i < n:
-        # the chunk [i, j): up to the next safe cut
-        h = _FNV_OFFSET
-        j = i
-        while j < n:
-            c = text[j]
-            if c == 32 and j > i and j + 1 < n and cut_mode != CUT_NONE and cut_left[text[j - 1]] != 0 \
-                    and cut_right[text[j + 1]] != 0:
-                break
-            h = (h ^ np.uint64(c)) * _FNV_PRIME
-            j += 1
-        length = j - i
-        # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
-        following = j + 1 if (j < n and cut_mode == CUT_DROP) else j
-        slot = np.int64(h & np.uint64(cache_mask))
-        key = (h & _HIGH_BITS) | np.uint64(length)
-        if length <= cache_words.shape[1]:  # two ways: the slot and its neighbour
-            hit = False
-            probe = slot
-            for way in range(2):
-                probe = slot ^ way
-                if cache_keys[probe] != key:
-                    continue
-                hit = True
-                for k in range(length):
-                    if cache_words[probe, k] != text[i + k]:
-                        hit = False
-                        break
-                if hit:
-                    break
-            if hit:
-                if n_out + cache_ids.shape[1] > out.shape[0]:
-                    return n_out, n_spans, i
-                for k in range(cache_ids[probe, 0]):
-                    out[n_out] = cache_ids[probe, k + 1]
-                    n_out += 1
-                open_span = False
-                i = following
-                continue
-            if cache_keys[slot] != 0 and cache_keys[slot ^ 1] == 0:
-                slot = slot ^ 1  # keep what the first way holds while the second is free
-        need = length * growth[0] + growth[1]
-        if need > src.shape[0]:
-            size = need
-            src = np.empty(size, np.uint8)
-            dst = np.empty(size, np.uint8)
-            words = np.empty(3 * size + 8, np.uint8)
-            bounds = np.empty((3 * size + 8, 2), np.int64)
-            symbols = np.empty(3 * size + 8, np.int32)
-            best_score = np.empty(3 * size + 8, np.float64)
-            best_start = np.empty(3 * size + 8, np.int64)
-        if n_out + 3 * need + 8 > out.shape[0]:
-            return n_out, n_spans, i
-        first = n_out
-        n_words = _pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words,
-                                bounds)
-        w = 0
-        while w < n_words and n_out >= 0:
-            if is_bpe:
-                n_out = bpe_ids(words, bounds[w, 0], bounds[w, 1], b_blob, b_starts, b_lengths, b_ids, b_slots,
-                                m_keys, m_slots, m_rank, m_new, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore,
-                                b_unk_mode, b_unk, symbols, out, n_out)
-            else:
-                n_out = viterbi_ids(words, bounds[w, 0], bounds[w, 1], u_blob, u_starts, u_lengths, u_ids, u_slots,
-                                    u_scores, u_bytes, u_unk, unk_score, u_fallback, u_max, best_score, best_start,
-                                    symbols, out, n_out)
-            w += 1
-        if n_words >= 0 and n_out >= 0:
-            if length <= cache_words.shape[1] and n_out - first < cache_ids.shape[1]:
-                cache_keys[slot] = key
-                for k in range(length):
-                    cache_words[slot, k] = text[i + k]
-                cache_ids[slot, 0] = n_out - first
-                for k in range(n_out - first):
-                    cache_ids[slot, k + 1] = out[first + k]
-            open_span = False
-        else:
-            n_out = first
-            if open_span:
-                spans[n_spans - 1, 1] = j
-            else:
-                spans[n_spans, 0] = i
-                spans[n_spans, 1] = j
-                spans[n_spans, 2] = n_out
-                n_spans += 1
-                open_span = True
-        i = following
-    return n_out, n_spans, n
 
 
 @kernel()

@@ -8,9 +8,9 @@ one-character piece covers gets an unknown node scored `min_score - 10`, runs of
 pieces (byte_fallback, when every byte has one) or `unk_id`. Scores are float64 added in the same
 order, so ties break the same way.
 
-The vocabulary is a hash table of byte strings (`pipeline.kernels.wordpiece.ByteTable`) that also
-holds every proper prefix of a piece (with id PREFIX_ONLY), so the search along a position stops
-where no piece can continue, as the trie walk does.
+The vocabulary is a double-array trie of the pieces' bytes (`pipeline.kernels.trie`): the search
+along a position reads one cell per byte and stops where no piece can continue, as the Rust trie
+walk does.
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
-from pipeline.kernels.wordpiece import ByteTable
+from pipeline.kernels.trie import DoubleArray, find_id
 
-PREFIX_ONLY = -2  # a proper prefix of some piece, not a piece itself
 UNK_PENALTY = 10.0  # K_UNK_PENALTY in model.rs
-_FNV_OFFSET = FNV_OFFSET
-_FNV_PRIME = FNV_PRIME
 
 
 @dataclass(frozen=True)
@@ -34,7 +30,7 @@ class UnigramTables:
     """A Unigram model for the kernel.
 
     Attributes:
-        pieces: byte strings of every piece (id) and of every proper prefix (PREFIX_ONLY).
+        pieces: a trie of every piece's bytes to its id.
         scores: float64, shape (vocab,): the score of each id, as `tokenizers` holds it.
         byte_ids: int32, shape (256,): the id of `<0xNN>`, -1 where absent.
         unk_id: -1 when the model has none (an unknown character then fails, as in `tokenizers`).
@@ -43,7 +39,7 @@ class UnigramTables:
         max_piece: bytes of the longest piece.
     """
 
-    pieces: ByteTable
+    pieces: DoubleArray
     scores: np.ndarray
     byte_ids: np.ndarray
     unk_id: int
@@ -57,40 +53,13 @@ class UnigramTables:
         entries: dict[bytes, int] = {}
         for token_id, (token, _) in enumerate(vocab):
             entries[token.encode("utf-8")] = token_id  # a repeated piece: the last id wins, as in token_to_ids
-        prefixes: dict[bytes, int] = {}
-        for key in entries:
-            text = key.decode("utf-8")
-            for k in range(1, len(text)):
-                prefixes.setdefault(text[:k].encode("utf-8"), PREFIX_ONLY)
-        prefixes.update(entries)
-        prefixes.pop(b"", None)  # the trie never yields the empty piece
+        entries.pop(b"", None)  # the trie never yields the empty piece
         scores = np.array([score for _, score in vocab] or [0.0], dtype=np.float64)
         byte_ids = np.array([entries.get(f"<0x{b:02X}>".encode(), -1) for b in range(256)], dtype=np.int32)
         min_score = min((score for _, score in vocab), default=np.inf)
-        return cls(pieces=ByteTable.build(prefixes), scores=scores, byte_ids=byte_ids,
+        return cls(pieces=DoubleArray.build(entries), scores=scores, byte_ids=byte_ids,
                    unk_id=-1 if unk_id is None else int(unk_id), unk_score=float(min_score - UNK_PENALTY),
                    byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
-
-
-@kernel()
-def find(h, word, start, stop, blob, starts, lengths, ids, slots):
-    """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
-    mask = slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
-    n = stop - start
-    while slots[slot] != 0:
-        entry = slots[slot] - 1
-        if lengths[entry] == n:
-            base = starts[entry]
-            same = True
-            for k in range(n):
-                if blob[base + k] != word[start + k]:
-                    same = False
-                    break
-            if same:
-                return ids[entry]
-        slot = (slot + 1) & mask
-    return -1
 
 
 @kernel()
@@ -106,8 +75,8 @@ def utf8_width(lead):
 
 
 @kernel()
-def viterbi_ids(word, start, stop, blob, starts, lengths, ids, slots, scores, byte_ids, unk_id, unk_score,
-                byte_fallback, max_piece, best_score, best_start, best_id, out, n_out):
+def viterbi_ids(word, start, stop, cells, scores, byte_ids, unk_id, unk_score, byte_fallback,
+                best_score, best_start, best_id, out, n_out):
     """Append the ids of word[start:stop] (valid UTF-8) to out from n_out; returns the new n_out, or
     -1 where `tokenizers` fails (an unknown character and no unk_id). best_*: scratch, >= stop-start+1."""
     size = stop - start
@@ -120,17 +89,15 @@ def viterbi_ids(word, start, stop, blob, starts, lengths, ids, slots, scores, by
         till = best_score[s]
         width = utf8_width(word[start + s])
         single = False
-        h = _FNV_OFFSET
-        limit = min(size, s + max_piece)
+        node = 0
         e = s
-        while e < limit:
-            h = (h ^ np.uint64(word[start + e])) * _FNV_PRIME
-            e += 1
-            if e < size and (word[start + e] & 0xC0) == 0x80:
-                continue  # inside a character: no piece ends here
-            found = find(h, word, start + s, start + e, blob, starts, lengths, ids, slots)
-            if found == -1:
+        while e < size:  # the pieces that start at s, shortest first (common_prefix_search)
+            t = cells[node, 0] + word[start + e]
+            if cells[t, 1] != node:
                 break  # no piece starts with these bytes
+            node = t
+            e += 1
+            found = cells[node, 2]  # only ever >= 0 at the end of a character: pieces are valid UTF-8
             if found >= 0:
                 candidate = scores[found] + till
                 if best_start[e] < 0 or candidate > best_score[e]:
@@ -171,10 +138,7 @@ def viterbi_ids(word, start, stop, blob, starts, lengths, ids, slots, scores, by
         while k - 1 >= 0 and best_id[np.int64(best_score[k - 1])] == unk_id:
             k -= 1
         end = np.int64(best_score[k])
-        h = _FNV_OFFSET
-        for j in range(begin, end):
-            h = (h ^ np.uint64(word[start + j])) * _FNV_PRIME
-        found = find(h, word, start + begin, start + end, blob, starts, lengths, ids, slots)
+        found = find_id(word, start + begin, start + end, cells)
         if found >= 0:
             out[n_out] = found
             n_out += 1

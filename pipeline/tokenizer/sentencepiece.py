@@ -40,14 +40,15 @@ from pipeline.kernels.metaspace import (
     OP_REPLACE_START,
     OP_STRIP,
     OP_TRIM_SPACES,
-    encode_kernel,
     safe_cuts,
 )
+from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel, remember_chunk
 from pipeline.kernels.unigram import UnigramTables
-from pipeline.kernels.wordpiece import BMP, CACHE_IDS, CACHE_WORD_BYTES, WordCache
+from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
 
 META = "\u2581"
-CACHE_SLOTS = 1 << 17  # chunks remembered per tokenizer (16 MB): a book's words fit with few collisions
+BMP = 0x10000
+CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
 _PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
 _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
 # Grapheme extenders and prepends that are letters by category (Grapheme_Cluster_Break SpacingMark,
@@ -229,13 +230,9 @@ def _normalizer(per_character_json: str):
     return Tokenizer.from_str(json.dumps(config)).normalizer.normalize_str
 
 
-def _chunk_cache(slots: int) -> WordCache:
-    """The kernel's chunk cache with each slot's key, bytes and ids in one 128-byte row (views of one
-    buffer): a lookup touches one place in memory instead of three tables."""
-    rows = np.zeros((slots, 16), dtype=np.uint64)
-    as_bytes, as_ints = rows.view(np.uint8), rows.view(np.int32)
-    return WordCache(keys=rows[:, 0], words=as_bytes[:, 8:8 + CACHE_WORD_BYTES],
-                     ids=as_ints[:, 2 + CACHE_WORD_BYTES // 4:2 + CACHE_WORD_BYTES // 4 + CACHE_IDS])
+def _chunk_cache(slots: int) -> np.ndarray:
+    """An empty chunk cache for the kernel (see `pipeline.kernels.sentencepiece_encode.chunk_cache`)."""
+    return chunk_cache(slots)
 
 
 class SentencePieceFastTokenizer:
@@ -250,6 +247,7 @@ class SentencePieceFastTokenizer:
         self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
         self.tokenizer.encode_special_tokens = True
         self.tables = _tables(tokenizer_json)
+        self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = _chunk_cache(CACHE_SLOTS)
 
     def encode(self, text: str) -> np.ndarray:
@@ -258,16 +256,14 @@ class SentencePieceFastTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
-        t = self.tables
+        cuts, normalizer, uni, bpe = self._tables_args
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
         spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
         n_out, n_spans, position = 0, 0, 0
         while True:
-            n_out, n_spans, position = encode_kernel(
-                text, position, t.cut_mode, t.cut_left, t.cut_right, t.flags, t.cp_start, t.cp_len, t.cp_blob,
-                t.ops, t.op_blob, t.pretok, t.growth, t.uni, t.bpe, self.cache.keys, self.cache.words, self.cache.ids,
-                out, n_out, spans, n_spans)
+            n_out, n_spans, position = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out, n_out,
+                                                     spans, n_spans)
             if position >= len(data):
                 break
             out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
@@ -277,9 +273,11 @@ class SentencePieceFastTokenizer:
         pieces = [data[a:b].decode("utf-8", "surrogatepass") for a, b, _ in spans[:n_spans].tolist()]
         encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
         parts, previous = [], 0
-        for (_, _, at), encoding in zip(spans[:n_spans].tolist(), encodings):
+        for (start, stop, at), encoding in zip(spans[:n_spans].tolist(), encodings):
             parts.append(ids[previous:at])
-            parts.append(np.asarray(encoding.ids, dtype=np.int32))
+            real_ids = np.asarray(encoding.ids, dtype=np.int32)
+            parts.append(real_ids)
+            remember_chunk(self.cache, text, start, stop, real_ids)  # the same chunk again: a cache hit
             previous = at
         parts.append(ids[previous:])
         return np.concatenate(parts)
@@ -331,8 +329,23 @@ class _Tables:
     op_blob: np.ndarray
     pretok: np.ndarray
     growth: np.ndarray
+    plain_map: np.ndarray
+    plain_prefix: np.ndarray
+    plain_cp: np.ndarray
+    run_bytes: np.ndarray
+    edges: np.ndarray
     uni: tuple
     bpe: tuple
+
+    @property
+    def cuts(self) -> tuple:
+        return (np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left, self.cut_right,
+                self.run_bytes, self.edges)
+
+    @property
+    def normalizer(self) -> tuple:
+        return (self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok, self.growth,
+                self.plain_map, self.plain_prefix, self.plain_cp)
 
 
 def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -349,16 +362,10 @@ def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _growth(plan: _Plan, cp_len: np.ndarray) -> np.ndarray:
-    """(factor, extra): a chunk of n bytes normalises to at most n * factor + extra bytes."""
-    factor, extra = max(1, int(cp_len.max(initial=1))), 16
-    for code, pattern, content in plan.ops:
-        p, c = len(pattern.encode()), len(content.encode())
-        if code in (OP_REPLACE, OP_COLLAPSE_SPACES):
-            factor *= max(1, -(-c // max(p, 1 if code == OP_REPLACE else 2)))
-            extra *= max(1, -(-c // max(p, 1)))
-        elif code in (OP_PREPEND, OP_REPLACE_START):
-            extra += c
-    return np.array([factor, extra], dtype=np.int64)
+    """[the longest output of one code point in bytes]: the kernel bounds each chunk's buffers from it
+    and the tail operations (`sentencepiece_encode._bounds`)."""
+    del plan
+    return np.array([max(1, int(cp_len.max(initial=1)))], dtype=np.int64)
 
 
 def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set[str],
@@ -422,9 +429,7 @@ def _tables(tokenizer_json: str) -> _Tables:
         unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
                                       exact.get("byte_fallback", False))
         pieces = {t for t, _ in exact["vocab"]}
-        u = unigram.pieces
-        uni = (u.blob, u.starts, u.lengths, u.ids, u.slots, unigram.scores, unigram.byte_ids,
-               np.array([unigram.unk_score]), np.array([unigram.unk_id, unigram.byte_fallback, unigram.max_piece]))
+        uni = _unigram_tuple(unigram)
         bpe = _empty_bpe()
         is_bpe = 0
     else:
@@ -433,10 +438,7 @@ def _tables(tokenizer_json: str) -> _Tables:
                                  exact.get("fuse_unk", False), exact.get("ignore_merges", False))
         pieces = set(exact["vocab"])
         pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
-        v = tables.vocab
-        bpe = (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.merge_keys, tables.merge_slots, tables.merge_rank,
-               tables.merge_new, tables.pair_keys, tables.pair_slots, tables.byte_ids,
-               np.array([tables.byte_fallback, tables.fuse_unk, tables.ignore_merges, tables.unk_mode, tables.unk_id]))
+        bpe = _bpe_tuple(tables)
         uni = _empty_unigram()
         is_bpe = 1
 
@@ -449,19 +451,35 @@ def _tables(tokenizer_json: str) -> _Tables:
     meta = plan.metaspace
     pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
                        meta is not None and bool(meta.get("split", True)), is_bpe], dtype=np.int64)
+    def mapped(char: str) -> str | None:
+        return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
+
+    plain_map, plain_prefix, plain_cp = plain_form(plan.ops, None if meta is None else _scheme(meta) != "never",
+                                         meta is not None and bool(meta.get("split", True)), plan.whitespace_split,
+                                         mapped, BMP)
+    prepends = None if meta is None else _scheme(meta) != "never"
+    run_bytes, edges = whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends,
+                                       meta is not None and bool(meta.get("split", True)), mapped, BMP)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(plan, cp_len), uni, bpe)
+                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe)
+
+
+def _unigram_tuple(unigram: UnigramTables) -> tuple:
+    u = unigram.pieces
+    return (u.cells, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
+            np.array([unigram.unk_id, unigram.byte_fallback]))
 
 
 def _empty_unigram() -> tuple:
-    empty = UnigramTables.build([("a", 0.0)], 0, False)
-    u = empty.pieces
-    return (u.blob, u.starts, u.lengths, u.ids, u.slots, empty.scores, empty.byte_ids, np.array([0.0]),
-            np.array([0, 0, 1]))
+    return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
+
+
+def _bpe_tuple(tables: BpeTables) -> tuple:
+    v = tables.vocab
+    return (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.pair_keys, tables.pair_slots, tables.byte_ids,
+            np.array([2 if tables.bytes_isolated else int(tables.byte_fallback), tables.fuse_unk, tables.ignore_merges,
+                      tables.unk_mode, tables.unk_id], dtype=np.int64), tables.char_ids, tables.merge_table)
 
 
 def _empty_bpe() -> tuple:
-    empty = BpeTables.build({"a": 0}, [], None, False, False, False)
-    v = empty.vocab
-    return (v.blob, v.starts, v.lengths, v.ids, v.slots, empty.merge_keys, empty.merge_slots, empty.merge_rank,
-            empty.merge_new, empty.pair_keys, empty.pair_slots, empty.byte_ids, np.array([0, 0, 0, 0, -1]))
+    return _bpe_tuple(BpeTables.build({"a": 0}, [], None, False, False, False))

@@ -19,6 +19,8 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.cleaning import NotText, clean_bytes
 from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE
+from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
+from pipeline.kernels.trie import DoubleArray
 from pipeline.tokenizer.sentencepiece import (
     SentencePieceFastTokenizer,
     UnsupportedSentencePiece,
@@ -239,3 +241,89 @@ def test_unsupported_tokenizers_are_named():
     assert sentencepiece_support(regex) == ["normalizer Replace with pattern {'Regex': '[0-9]+'}"]
     with pytest.raises(UnsupportedSentencePiece, match="pre-tokenizer ByteLevel"):
         SentencePieceFastTokenizer(Tokenizer.from_str(json.dumps(bytelevel)), json.dumps(bytelevel))
+
+
+# Words around whitespace runs: the kernel cuts inside a text at a run of whitespace the normalizer
+# maps to spaces, between neighbours that keep it a word start (curly quotes, CJK, accented letters
+# on either side; `▁`, NBSP, marks, zero-width and format characters where it must not).
+_RUN_WORDS = st.sampled_from(["the", "The", "\u201cThat\u2019s", "\u2014", "end.\u201d", "\u2581x", "x\u2581", "\u2581",
+                              "e\u0301", "\u0301", "\u6f22\u5b57", "\u3002", "\u00a0", "x\u00a0", "\u200bx", "x\u200b",
+                              "\ufb01ne", "\uff21", "\u2163", "caf\u00e9", "<s>", "\U0001F600", "\r", "a\rb", "1,000"])
+_RUNS = st.sampled_from([" ", "\n", "\n\n", "\t", " \n ", "\x0c", "\x0b", "\r\n", "  ", "\n \n", "\u3000", " \u00a0 "])
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(("xlmr_unigram", "t5_unigram", "nmt_nfkc_unigram", "xlmr_unigram:deberta")),
+       parts=st.lists(st.tuples(_RUN_WORDS, _RUNS), min_size=1, max_size=14), twice=st.booleans())
+def test_whitespace_run_cuts_give_the_real_ids(name, parts, twice):
+    """Texts of words and whitespace runs give the real ids, also when encoded a second time (the
+    chunks and words then come from the cache)."""
+    text = "".join(word + run for word, run in parts)
+    _assert_same(name, text)
+    if twice:
+        _assert_same(name, text.strip())
+
+
+def test_whitespace_run_cuts_are_on_where_the_layout_allows_them():
+    """The kernel cuts at whitespace runs for the splitting, prepending Metaspace layouts whose
+    normalizer only maps characters and collapses spaces, and nowhere else."""
+    runs = {name: int(_pair(name)[1].tables.cuts[0][1]) for name in VARIANTS}
+    assert runs == {"xlmr_unigram": 1, "t5_unigram": 1, "nmt_nfkc_unigram": 1, "llama_bpe": 0,
+                    "xlmr_unigram:deberta": 0, "xlmr_unigram:never": 0, "xlmr_unigram:converter": 0,
+                    "llama_bpe:first": 0, "llama_bpe:gemma": 0}
+    t = _pair("xlmr_unigram")[1].tables
+    assert t.edges[ord("\u201c")] == 3 and t.edges[ord("a")] == 3
+    assert t.edges[ord("\u0301")] == 0 and t.edges[ord("\u00a0")] == 0  # a mark; NBSP maps to a space
+
+
+def test_plain_characters_skip_the_tail_operations_only_where_they_cannot_act():
+    """Curly quotes and letters are plain (one word: prefix and table output); `▁`, spaces, marks
+    behind a normalizer and characters the normalizer makes spaces are not; a newline is plain where nothing treats it as
+    whitespace (Llama-style: no pre-tokenizer, Replace of " " only)."""
+    xlmr, llama = _pair("xlmr_unigram")[1].tables, _pair("llama_bpe")[1].tables
+    for t in (xlmr, llama):
+        assert t.plain_prefix[0] == 3 and t.plain_cp[ord("\u201c")] and t.plain_cp[ord("\u00e9")]
+        assert not t.plain_cp[0x2581] and not t.plain_cp[0x20]
+    assert not xlmr.plain_cp[0x0301]  # a mark: not vouched for behind a normalizer (Llama has none)
+    assert not xlmr.plain_cp[0x0A] and not xlmr.plain_cp[0x3000]  # both normalise to a space
+    assert llama.plain_map[0x0A] == 0x0A and llama.plain_cp[0x3000]
+    assert not _pair("xlmr_unigram:deberta")[1].tables.plain_cp[0x3000]
+
+
+def test_long_texts_without_cuts_give_the_real_ids():
+    """A long text the kernel cannot cut (CJK without spaces, one long word) is one chunk, sized
+    from its own bytes (a worst-case bound of the 66-fold growth some characters allow asked for
+    hundreds of megabytes here)."""
+    cjk = "\u53e4\u8005\u9109\u6709\u7e09\u7d33\uff0c\u5bb6\u90a6\u53d7\u5176\u5e87\u852d\u3002" * 700
+    for name in ("xlmr_unigram", "nmt_nfkc_unigram", "llama_bpe"):
+        _assert_same(name, cjk)
+        _assert_same(name, "x" * 5000 + " " + cjk[:50])
+
+
+@settings(max_examples=40, deadline=None)
+@given(entries=st.dictionaries(st.binary(min_size=1, max_size=6), st.integers(0, 1 << 20), max_size=60),
+       probes=st.lists(st.binary(min_size=1, max_size=7), max_size=30))
+def test_double_array_trie_finds_exactly_its_keys(entries, probes):
+    """The Unigram model's trie returns each key's id, and -1 for prefixes and other strings."""
+    trie = DoubleArray.build(entries)
+    for key, value in entries.items():
+        assert trie.lookup(key) == value
+    for probe in probes:
+        assert trie.lookup(probe) == entries.get(probe, -1)
+        for k in range(1, len(probe)):
+            assert trie.lookup(probe[:k]) == entries.get(probe[:k], -1)
+
+
+def test_chunks_the_real_tokenizer_encoded_are_remembered():
+    """A chunk the kernel hands to the real tokenizer (a combining mark) gets the real ids, and the
+    next time it comes it is a cache hit with the same ids (no fallback span)."""
+    real, fast = _pair("xlmr_unigram")
+    fast.cache = chunk_cache(1 << 10)  # empty (the cache only changes the speed)
+    text = "ang ng\u0303 mg\u0303a loob, ng\u0303 x\u0301y"
+    expected = real.encode(text, add_special_tokens=False).ids
+    data = np.frombuffer(text.encode(), dtype=np.uint8)
+    for round_ in range(2):
+        out, spans = np.empty(256, np.int32), np.empty((64, 3), np.int64)
+        _, n_spans, _ = encode_kernel(data, 0, *fast._tables_args, fast.cache, out, 0, spans, 0)
+        assert (n_spans == 0) == (round_ == 1)
+        assert list(fast.encode(text)) == expected
