@@ -33,6 +33,7 @@ from pipeline.kernels.bytelevel import (
     N_CODE_POINTS,
     NUMBER,
     OTHER,
+    PADDING,
     PATTERNS,
     SPACE,
     ByteLevelCache,
@@ -45,6 +46,7 @@ from pipeline.tokenizer.errors import UnsupportedTokenizer
 
 FAMILY = "byte-level BPE"
 _CACHE_ENV = "MASKBEAM_CACHE"
+_PADDING = bytes(PADDING)
 
 
 def _byte_chars() -> dict[int, str]:
@@ -251,8 +253,9 @@ class ByteLevelFastTokenizer:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
     def _encode_valid(self, data: bytes) -> np.ndarray:
-        text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
-        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
+        prefix = b" " if self.prefix_space and data and not data.startswith(b" ") else b""
+        text = b"".join((prefix, data, _PADDING))  # one copy: the kernel reads a little past each word
+        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache, padded=True)
         if fallback.shape[0] == 0:
             return ids
         parts, previous = [], 0
