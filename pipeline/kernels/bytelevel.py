@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.word_cache import (
     MAX_IDS,
@@ -177,32 +177,6 @@ def _llama3_end(text, i, n, classes, fold):
 
 
 @kernel(inline="always")
-def _hash_step(h, byte):
-    return (h ^ np.uint64(byte)) * FNV_PRIME
-
-
-@kernel(inline="always")
-def _lookup_bytes(h, text, start, stop, blob, starts, lengths, ids, slots):
-    """The id of text[start:stop] (FNV hash h) in a ByteTable, or -1."""
-    mask = slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
-    n = stop - start
-    while slots[slot] != 0:
-        entry = slots[slot] - 1
-        if lengths[entry] == n:
-            base = starts[entry]
-            same = True
-            for q in range(n):
-                if blob[base + q] != text[start + q]:
-                    same = False
-                    break
-            if same:
-                return ids[entry]
-        slot = (slot + 1) & mask
-    return -1
-
-
-@kernel(inline="always")
 def _merge_lookup(a, b, keys, values):
     """(rank, new id) of merging ids a and b, or (-1, -1)."""
     key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
@@ -306,8 +280,8 @@ def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_k
         if ignore_merges and n <= max_key:
             h = FNV_OFFSET
             for q in range(start, stop):
-                h = _hash_step(h, text[q])
-            whole = _lookup_bytes(h, text, start, stop, v_blob, v_starts, v_lengths, v_ids, v_slots)
+                h = hash_step(h, text[q])
+            whole = lookup(h, text, start, stop, v_blob, v_starts, v_lengths, v_ids, v_slots)
             if whole >= 0:
                 out[n_out] = whole
                 done = n_out + 1
@@ -342,7 +316,7 @@ class ByteLevelTables:
             when the vocabulary lacks it.
         merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
         merge_values: int32, shape (slots, 2): rank and new id.
-        vocab_*: the vocabulary keyed by raw bytes (ByteTable arrays); max_key its longest key.
+        vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
     """
 
     classes: np.ndarray

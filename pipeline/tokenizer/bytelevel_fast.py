@@ -41,7 +41,7 @@ from pipeline.kernels.bytelevel import (
     encode_bytes,
     merge_table,
 )
-from pipeline.kernels.wordpiece import ByteTable
+from pipeline.kernels.hash_table import ByteTable
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 
 FAMILY = "byte-level BPE"
