@@ -37,6 +37,7 @@ from pipeline.kernels.word_cache import (
     cached_ids,
     remember,
     set_shift,
+    single_id,
     word_key,
     word_set,
 )
@@ -245,12 +246,14 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
 
 @kernel()
 def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_keys,
-                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, records, out, fallback):
+                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
+                   fallback):
     """Pre-tokenize and BPE valid UTF-8 text (followed by PADDING bytes); returns (n_out, n_fallback).
     fallback[k] = (byte start, byte stop, position in out) of a word left to the real model.
 
-    A word of up to WORD_BYTES bytes is first looked up in the word cache (one cache line), then, on a
-    miss, in the vocabulary (`ignore_merges`) or merged, and remembered."""
+    A word of up to 8 bytes that is one token is found in `singles` (small, so it stays in the CPU's
+    cache); any other word of up to WORD_BYTES bytes is looked up in the word cache (one cache line),
+    then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered."""
     symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
@@ -258,6 +261,7 @@ def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_k
     n_fallback = 0
     size = text.shape[0] - PADDING
     shift = set_shift(records)
+    single_shift = set_shift(singles) - np.uint64(1)
     position = 0
     while position < size:
         if pattern == GPT2:
@@ -271,6 +275,12 @@ def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_k
         k0 = k1 = k2 = np.uint64(0)
         if n <= WORD_BYTES:
             k0, k1, k2 = word_key(text, start, n)
+            if n <= 8:
+                single = single_id(singles, k0, n, single_shift)
+                if single >= 0:
+                    out[n_out] = single
+                    n_out += 1
+                    continue
             row = word_set(k0, k1, k2, n, shift)
             done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
             if done >= 0:
@@ -317,6 +327,7 @@ class ByteLevelTables:
         merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
         merge_values: int32, shape (slots, 2): rank and new id.
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
+        singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
     """
 
     classes: np.ndarray
@@ -332,6 +343,7 @@ class ByteLevelTables:
     vocab_ids: np.ndarray
     vocab_slots: np.ndarray
     max_key: int
+    singles: np.ndarray
 
 
 def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -389,7 +401,7 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
     args = (text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
             tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
-            tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.records, out)
+            tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles, cache.records, out)
     n_out, n_fallback = _encode_kernel(*args, fallback)
     if n_fallback < 0:  # more fallback words than room: again with room for one per byte
         fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)

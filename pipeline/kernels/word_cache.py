@@ -125,3 +125,36 @@ class PackedWordCache:
         raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)
         skip = (-raw.ctypes.data % 64) // 8
         return cls(records=raw[skip:skip + rows * RECORD_WORDS].reshape(rows, RECORD_WORDS))
+
+
+def single_table(words: dict[bytes, int]) -> np.ndarray:
+    """The words (1 to 8 bytes) that are one token, as an open-addressing table for `single_id`:
+    uint64, shape (power of two >= 2 x len(words), 2): packed bytes, then length | id << 32 (length
+    0: empty). A hit reads one small, hot table instead of a record of the large cache."""
+    size = 1 << max(4, (2 * max(len(words), 1) - 1).bit_length())
+    table = np.zeros((size, 2), dtype=np.uint64)
+    shift = 64 - (size - 1).bit_length()
+    for word in sorted(words):
+        if not 1 <= len(word) <= 8:
+            raise ValueError(f"a single-token word has 1 to 8 bytes, got {word!r}")
+        key = int.from_bytes(word, "little")
+        slot = (((key ^ len(word)) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF) >> shift
+        while table[slot, 1]:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = (key, len(word) | (words[word] << 32))
+    return table
+
+
+@kernel(inline="always")
+def single_id(table, k0, n, shift):
+    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
+    or -1; `shift` is 64 - log2 of the table's size."""
+    mask = table.shape[0] - 1
+    slot = np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
+    while True:
+        meta = table[slot, 1]
+        if meta == 0:
+            return -1
+        if table[slot, 0] == k0 and (meta & _LOW_BYTE) == np.uint64(n):
+            return np.int64(meta >> np.uint64(32))
+        slot = (slot + 1) & mask

@@ -201,3 +201,20 @@ def test_a_tokenizer_no_family_claims_is_named():
     backend, why = choose_backend("auto", config)
     assert backend == "hf" and len(why) == 1
     assert why[0].startswith("no fast family for a model BPE with pre-tokenizer Whitespace (fast families: WordPiece")
+
+
+@pytest.mark.parametrize("ignore_merges, expected", [(False, ["a", "bc"]), (True, ["abc"])])
+def test_a_vocabulary_entry_the_merges_never_build_is_not_one_token(ignore_merges, expected):
+    """`abc` is in the vocabulary, but `b c` outranks `a b` and no merge joins `a` and `bc`: BPE
+    makes `a bc`, unless `ignore_merges` looks the whole word up first. The one-token-word table
+    must follow the model, not the vocabulary."""
+    from tokenizers import models, pre_tokenizers
+
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5, "Ġ": 6}
+    real = Tokenizer(models.BPE(vocab=vocab, merges=[("b", "c"), ("a", "b"), ("ab", "c")],
+                                ignore_merges=ignore_merges))
+    real.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    fast = FastTokenizer(real, real.to_str())
+    ids = fast.encode("abc")
+    assert [real.id_to_token(int(i)) for i in ids] == expected
+    np.testing.assert_array_equal(ids, real.encode("abc", add_special_tokens=False).ids)
