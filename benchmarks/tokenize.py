@@ -3,11 +3,14 @@ encode_batch_fast) and `tokie` (a Rust tokenizer, `pip install tokie`), on the s
 pinned to one core. Every method's ids are checked against HF's before any time counts.
 
     python -m benchmarks.tokenize --corpus DIR --tokenizer DIR_OR_JSON [--repeat 3] [--hf_mb 40] [--unit documents]
+        [--scale 10]
 
 `--unit pieces` (default, WordPiece's published figures) encodes blank-line paragraphs (ours joins a
 batch with spaces, the same ids for WordPiece); `--unit documents` encodes each whole cleaned book in
 one call (what the job does; the only fair unit for byte-level BPE and SentencePiece, whose ids
-depend on the whitespace that paragraph pieces drop).
+depend on the whitespace that paragraph pieces drop). With documents `tokie` is timed two ways:
+`encode_batch_flat` of one document (ids as a numpy array, as ours returns them: the fair peer) and
+`encode(text).ids` (a Python list: about 40% slower, the way session-6 figures were taken).
 
 Prints one JSON line (MB/s per method: median, min, max; ratios to encode_batch_fast). HF runs at
 2 MB/s on one thread, so it is timed on the first `--hf_mb` megabytes of the same pieces (its rate
@@ -72,8 +75,11 @@ def _methods(tokenizer_path: str, unit: str):
         if unit == "pieces":
             methods["tokie encode_batch"] = lambda batch: [
                 e.ids for e in peer.encode_batch(batch, add_special_tokens=False)]
-        else:
-            methods["tokie encode"] = lambda batch: [peer.encode(text, add_special_tokens=False).ids for text in batch]
+        else:  # its fastest way to an id array (no Python list), and the `.ids` list the earlier figures used
+            methods["tokie encode_batch_flat"] = lambda batch: [
+                peer.encode_batch_flat([text], add_special_tokens=False)[0] for text in batch]
+            methods["tokie encode().ids"] = lambda batch: [
+                peer.encode(text, add_special_tokens=False).ids for text in batch]
     except ImportError:
         pass
     return methods
@@ -101,10 +107,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--hf_mb", type=float, default=40.0)
     parser.add_argument("--unit", choices=["pieces", "documents"], default="pieces")
+    parser.add_argument("--scale", type=int, default=1,
+                        help="the corpus this many times over (in memory: the same as a scaled corpus on disk)")
     args = parser.parse_args(argv)
+    if args.scale < 1:
+        parser.error(f"--scale must be >= 1, got {args.scale}")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    pieces = _pieces(Path(args.corpus), args.unit)
+    pieces = _pieces(Path(args.corpus), args.unit) * args.scale
     batches = _batches(pieces, args.unit)
     sizes = [sum(len(p.encode()) for p in batch) for batch in batches]
     hf_batches, total = [], 0
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {name: (statistics.median(r), min(r), max(r)) for name, r in rates.items()}
     base = summary["hf encode_batch_fast"][0]
     report = {"mb_per_s": summary, "vs_encode_batch_fast": {name: s[0] / base for name, s in summary.items()},
-              "corpus_mb": sum(sizes) / 1e6, "hf_mb": total / 1e6, "threads": 1, "unit": args.unit,
+              "corpus_mb": sum(sizes) / 1e6, "hf_mb": total / 1e6, "threads": 1, "unit": args.unit, "scale": args.scale,
               "inexact": inexact}
     for name, (median, low, high) in summary.items():
         print(f"{name:22s} {median:8.2f} MB/s ({low:.2f}-{high:.2f})  x{median / base:5.1f} vs encode_batch_fast")
