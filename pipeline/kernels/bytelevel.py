@@ -109,6 +109,20 @@ def _contraction(text, i, n, fold, ignore_case):
 
 
 @kernel(inline="always")
+def _letter_word_end(text, i, n, classes):
+    """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
+    (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
+    there), else -1. Most words take this path and skip the general dispatch."""
+    b = text[i]
+    if b == 32 and i + 1 < n:
+        b = text[i + 1]
+        i += 1
+    if b < 0x80 and classes[b] == LETTER:
+        return _run(text, i + 1, n, classes, LETTER)[0]
+    return -1
+
+
+@kernel(inline="always")
 def _gpt2_end(text, i, n, classes, fold):
     """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
     length = _contraction(text, i, n, fold, False)
@@ -264,10 +278,12 @@ def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_k
     single_shift = set_shift(singles) - np.uint64(1)
     position = 0
     while position < size:
-        if pattern == GPT2:
-            stop = _gpt2_end(text, position, size, classes, fold)
-        else:
-            stop = _llama3_end(text, position, size, classes, fold)
+        stop = _letter_word_end(text, position, size, classes)
+        if stop < 0:
+            if pattern == GPT2:
+                stop = _gpt2_end(text, position, size, classes, fold)
+            else:
+                stop = _llama3_end(text, position, size, classes, fold)
         start = position
         position = stop
         n = stop - start
