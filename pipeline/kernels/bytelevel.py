@@ -14,9 +14,11 @@ The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed b
 
 A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
 word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
-until none is in the merges. Words of up to WORD_BYTES bytes are kept in the word cache
-(`pipeline.kernels.word_cache`: the word's bytes are its key, a hit reads one cache line), so a
-repeated word costs a packed load and a compare. A word the tables cannot vouch for (a byte without
+until none is in the merges. A word of up to 8 bytes that the model makes one token (most words)
+is found in a small table of such words built by asking the model (`word_cache.single_table`); other
+words of up to WORD_BYTES bytes are kept in the word cache (`pipeline.kernels.word_cache`: the
+word's bytes are its key, a hit reads one cache line), so a repeated word costs a packed load and a
+compare. A word the tables cannot vouch for (a byte without
 an initial id, so `[UNK]`/byte fallback decide, or longer than MAX_KERNEL_WORD) is returned as a
 *fallback word* for the real model, its ids spliced in at the recorded position.
 """
