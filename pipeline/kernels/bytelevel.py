@@ -14,11 +14,13 @@ The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed b
 
 A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
 word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
-until none is in the merges. Words that are not one vocabulary entry are kept in a direct-mapped
-cache checked byte for byte, so a repeated word costs a hash and a compare. A word the tables
-cannot vouch for (a byte without an initial id, so `[UNK]`/byte fallback decide, or longer than
-MAX_KERNEL_WORD) is returned as a *fallback word* for the real model, its ids spliced in at the
-recorded position.
+until none is in the merges. A word of up to 8 bytes that the model makes one token (most words)
+is found in a small table of such words built by asking the model (`word_cache.single_table`); other
+words of up to WORD_BYTES bytes are kept in the word cache (`pipeline.kernels.word_cache`: the
+word's bytes are its key, a hit reads one cache line), so a repeated word costs a packed load and a
+compare. A word the tables cannot vouch for (a byte without
+an initial id, so `[UNK]`/byte fallback decide, or longer than MAX_KERNEL_WORD) is returned as a
+*fallback word* for the real model, its ids spliced in at the recorded position.
 """
 
 from __future__ import annotations
@@ -27,8 +29,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.jit import kernel
+from pipeline.kernels.word_cache import (
+    MAX_IDS,
+    PADDING,
+    WORD_BYTES,
+    PackedWordCache,
+    cached_ids,
+    remember,
+    set_shift,
+    single_id,
+    word_key,
+    word_set,
+)
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 N_CODE_POINTS = 0x110000
@@ -38,11 +52,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
-CACHE_WORD_BYTES = 24
-CACHE_IDS = 12  # a count, then up to 11 ids
-CACHE_SLOTS = 1 << 16
-_HIGH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)
-
+NO_MERGE = np.int32(0x7FFFFFFF)
 
 @kernel(inline="always")
 def _char(text, i, n):
@@ -98,6 +108,20 @@ def _contraction(text, i, n, fold, ignore_case):
     if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
         return 1 + wa + wb
     return 0
+
+
+@kernel(inline="always")
+def _letter_word_end(text, i, n, classes):
+    """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
+    (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
+    there), else -1. Most words take this path and skip the general dispatch."""
+    b = text[i]
+    if b == 32 and i + 1 < n:
+        b = text[i + 1]
+        i += 1
+    if b < 0x80 and classes[b] == LETTER:
+        return _run(text, i + 1, n, classes, LETTER)[0]
+    return -1
 
 
 @kernel(inline="always")
@@ -170,32 +194,6 @@ def _llama3_end(text, i, n, classes, fold):
 
 
 @kernel(inline="always")
-def _hash_step(h, byte):
-    return (h ^ np.uint64(byte)) * FNV_PRIME
-
-
-@kernel(inline="always")
-def _lookup_bytes(h, text, start, stop, blob, starts, lengths, ids, slots):
-    """The id of text[start:stop] (FNV hash h) in a ByteTable, or -1."""
-    mask = slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
-    n = stop - start
-    while slots[slot] != 0:
-        entry = slots[slot] - 1
-        if lengths[entry] == n:
-            base = starts[entry]
-            same = True
-            for q in range(n):
-                if blob[base + q] != text[start + q]:
-                    same = False
-                    break
-            if same:
-                return ids[entry]
-        slot = (slot + 1) & mask
-    return -1
-
-
-@kernel(inline="always")
 def _merge_lookup(a, b, keys, values):
     """(rank, new id) of merging ids a and b, or (-1, -1)."""
     key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
@@ -208,10 +206,21 @@ def _merge_lookup(a, b, keys, values):
     return -1, -1
 
 
+@kernel(inline="always")
+def _pair(symbols, q, merge_keys, merge_values, ranks, news):
+    """Looks up the pair (symbols[q], symbols[q + 1]) into ranks[q], news[q] (NO_MERGE when none)."""
+    rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merge_keys, merge_values)
+    ranks[q] = rank if rank >= 0 else NO_MERGE
+    news[q] = new_id
+
+
 @kernel()
-def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_out):
+def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out):
     """BPE of the word text[start:stop] into out[n_out:]; returns the new n_out, or -1 when a byte
-    has no initial id (the real model decides what [UNK] or byte fallback make of it)."""
+    has no initial id (the real model decides what [UNK] or byte fallback make of it).
+
+    The pair of lowest (rank, position) is merged until no pair is a merge, as `BPE.merge_word`
+    does; each pair's rank is looked up once and only the two pairs around a merge again."""
     n = stop - start
     for q in range(n):
         variant = 1  # a middle symbol
@@ -225,23 +234,27 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_o
         if symbol < 0:
             return -1
         symbols[q] = symbol
+    for q in range(n - 1):
+        _pair(symbols, q, merge_keys, merge_values, ranks, news)
     count = n
     while count > 1:
-        best_rank = -1
-        best = -1
-        best_id = -1
-        for q in range(count - 1):
-            rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merge_keys, merge_values)
-            if rank >= 0 and (best_rank < 0 or rank < best_rank):
-                best_rank = rank
+        best = 0
+        for q in range(1, count - 1):
+            if ranks[q] < ranks[best]:
                 best = q
-                best_id = new_id
-        if best < 0:
+        if ranks[best] == NO_MERGE:
             break
-        symbols[best] = best_id
+        symbols[best] = news[best]
         for q in range(best + 1, count - 1):
             symbols[q] = symbols[q + 1]
+        for q in range(best + 1, count - 2):
+            ranks[q] = ranks[q + 1]
+            news[q] = news[q + 1]
         count -= 1
+        if best > 0:
+            _pair(symbols, best - 1, merge_keys, merge_values, ranks, news)
+        if best < count - 1:
+            _pair(symbols, best, merge_keys, merge_values, ranks, news)
     for q in range(count):
         out[n_out + q] = symbols[q]
     return n_out + count
@@ -249,49 +262,59 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_o
 
 @kernel()
 def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_keys,
-                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key,
-                   cache_keys, cache_words, cache_ids, out, fallback):
-    """Pre-tokenize and BPE valid UTF-8 text; returns (n_out, n_fallback). fallback[k] = (byte start,
-    byte stop, position in out) of a word left to the real model."""
-    cache_mask = cache_keys.shape[0] - 1
+                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
+                   fallback):
+    """Pre-tokenize and BPE valid UTF-8 text (followed by PADDING bytes); returns (n_out, n_fallback).
+    fallback[k] = (byte start, byte stop, position in out) of a word left to the real model.
+
+    A word of up to 8 bytes that is one token is found in `singles` (small, so it stays in the CPU's
+    cache); any other word of up to WORD_BYTES bytes is looked up in the word cache (one cache line),
+    then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered."""
     symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
+    ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
+    news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     n_out = 0
     n_fallback = 0
-    size = text.shape[0]
+    size = text.shape[0] - PADDING
+    shift = set_shift(records)
+    single_shift = set_shift(singles) - np.uint64(1)
     position = 0
     while position < size:
-        if pattern == GPT2:
-            stop = _gpt2_end(text, position, size, classes, fold)
-        else:
-            stop = _llama3_end(text, position, size, classes, fold)
+        stop = _letter_word_end(text, position, size, classes)
+        if stop < 0:
+            if pattern == GPT2:
+                stop = _gpt2_end(text, position, size, classes, fold)
+            else:
+                stop = _llama3_end(text, position, size, classes, fold)
         start = position
         position = stop
         n = stop - start
-        h = FNV_OFFSET
-        for q in range(start, stop):
-            h = _hash_step(h, text[q])
+        row = -1
+        k0 = k1 = k2 = np.uint64(0)
+        if n <= WORD_BYTES:
+            k0, k1, k2 = word_key(text, start, n)
+            if n <= 8:
+                single = single_id(singles, k0, n, single_shift)
+                if single >= 0:
+                    out[n_out] = single
+                    n_out += 1
+                    continue
+            row = word_set(k0, k1, k2, n, shift)
+            done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
+            if done >= 0:
+                n_out = done
+                continue
+        done = -1
         if ignore_merges and n <= max_key:
-            whole = _lookup_bytes(h, text, start, stop, v_blob, v_starts, v_lengths, v_ids, v_slots)
+            h = FNV_OFFSET
+            for q in range(start, stop):
+                h = hash_step(h, text[q])
+            whole = lookup(h, text, start, stop, v_blob, v_starts, v_lengths, v_ids, v_slots)
             if whole >= 0:
                 out[n_out] = whole
-                n_out += 1
-                continue
-        slot = np.int64(h & np.uint64(cache_mask))
-        key = (h & _HIGH_BITS) | np.uint64(n)
-        hit = n <= CACHE_WORD_BYTES and cache_keys[slot] == key
-        if hit:
-            for q in range(n):
-                if cache_words[slot, q] != text[start + q]:
-                    hit = False
-                    break
-        if hit:
-            for q in range(cache_ids[slot, 0]):
-                out[n_out] = cache_ids[slot, q + 1]
-                n_out += 1
-            continue
-        done = -1
-        if n <= MAX_KERNEL_WORD:
-            done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, out, n_out)
+                done = n_out + 1
+        if done < 0 and n <= MAX_KERNEL_WORD:
+            done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out)
         if done < 0:
             if n_fallback == fallback.shape[0]:
                 return n_out, -1
@@ -300,13 +323,8 @@ def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_k
             fallback[n_fallback, 2] = n_out
             n_fallback += 1
             continue
-        if n <= CACHE_WORD_BYTES and done - n_out < CACHE_IDS:
-            cache_keys[slot] = key
-            for q in range(n):
-                cache_words[slot, q] = text[start + q]
-            cache_ids[slot, 0] = done - n_out
-            for q in range(done - n_out):
-                cache_ids[slot, q + 1] = out[n_out + q]
+        if row >= 0 and done - n_out <= MAX_IDS:
+            remember(records, row, k0, k1, k2, n, out, n_out, done - n_out)
         n_out = done
     return n_out, n_fallback
 
@@ -326,7 +344,8 @@ class ByteLevelTables:
             when the vocabulary lacks it.
         merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
         merge_values: int32, shape (slots, 2): rank and new id.
-        vocab_*: the vocabulary keyed by raw bytes (ByteTable arrays); max_key its longest key.
+        vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
+        singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
     """
 
     classes: np.ndarray
@@ -342,6 +361,7 @@ class ByteLevelTables:
     vocab_ids: np.ndarray
     vocab_slots: np.ndarray
     max_key: int
+    singles: np.ndarray
 
 
 def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -368,29 +388,19 @@ def _fill_merges(pair_keys, pair_values, keys, values):
         values[slot, 1] = pair_values[i, 1]
 
 
-@dataclass(frozen=True)
-class ByteLevelCache:
-    """The kernel's direct-mapped cache of tokenized words (bounded: CACHE_SLOTS entries)."""
-
-    keys: np.ndarray
-    words: np.ndarray
-    ids: np.ndarray
-
-    @classmethod
-    def empty(cls, slots: int = CACHE_SLOTS) -> ByteLevelCache:
-        if slots & (slots - 1):
-            raise ValueError(f"cache slots must be a power of two, got {slots}")
-        return cls(keys=np.zeros(slots, dtype=np.uint64), words=np.zeros((slots, CACHE_WORD_BYTES), dtype=np.uint8),
-                   ids=np.zeros((slots, CACHE_IDS), dtype=np.int32))
+ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
 
 
-def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache) -> tuple[np.ndarray, np.ndarray]:
+def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache,
+                 padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Byte-level BPE of valid UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
 
     Args:
         text: uint8, shape (n,): valid UTF-8 (the caller checks: the kernel trusts every lead byte).
         tables: the tokenizer's tables.
         cache: tokenized words remembered between calls (updated in place; never changes the ids).
+        padded: whether `text` ends with PADDING bytes that are not part of the text (the kernel reads
+            up to PADDING bytes past a word; without them the text is copied into a padded buffer).
 
     Returns:
         (ids: int32 (m,), fallback: int64 (k, 3)): each fallback word's byte start and stop in
@@ -398,17 +408,20 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     """
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
-    text = np.ascontiguousarray(text)
+    if padded and text.shape[0] < PADDING:
+        raise ValueError(f"a padded text has at least {PADDING} bytes, got {text.shape[0]}")
+    if not padded or not text.flags.c_contiguous:
+        size = text.shape[0] - PADDING if padded else text.shape[0]
+        buffer = np.zeros(size + PADDING, dtype=np.uint8)
+        buffer[:size] = text[:size]
+        text = buffer
     out = np.empty(text.shape[0] + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
-    n_out, n_fallback = _encode_kernel(
-        text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
-        tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
-        tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
+    args = (text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
+            tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
+            tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles, cache.records, out)
+    n_out, n_fallback = _encode_kernel(*args, fallback)
     if n_fallback < 0:  # more fallback words than room: again with room for one per byte
         fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)
-        n_out, n_fallback = _encode_kernel(
-            text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
-            tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
-            tables.vocab_ids, tables.vocab_slots, tables.max_key, cache.keys, cache.words, cache.ids, out, fallback)
+        n_out, n_fallback = _encode_kernel(*args, fallback)
     return out[:n_out], fallback[:n_fallback]

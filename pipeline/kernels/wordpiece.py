@@ -22,7 +22,8 @@ recorded position. A span starts and ends at a split point, so encoding it alone
 ids it gets inside the whole text.
 
 The vocabulary lives in two open-addressing hash tables of byte strings (word starts, and
-continuations without their prefix), keys compared byte for byte on every hit.
+continuations without their prefix; `pipeline.kernels.hash_table.ByteTable`), keys compared byte
+for byte on every hit.
 """
 
 from __future__ import annotations
@@ -31,88 +32,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
 from pipeline.kernels.jit import kernel
 
 CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE, OTHER = 0, 1, 2, 3, 4
 BMP = 0x10000
 _FNV_OFFSET = FNV_OFFSET
-_FNV_PRIME = FNV_PRIME
 _HIGH_BITS = np.uint64(0xFFFFFFFFFFFF0000)  # a cache key is the hash's high bits and the word length
 CACHE_SLOTS = 1 << 16  # words (not single vocabulary entries) remembered per tokenizer: about 6 MB
 CACHE_WORD_BYTES = 32
 CACHE_IDS = 16  # a count, then up to 15 ids
 MAX_FALLBACK_BYTES = 1 << 16  # a fallback span is cut at a chunk boundary past this size
 MAX_WORD_BYTES = 1 << 16  # a longer word is [UNK] whatever max_input_chars_per_word says (<= 100 in practice)
-
-
-@dataclass(frozen=True)
-class ByteTable:
-    """An open-addressing hash table from byte strings to ids.
-
-    Attributes:
-        blob: uint8, every key's bytes one after another.
-        starts, lengths: int64, shape (n,): where key i lies in `blob`.
-        ids: int32, shape (n,): the id of key i.
-        slots: int32, shape (power of two,): key index + 1 of each slot, 0 when empty.
-    """
-
-    blob: np.ndarray
-    starts: np.ndarray
-    lengths: np.ndarray
-    ids: np.ndarray
-    slots: np.ndarray
-
-    @classmethod
-    def build(cls, entries: dict[bytes, int]) -> ByteTable:
-        keys = sorted(entries)
-        lengths = np.array([len(k) for k in keys], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if keys else np.zeros(0, np.int64)
-        blob = np.frombuffer(b"".join(keys), dtype=np.uint8).copy() if keys else np.zeros(1, np.uint8)
-        ids = np.array([entries[k] for k in keys], dtype=np.int32)
-        size = 1 << max(4, int(2 * max(len(keys), 1) - 1).bit_length())
-        slots = np.zeros(size, dtype=np.int32)
-        _fill_slots(blob, starts, lengths, slots)
-        return cls(blob=blob, starts=starts, lengths=lengths, ids=ids, slots=slots)
-
-
-@kernel()
-def _hash_step(h, byte):
-    return (h ^ np.uint64(byte)) * _FNV_PRIME
-
-
-@kernel()
-def _fill_slots(blob, starts, lengths, slots):
-    mask = slots.shape[0] - 1
-    for i in range(starts.shape[0]):
-        h = _FNV_OFFSET
-        for k in range(starts[i], starts[i] + lengths[i]):
-            h = _hash_step(h, blob[k])
-        slot = np.int64(h & np.uint64(mask))
-        while slots[slot] != 0:
-            slot = (slot + 1) & mask
-        slots[slot] = i + 1
-
-
-@kernel()
-def _lookup(h, word, start, stop, blob, starts, lengths, ids, slots):
-    """The id of word[start:stop] whose FNV hash is h, or -1."""
-    mask = slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
-    n = stop - start
-    while slots[slot] != 0:
-        entry = slots[slot] - 1
-        if lengths[entry] == n:
-            base = starts[entry]
-            same = True
-            for k in range(n):
-                if blob[base + k] != word[start + k]:
-                    same = False
-                    break
-            if same:
-                return ids[entry]
-        slot = (slot + 1) & mask
-    return -1
 
 
 @kernel()
@@ -171,7 +102,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                 if ascii_letter[b] != 0:  # the common case: an ASCII letter or digit, one byte
                     if n_word < MAX_WORD_BYTES:
                         word[n_word] = ascii_letter[b]
-                    word_hash = _hash_step(word_hash, ascii_letter[b])
+                    word_hash = hash_step(word_hash, ascii_letter[b])
                     n_word += 1
                     j += 1
                     continue
@@ -185,7 +116,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                 for k in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
                     if n_word < MAX_WORD_BYTES:
                         word[n_word] = letters[k]
-                    word_hash = _hash_step(word_hash, letters[k])
+                    word_hash = hash_step(word_hash, letters[k])
                     n_word += 1
                 j += width
                 continue
@@ -201,7 +132,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                 h = word_hash  # FNV of the word, hashed as its letters arrived
                 whole = -1
                 if n_word <= max_key:
-                    whole = _lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
+                    whole = lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
                 if whole >= 0:
                     out[n_out] = whole
                     n_out += 1
@@ -227,20 +158,20 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                             if position > 0 and n_word - position <= max_key:
                                 h = _FNV_OFFSET
                                 for k in range(position, n_word):
-                                    h = _hash_step(h, word[k])
-                                best_id = _lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
+                                    h = hash_step(h, word[k])
+                                best_id = lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
                                                   c_slots)
                                 if best_id >= 0:
                                     best_end = n_word
                             if best_end < 0:
                                 h = _FNV_OFFSET
                                 for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
-                                    h = _hash_step(h, word[end - 1])
+                                    h = hash_step(h, word[end - 1])
                                     if position == 0:
-                                        found = _lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids,
+                                        found = lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids,
                                                         w_slots)
                                     else:
-                                        found = _lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids,
+                                        found = lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids,
                                                         c_slots)
                                     if found >= 0:
                                         best_end = end

@@ -33,6 +33,7 @@ from pipeline.kernels.bytelevel import (
     N_CODE_POINTS,
     NUMBER,
     OTHER,
+    PADDING,
     PATTERNS,
     SPACE,
     ByteLevelCache,
@@ -40,11 +41,13 @@ from pipeline.kernels.bytelevel import (
     encode_bytes,
     merge_table,
 )
-from pipeline.kernels.wordpiece import ByteTable
+from pipeline.kernels.hash_table import ByteTable
+from pipeline.kernels.word_cache import single_table
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 
 FAMILY = "byte-level BPE"
 _CACHE_ENV = "MASKBEAM_CACHE"
+_PADDING = bytes(PADDING)
 
 
 def _byte_chars() -> dict[int, str]:
@@ -184,6 +187,20 @@ def probe_fold(pattern: str) -> np.ndarray:
     return fold
 
 
+def _one_token_words(real, vocab: dict[str, int], suffix: str) -> dict[bytes, int]:
+    """Every word of up to 8 bytes that the real model (`real`) makes one token, with that token's
+    id: each token's text (less the end-of-word suffix) is tried as a word, and the model itself says."""
+    words: dict[bytes, int] = {}
+    for token in vocab:
+        word = token[:-len(suffix)] if suffix and token.endswith(suffix) else token
+        if not word or len(word) > 8 or not all(c in CHAR_BYTES for c in word):
+            continue
+        found = real.tokenize(word)
+        if len(found) == 1:
+            words[bytes(CHAR_BYTES[c] for c in word)] = found[0].id
+    return words
+
+
 @lru_cache(maxsize=4)
 def _tables(tokenizer_json: str) -> ByteLevelTables:
     """The kernel's tables of a tokenizer, built once per process."""
@@ -209,11 +226,12 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
             by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
     words = ByteTable.build(by_bytes)
     keys, values = merge_table(pairs)
+    singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
     return ByteLevelTables(classes=_cached_classes(), fold=probe_fold(pattern), pattern=PATTERNS[pattern],
                            ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
                            merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,
                            vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
-                           max_key=max((len(k) for k in by_bytes), default=1))
+                           max_key=max((len(k) for k in by_bytes), default=1), singles=singles)
 
 
 class ByteLevelFastTokenizer:
@@ -251,8 +269,9 @@ class ByteLevelFastTokenizer:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
     def _encode_valid(self, data: bytes) -> np.ndarray:
-        text = b" " + data if self.prefix_space and data and not data.startswith(b" ") else data
-        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache)
+        prefix = b" " if self.prefix_space and data and not data.startswith(b" ") else b""
+        text = b"".join((prefix, data, _PADDING))  # one copy: the kernel reads a little past each word
+        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache, padded=True)
         if fallback.shape[0] == 0:
             return ids
         parts, previous = [], 0

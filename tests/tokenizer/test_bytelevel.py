@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.kernels.bytelevel import GPT2_PATTERN, LETTER, NUMBER, OTHER, SPACE
+from pipeline.kernels.bytelevel import GPT2_PATTERN, LETTER, NUMBER, OTHER, SPACE, ByteLevelCache
 from pipeline.tokenizer.bytelevel_fast import _cached_classes
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
 from tests.conftest import BOOKS
@@ -94,6 +95,54 @@ def test_random_risky_strings_give_the_real_ids(name, text):
     assert_same(name, text)
 
 
+_LETTERS = "etaoinshrdlu" + "ETAOIN" + "\u00e9\u00df\u5b57\u0436\U0001D4B3"
+
+
+@functools.lru_cache(maxsize=1)
+def _book_words() -> list[str]:
+    """Distinct words of a shared book, of every length (real words: few ids each, so they are cached)."""
+    text = sorted(BOOKS.glob("*.txt"))[0].read_text(encoding="utf-8", errors="replace")
+    return sorted(set(re.findall(r"[A-Za-z]+", text)))
+
+
+def _word_lengths_text(seed: int) -> str:
+    """Words of 1 to 30 bytes (both sides of the word cache's 8/16/24-byte key boundaries; book words
+    and random ones with multi-byte letters), each next to a twin that differs in its last letter
+    only, the two repeated in turn (so a four-record cache hits, and twins meet in one set), then NUL,
+    digit or contraction runs."""
+    rng = np.random.default_rng(seed)
+    book = _book_words()
+    seps = ["\n", "\x00", " 12345", ",", "'s", "  "]
+    parts = []
+    for i in range(300):
+        if i % 3:  # a book word, or two (the long words the 16-24-byte keys hold)
+            word = "".join(book[int(k)] for k in rng.integers(len(book), size=i % 3))
+        else:
+            word = ""
+            target = int(rng.integers(1, 31))
+            while len(word.encode()) < target:
+                word += _LETTERS[int(rng.integers(len(_LETTERS)))]
+        twin = word[:-1] + "xyz"[int(rng.integers(3))]
+        parts.append(f" {word} {twin} {word} {twin} {word}{seps[i % len(seps)]}")
+    return "".join(parts)
+
+
+@pytest.mark.parametrize("name", ["roberta", "llama3", "gpt2_affixes"])
+def test_a_tiny_word_cache_that_evicts_every_word_gives_the_real_ids(name):
+    """Four cache records for hundreds of words: every lookup collides, evicts or hits a neighbour's
+    set, and hits must still copy the right ids (1 to many per word, words of every key length)."""
+    real, _ = pair(name)
+    fast = FastTokenizer(real, tokenizer_json(name))
+    fast._impl.cache = ByteLevelCache.empty(2)
+    for seed in range(3):
+        text = _word_lengths_text(seed)
+        expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        for _ in range(2):
+            np.testing.assert_array_equal(fast.encode(text), expected)
+    with pytest.raises(ValueError, match="power of two"):
+        ByteLevelCache.empty(3)
+
+
 def test_the_class_table_is_the_regex_engines():
     """Spot checks of the probed \\p{L} / \\p{N} / \\s table: what Python and onig agree on."""
     classes = _cached_classes()
@@ -152,3 +201,20 @@ def test_a_tokenizer_no_family_claims_is_named():
     backend, why = choose_backend("auto", config)
     assert backend == "hf" and len(why) == 1
     assert why[0].startswith("no fast family for a model BPE with pre-tokenizer Whitespace (fast families: WordPiece")
+
+
+@pytest.mark.parametrize("ignore_merges, expected", [(False, ["a", "bc"]), (True, ["abc"])])
+def test_a_vocabulary_entry_the_merges_never_build_is_not_one_token(ignore_merges, expected):
+    """`abc` is in the vocabulary, but `b c` outranks `a b` and no merge joins `a` and `bc`: BPE
+    makes `a bc`, unless `ignore_merges` looks the whole word up first. The one-token-word table
+    must follow the model, not the vocabulary."""
+    from tokenizers import models, pre_tokenizers
+
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5, "Ġ": 6}
+    real = Tokenizer(models.BPE(vocab=vocab, merges=[("b", "c"), ("a", "b"), ("ab", "c")],
+                                ignore_merges=ignore_merges))
+    real.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    fast = FastTokenizer(real, real.to_str())
+    ids = fast.encode("abc")
+    assert [real.id_to_token(int(i)) for i in ids] == expected
+    np.testing.assert_array_equal(ids, real.encode("abc", add_special_tokens=False).ids)

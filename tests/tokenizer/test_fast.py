@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from pipeline.kernels.cleaning import NotText, clean_bytes
+from pipeline.kernels.hash_table import ByteTable
 from pipeline.kernels.wordpiece import ISOLATED, LETTER, OTHER
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend, fast_support
@@ -161,3 +162,16 @@ def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accen
     book = clean_bytes((corpus_book("classics__don_quixote.txt")).read_bytes()).text[:300_000]
     _assert_same(real, fast, book)
     _assert_same(real, fast, "Ca\u00f1\u00f3n \u00c9COLE na\u00efve \u6f22\u5b57 ".join(["x"] * 50))
+
+
+@settings(max_examples=30, deadline=None)
+@given(keys=st.dictionaries(st.binary(max_size=12), st.integers(0, 2**31 - 1), max_size=300),
+       probes=st.lists(st.binary(max_size=12), max_size=50))
+def test_the_shared_byte_table_finds_every_key_and_nothing_else(keys, probes):
+    """`hash_table.ByteTable` (the WordPiece and byte-level vocabularies) against a dict: every key
+    with its id (colliding prefixes, the empty key, NUL bytes), every other string -1."""
+    table = ByteTable.build(keys)
+    for key, value in keys.items():
+        assert table.get(key) == value
+    for probe in probes:
+        assert table.get(probe) == keys.get(probe, -1)

@@ -1,0 +1,160 @@
+"""A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
+
+A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
+(`word_key`: eight loads the compiler merges into one, a mask, no loop, no byte compare). A record
+is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
+then up to MAX_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
+associative; a new word goes to way 0 and pushes the old way 0 to way 1), the set chosen by the
+top bits of a multiplicative hash of the key.
+
+A cache never changes ids: it only remembers what the kernel computed for a word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.kernels.jit import kernel
+
+WORD_BYTES = 24  # longest word the cache holds (its key is three uint64)
+MAX_IDS = 9  # most ids a record holds
+RECORD_WORDS = 8  # uint64 per record: 64 bytes
+SETS = 1 << 17  # sets of two records: 16 MB (a corpus of 49 books has 154,000 distinct words)
+PADDING = 8  # bytes of padding a text needs past its end for `word_key` (it reads 8 bytes at a time)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX_2 = np.uint64(0x165667B19E3779F9)
+_LOW_BYTE = np.uint64(0xFF)
+_LOW_HALF = np.uint64(0xFFFFFFFF)
+_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@kernel(inline="always")
+def _packed(text, start, n):
+    """text[start:start + n] (1 <= n <= 8) packed little-endian (reads text[start:start + 8])."""
+    key = np.uint64(text[start])
+    for q in range(1, 8):
+        key |= np.uint64(text[start + q]) << np.uint64(8 * q)
+    return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
+
+
+@kernel(inline="always")
+def word_key(text, start, n):
+    """(k0, k1, k2): the bytes of text[start:start + n] (1 <= n <= WORD_BYTES) packed in three
+    uint64, zero beyond n; text must have PADDING readable bytes past start + n."""
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if n <= 8:
+        return _packed(text, start, n), k1, k2
+    if n <= 16:
+        return _packed(text, start, 8), _packed(text, start + 8, n - 8), k2
+    return _packed(text, start, 8), _packed(text, start + 8, 8), _packed(text, start + 16, n - 16)
+
+
+@kernel(inline="always")
+def set_shift(records):
+    """The shift that maps a 64-bit hash to a set of `records` (64 - log2 of the number of sets)."""
+    bits = 0
+    while (1 << bits) < records.shape[0] // 2:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@kernel(inline="always")
+def word_set(k0, k1, k2, n, shift):
+    """The first row of the set of the word (k0, k1, k2, n) (`shift` from `set_shift`)."""
+    mixed = (k0 ^ (k1 * _MIX_1) ^ (k2 * _MIX_2) ^ np.uint64(n)) * _GOLDEN
+    return np.int64(mixed >> shift) * 2
+
+
+@kernel(inline="always")
+def _hit(records, row, k0, k1, k2, n, out, n_out):
+    meta = records[row, 3]
+    if (records[row, 0] != k0 or (meta & _LOW_BYTE) != np.uint64(n) or records[row, 1] != k1
+            or records[row, 2] != k2):
+        return -1
+    count = np.int64((meta >> np.uint64(8)) & _LOW_BYTE)
+    out[n_out] = np.int32(meta >> np.uint64(32))
+    for q in range(1, count):
+        out[n_out + q] = np.int32((records[row, 4 + (q - 1) // 2] >> np.uint64(32 * ((q - 1) % 2))) & _LOW_HALF)
+    return n_out + count
+
+
+@kernel(inline="always")
+def cached_ids(records, row, k0, k1, k2, n, out, n_out):
+    """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss."""
+    done = _hit(records, row, k0, k1, k2, n, out, n_out)
+    if done < 0:
+        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)
+    return done
+
+
+@kernel(inline="always")
+def remember(records, row, k0, k1, k2, n, ids, start, count):
+    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word."""
+    for q in range(RECORD_WORDS):
+        records[row + 1, q] = records[row, q]
+        records[row, q] = 0
+    records[row, 0] = k0
+    records[row, 1] = k1
+    records[row, 2] = k2
+    records[row, 3] = np.uint64(n) | (np.uint64(count) << np.uint64(8)) | (np.uint64(ids[start]) << np.uint64(32))
+    for q in range(1, count):
+        records[row, 4 + (q - 1) // 2] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
+
+
+@dataclass(frozen=True)
+class PackedWordCache:
+    """Tokenized words remembered between kernel calls (bounded: 2 x sets words).
+
+    Attributes:
+        records: uint64, shape (2 * sets, RECORD_WORDS), 64-byte aligned (see the module docstring);
+            a record of length 0 is empty.
+    """
+
+    records: np.ndarray
+
+    @classmethod
+    def empty(cls, sets: int = SETS) -> PackedWordCache:
+        """A cache of `sets` sets of two records (a power of two, at least 2)."""
+        if sets < 2 or sets & (sets - 1):
+            raise ValueError(f"cache sets must be a power of two >= 2, got {sets}")
+        rows = 2 * sets
+        raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)
+        skip = (-raw.ctypes.data % 64) // 8
+        return cls(records=raw[skip:skip + rows * RECORD_WORDS].reshape(rows, RECORD_WORDS))
+
+
+def single_table(words: dict[bytes, int]) -> np.ndarray:
+    """The words (1 to 8 bytes) that are one token, as an open-addressing table for `single_id`:
+    uint64, shape (power of two >= 2 x len(words), 2): packed bytes, then length | id << 32 (length
+    0: empty). A hit reads one small, hot table instead of a record of the large cache."""
+    size = 1 << max(4, (2 * max(len(words), 1) - 1).bit_length())
+    table = np.zeros((size, 2), dtype=np.uint64)
+    shift = 64 - (size - 1).bit_length()
+    for word in sorted(words):
+        if not 1 <= len(word) <= 8:
+            raise ValueError(f"a single-token word has 1 to 8 bytes, got {word!r}")
+        key = int.from_bytes(word, "little")
+        slot = (((key ^ len(word)) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF) >> shift
+        while table[slot, 1]:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = (key, len(word) | (words[word] << 32))
+    return table
+
+
+@kernel(inline="always")
+def single_id(table, k0, n, shift):
+    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
+    or -1; `shift` is 64 - log2 of the table's size."""
+    mask = table.shape[0] - 1
+    slot = np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
+    while True:
+        meta = table[slot, 1]
+        if meta == 0:
+            return -1
+        if table[slot, 0] == k0 and (meta & _LOW_BYTE) == np.uint64(n):
+            return np.int64(meta >> np.uint64(32))
+        slot = (slot + 1) & mask
