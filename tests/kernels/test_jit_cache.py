@@ -1,0 +1,78 @@
+"""numba's cache checks only the file defining a kernel: a kernel whose jitted helper lives in another,
+changed module kept running the old helper. The kernels' cache is dropped when any kernel source changed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from pipeline.kernels.jit import drop_stale_kernel_caches
+from tests.conftest import REPO
+
+RUN = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from pipeline.kernels.jit import drop_stale_kernel_caches
+    drop_stale_kernel_caches(Path(sys.argv[1]) / "pkg")
+    from pkg.caller import outer
+    print(outer())
+""")
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text))
+
+
+def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    _write(pkg / "helper.py", """
+        from pipeline.kernels.jit import kernel
+
+        @kernel()
+        def inner():
+            return 1
+    """)
+    _write(pkg / "caller.py", """
+        from pipeline.kernels.jit import kernel
+        from pkg.helper import inner
+
+        @kernel()
+        def outer():
+            return inner() * 10
+    """)
+    (tmp_path / "run.py").write_text(RUN)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def outer() -> str:
+        return subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert outer() == "10"
+    assert any(p.suffix == ".nbc" for p in (pkg / "__pycache__").iterdir())  # outer() was cached
+    _write(pkg / "helper.py", """
+        from pipeline.kernels.jit import kernel
+
+        @kernel()
+        def inner():
+            return 2
+    """)
+    assert outer() == "20"  # numba alone returned the cached 10
+
+
+def test_unchanged_sources_keep_their_cache(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    for name in ("a.f-1.py311.nbi", "a.f-1.py311.1.nbc", "a.cpython-311.pyc"):
+        (cache / name).write_bytes(b"cached")
+    assert drop_stale_kernel_caches(tmp_path) == 2  # no stamp yet: built from unknown sources
+    (cache / "a.f-1.py311.nbi").write_bytes(b"cached")
+    assert drop_stale_kernel_caches(tmp_path) == 0 and (cache / "a.f-1.py311.nbi").exists()
+    (tmp_path / "b.py").write_text("y = 2\n")  # a new module counts as a change
+    assert drop_stale_kernel_caches(tmp_path) == 1
+    assert (cache / "a.cpython-311.pyc").exists()  # Python's own bytecode is not numba's to drop
