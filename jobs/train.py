@@ -27,7 +27,7 @@ _CASTS = {"int": int, "float": float, "int | None": int, "str": str, "str | None
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m jobs.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
         help_text, default = f.metadata["help"], None if f.default is MISSING else f.default
         if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME
@@ -45,20 +45,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split_launch(argv: list[str]) -> tuple[int, list[str]]:
-    """--nproc_per_node N (or =N) and the other arguments, which every rank gets."""
-    nproc, rest, i = 1, [], 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--nproc_per_node" and i + 1 < len(argv):
-            nproc, i = argv[i + 1], i + 2
-            continue
-        if arg.startswith("--nproc_per_node="):
-            nproc = arg.split("=", 1)[1]
-        else:
+def _without_launch_flag(argv: list[str]) -> list[str]:
+    """The arguments every rank gets: all but --nproc_per_node N (or =N)."""
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc_per_node":
+            skip = True
+        elif not arg.startswith("--nproc_per_node="):
             rest.append(arg)
-        i += 1
-    return nproc, rest
+    return rest
 
 
 def parse(argv: list[str] | None) -> TrainConfig:
@@ -103,9 +100,9 @@ def run(argv: list[str] | None = None) -> dict:
     validation split). Ctrl-C/SIGTERM: SystemExit 130/143 after a checkpoint, with one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
-    nproc, args = _split_launch(args)
-    if int(nproc) > 1:  # this process only starts the ranks, which parse and check the same flags again
-        code = launch_ranks("jobs.train", args, int(nproc))
+    nproc = parser().parse_args(args).nproc_per_node  # checked by parse()
+    if nproc > 1:  # this process only starts the ranks, which parse and check the same flags again
+        code = launch_ranks("jobs.train", _without_launch_flag(args), nproc)
         if code:
             raise SystemExit(code)
         return _final_metrics(cfg.output)
