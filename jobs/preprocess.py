@@ -127,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start a local Dask cluster of N worker processes and run on it with DaskRunner (default: "
                         "none; the local FnApiRunner with one worker per core)")
     p.add_argument("--tokenizer_backend", choices=TOKENIZER_BACKENDS, default=BACKEND_AUTO,
-                   help="fast: MaskBeam's jitted WordPiece (ids identical to the tokenizer's; BERT-style tokenizers "
-                        "only); hf: the `tokenizers` library; auto (default): fast where it is exact, else hf")
+                   help="fast: MaskBeam's jitted tokenizers, ids identical to the tokenizer's (WordPiece, byte-level "
+                        "BPE, SentencePiece Unigram and BPE with byte fallback; refused, naming what is not "
+                        "covered, otherwise); hf: the `tokenizers` library; auto (default): fast where it is "
+                        "exact, else hf, and the log says why")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run of the same config in --output, reusing finished work "
                         "(default: off; not with --overwrite)")

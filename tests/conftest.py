@@ -32,7 +32,24 @@ SMALL_BOOKS = (
 ) if HAVE_CORPUS else tuple(sorted(p.name for p in SAMPLE_BOOKS.glob("*.txt")))
 
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One worker per core already keeps the cores busy: torch's own thread pool in each worker (and in
+    # the processes its tests start) would only make them wait on each other.
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (setup.cfg): one test worker per core this process may use (its CPU affinity, which a
+    container or `taskset` narrows), not per physical core as pytest-xdist would count."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def pytest_collection_modifyitems(config, items):
+    # Modules with end-to-end runs first (in their order), so that the workers of `--dist loadfile`
+    # finish on short modules rather than wait for one long module started last.
+    slow_modules = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_modules)
     if HAVE_CORPUS:
         return
     skip = pytest.mark.skip(reason=f"needs the shared corpus (not found under {SHARED}; set MASKBEAM_SHARED)")

@@ -39,12 +39,14 @@ def test_tiny_model_learns_and_loads_in_fill_mask(data128, tmp_path):
     out = tmp_path / "model"
     probe = tmp_path / "probe.txt"
     probe.write_text("the [MASK] of the house.\n")
-    final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--max_steps", "150",
-                 "--batch_size", "16", "--lr", "3e-3", "--warmup_steps", "15", "--eval_every", "50",
+    # 60 steps: the eval loss falls 10.3 -> 6.9 and the accuracy rises 0 -> 0.05 (0.06 after 150 steps,
+    # at 2.5x the time); the margins below are what "learns" means here
+    final = run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--max_steps", "60",
+                 "--batch_size", "16", "--lr", "3e-3", "--warmup_steps", "6", "--eval_every", "20",
                  "--probe", str(probe), "--plot", str(tmp_path / "curves.png")])
     rows = _metrics(out)
     evals = [r for r in rows if "eval_accuracy" in r]
-    assert [r["step"] for r in evals] == [0, 50, 100, 150]
+    assert [r["step"] for r in evals] == [0, 20, 40, 60]
     # a margin of 5 standard deviations of an accuracy measured on this many targets
     margin = binomial_tolerance(final["eval_accuracy"], final["eval_targets"])
     assert final["eval_accuracy"] > evals[0]["eval_accuracy"] + max(margin, 0.04), evals

@@ -1,0 +1,74 @@
+"""The job end to end against the bare tokenizer, for every tokenizer family, on all cores.
+
+    python -m benchmarks.families_job --corpus DIR [--scale N] [--limit_scale N] [--repeat N]
+        [--tokenizer PATH ...] [--json FILE]
+
+For each tokenizer, interleaved: the limit (`tokenizers.encode_batch` over the corpus' paragraphs,
+all cores, the encode loop alone timed) and `jobs.preprocess --tokenizer_backend fast` (the whole
+job: interpreter, Beam, read, clean, tokenize, chunk, mask, write, wall clock). The limit keeps
+nothing between calls, so its MB/s does not depend on the corpus size: it runs on the corpus
+scaled `--limit_scale` times (default 1) while the job runs on `--scale` copies, as the issue's
+scaled corpus asks. Prints one line per tokenizer and the ratio job / limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.corpus import corpus_bytes, scaled_corpus
+from benchmarks.run import _step_limit, _step_ours
+
+TEST_TOKENIZERS = Path(__file__).resolve().parent.parent / "tests" / "data" / "tokenizers"
+DEFAULT_TOKENIZERS = ("roberta.json", "llama3.json", "xlmr_unigram", "t5_unigram", "nmt_nfkc_unigram", "llama_bpe")
+
+
+def measure(corpus: Path, limit_corpus: Path, tokenizer: str, repeat: int, work: Path) -> dict:
+    """Medians of `repeat` interleaved runs of the limit and the job on one tokenizer."""
+    n_bytes, limit_bytes = corpus_bytes(corpus), corpus_bytes(limit_corpus)
+    limit, ours = [], []
+    for _ in range(repeat):
+        limit.append(limit_bytes / 1e6 / _step_limit(limit_corpus, tokenizer, "encode_batch")["wall_s"])
+        ours.append(n_bytes / 1e6 / _step_ours(corpus, tokenizer, work, "--tokenizer_backend", "fast")["wall_s"])
+    return {"tokenizer": tokenizer, "job_mb": n_bytes / 1e6, "limit_mb": limit_bytes / 1e6,
+            "limit_mb_per_s": statistics.median(limit), "ours_mb_per_s": statistics.median(ours),
+            "limit_runs": limit, "ours_runs": ours,
+            "ratio": statistics.median(ours) / statistics.median(limit)}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.families_job", description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", required=True, help="folder of .txt books")
+    parser.add_argument("--scale", type=int, default=10, help="the job's corpus: N copies (default 10)")
+    parser.add_argument("--limit_scale", type=int, default=1, help="the limit's corpus: N copies (default 1)")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--tokenizer", action="append",
+                        help="tokenizer file or folder, repeatable (default: the test tokenizers of every family)")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    if min(args.scale, args.limit_scale, args.repeat) < 1:
+        parser.error("--scale, --limit_scale and --repeat must be >= 1")
+    tokenizers = args.tokenizer or [str(TEST_TOKENIZERS / name) for name in DEFAULT_TOKENIZERS]
+    with tempfile.TemporaryDirectory(prefix="maskbeam-families-") as scratch:
+        work = Path(scratch)
+        base = Path(args.corpus)
+        corpus = scaled_corpus(base, args.scale, work / "corpus")
+        limit_corpus = scaled_corpus(base, args.limit_scale, work / "limit_corpus")
+        results = []
+        for tokenizer in tokenizers:
+            r = measure(corpus, limit_corpus, tokenizer, args.repeat, work)
+            results.append(r)
+            print(f"{Path(tokenizer).name:24} limit encode_batch {r['limit_mb_per_s']:6.2f} MB/s "
+                  f"({r['limit_mb']:.1f} MB) | job {r['ours_mb_per_s']:6.2f} MB/s ({r['job_mb']:.1f} MB) | "
+                  f"job / limit {r['ratio']:5.2f}x", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
