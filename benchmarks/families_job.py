@@ -60,7 +60,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         limit_corpus = scaled_corpus(base, args.limit_scale, work / "limit_corpus")
         results = []
         for tokenizer in tokenizers:
-            r = measure(corpus, limit_corpus, tokenizer, args.repeat, work)
+            try:
+                r = measure(corpus, limit_corpus, tokenizer, args.repeat, work)
+            except RuntimeError as failed:  # the job refused this tokenizer: say why, go on with the others
+                reason = str(failed).strip().splitlines()[-1]
+                results.append({"tokenizer": tokenizer, "refused": reason})
+                print(f"{Path(tokenizer).name:24} the job refused it: {reason}", flush=True)
+                continue
             results.append(r)
             print(f"{Path(tokenizer).name:24} limit encode_batch {r['limit_mb_per_s']:6.2f} MB/s "
                   f"({r['limit_mb']:.1f} MB) | job {r['ours_mb_per_s']:6.2f} MB/s ({r['job_mb']:.1f} MB) | "
