@@ -158,7 +158,7 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 words = np.empty(size, np.uint8)
                 symbols = np.empty(3 * size, np.int32)
                 parts = np.empty((size, 2), np.int64)
-            m = 0
+            m = np.int64(0)  # never a literal: a literal argument would compile bpe_ids once more
             if i == 0:
                 for k in range(prefix.shape[0]):
                     words[m] = prefix[k]
@@ -182,9 +182,9 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
             if n_out + m > out.shape[0]:  # every id takes at least one output byte
                 return n_out, i, 0
             first = n_out
-            n_out = bpe_ids(words, 0, m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges, p_keys,
-                            p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts, out,
-                            n_out)
+            n_out = bpe_ids(words, np.int64(0), m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
+                            p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
+                            out, n_out)
             if n_out < 0:
                 return first, i, 1
             if cacheable:

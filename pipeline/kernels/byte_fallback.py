@@ -278,7 +278,7 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, 
     for k in range(n - 1):
         _pair_rank(symbols, k, cap, merge_table)
     while n > 1:
-        best = -1
+        best = np.int64(-1)
         best_rank = _NO_MERGE
         for k in range(n - 1):
             if symbols[cap + k] < best_rank:

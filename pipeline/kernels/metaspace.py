@@ -123,7 +123,7 @@ def _apply_op(op, blob, src, m, dst):
                 i += 1
         return k
     if code in (OP_TRIM_SPACES, OP_STRIP):
-        a = 0
+        a = np.int64(0)
         b = m
         if code == OP_TRIM_SPACES:
             while a < b and src[a] == 32:
@@ -218,7 +218,7 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
 def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
     k = 0
-    j = 0
+    j = np.int64(0)
     while j < m:
         byte = src[j]
         if byte < 0x80:
@@ -261,10 +261,11 @@ def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pre
         bounds[0, 1] = m
         return 1 if m > 0 else 0
     if not ws_split:
-        return _metaspace(src, 0, m, prepend, split, words, 0, bounds, 0)[1]
-    k = 0
-    n_words = 0
-    i = 0
+        zero = np.int64(0)  # no literal arguments: each would compile _metaspace once more
+        return _metaspace(src, zero, m, prepend, split, words, zero, bounds, zero)[1]
+    k = np.int64(0)
+    n_words = np.int64(0)
+    i = np.int64(0)
     while i < m:
         cp, width = _decode(src, i)
         if is_white(cp):

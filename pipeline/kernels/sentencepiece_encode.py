@@ -192,7 +192,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
     cache_mask = cache.shape[0] - 1
-    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(256)
+    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(np.int64(256))
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
     chunk_start = np.empty(_BATCH, np.int64)
@@ -390,4 +390,5 @@ def remember_chunk(cache, text, start, stop, ids):
         h = (h ^ np.uint64(text[k])) * _FNV_PRIME
     slot = np.int64(h & np.uint64(cache.shape[0] - 1)) & ~np.int64(1)
     key = (h & _HASH_BITS) | np.uint64(length)
-    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, 0, ids.shape[0])
+    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, np.int64(0),
+            ids.shape[0])
