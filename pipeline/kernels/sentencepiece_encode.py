@@ -41,6 +41,7 @@ from pipeline.kernels.metaspace import (
     _next_code_point,
     pre_tokenize,
 )
+from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.unigram import viterbi_ids
 
 ROW_BYTES = 64  # one cache line per chunk
@@ -198,10 +199,9 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     chunk_start = np.empty(_BATCH, np.int64)
     chunk_stop = np.empty(_BATCH, np.int64)
     chunk_hash = np.empty(_BATCH, np.uint64)
-    touched = np.uint64(0)
     position = begin
     while position < n:
-        # find the next _BATCH chunks (up to each safe cut) and touch their cache rows, so that the
+        # find the next _BATCH chunks (up to each safe cut) and prefetch their cache rows, so that the
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
@@ -236,7 +236,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             count += 1
             if j - position <= CHUNK_BYTES:
                 slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
-                touched ^= cache[slot, 0] ^ cache[slot + 1, 0]
+                prefetch_row(cache, slot)
+                prefetch_row(cache, slot + 1)
             position = following
         for q in range(count):
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
@@ -373,7 +374,6 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     spans[n_spans, 2] = n_out
                     n_spans += 1
                     open_span = True
-    bounds[0, 0] = np.int64(touched & np.uint64(1))  # keeps the touching loads
     return n_out, n_spans, n
 
 
