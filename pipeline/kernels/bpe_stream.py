@@ -28,6 +28,8 @@ from pipeline.kernels.jit import kernel
 from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.sentencepiece_encode import _COUNT_AT, _HASH_BITS, CHUNK_BYTES, _insert, _probe
 
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+
 CUT_BEFORE = 1  # a cut just before this character is safe whatever precedes it
 CUT_AFTER = 2  # a cut just after it is safe whatever follows
 CUT_BEFORE_SPACE = 4  # a cut between it and a following ASCII space is safe
@@ -37,7 +39,7 @@ _BATCH = 32
 _BMP = 0x10000
 
 
-@kernel()
+@_inner
 def _char_at(text, i, n):
     """(code point, bytes) of the valid UTF-8 sequence at text[i], any plane; (-1, 1) when invalid
     (overlong, surrogate, truncated, beyond U+10FFFF)."""

@@ -25,6 +25,8 @@ from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 from pipeline.kernels.wordpiece import ByteTable
 
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
 _FNV_OFFSET = FNV_OFFSET
 _FNV_PRIME = FNV_PRIME
@@ -41,7 +43,7 @@ def _int_table(keys: np.ndarray) -> np.ndarray:
     return slots
 
 
-@kernel()
+@_inner
 def _mix(key):
     z = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
     return z ^ (z >> np.uint64(29))
@@ -57,7 +59,7 @@ def _fill_int_slots(keys, slots):
         slots[slot] = i + 1
 
 
-@kernel()
+@_inner
 def int_lookup(key, keys, slots):
     """Index of `key` in `keys` through `slots`, or -1."""
     mask = slots.shape[0] - 1
@@ -83,7 +85,7 @@ def _fill_merge_table(keys, ranks, new, table):
         table[slot, 1] = (ranks[i] << 32) | new[i]
 
 
-@kernel()
+@_inner
 def _merge_of(key, table):
     """rank << 32 | resulting id of the merge `key` (left id << 32 | right id), or -1."""
     mask = table.shape[0] - 1
@@ -97,7 +99,7 @@ def _merge_of(key, table):
         slot = (slot + 1) & mask
 
 
-@kernel()
+@_inner
 def _wide_char_id(word, j, width, blob, starts, lengths, ids, slots):
     """The id of the one character word[j:j+width] beyond the BMP when it is a piece, else -1."""
     return np.int32(_piece_id(word, j, j + width, blob, starts, lengths, ids, slots))
@@ -173,7 +175,7 @@ class BpeTables:
                    merge_table=merge_table)
 
 
-@kernel()
+@_inner
 def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
     mask = slots.shape[0] - 1
@@ -194,7 +196,7 @@ def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     return -1
 
 
-@kernel()
+@_inner
 def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     h = _FNV_OFFSET
     for j in range(a, b):
@@ -202,7 +204,7 @@ def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     return find(h, word, a, b, blob, starts, lengths, ids, slots)
 
 
-@kernel()
+@_inner
 def _code_point(word, j, width):
     if width == 1:
         return np.int64(word[j])
@@ -215,7 +217,7 @@ def _code_point(word, j, width):
             | ((np.int64(word[j + 2]) & 0x3F) << 6) | (np.int64(word[j + 3]) & 0x3F))
 
 
-@kernel()
+@_inner
 def _pair_rank(symbols, k, cap, merge_table):
     """Rank (symbols[cap + k], _NO_MERGE when none) and result (symbols[2cap + k]) of merging symbols k, k+1."""
     found = _merge_of((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_table)
@@ -226,7 +228,7 @@ def _pair_rank(symbols, k, cap, merge_table):
         symbols[cap + k] = _NO_MERGE
 
 
-@kernel()
+@_inner
 def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
                 fuse_unk, unk_mode, unk_id, symbols, out, n_out):
     """merge_word on word[start:stop]; appends ids to out; -1 where tokenizers fails."""
@@ -303,7 +305,7 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, 
     return n_out
 
 
-@kernel()
+@_inner
 def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pair_keys, pair_slots, byte_ids,
               byte_fallback, parts):
     """Cut the pre-token word[start:stop] where no merge can cross; each part's (start, stop) into
@@ -361,7 +363,7 @@ def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pa
     return count
 
 
-@kernel()
+@_inner
 def merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
                fuse_unk, unk_mode, unk_id, symbols, out, n_out):
     """The ids of one part (see `bpe_parts`) appended to out from n_out; returns the new n_out, or -1
@@ -370,7 +372,7 @@ def merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, m
                        byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
 
 
-@kernel()
+@_inner
 def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, pair_keys, pair_slots,
             byte_ids, byte_fallback, fuse_unk, ignore_merges, unk_mode, unk_id, symbols, parts, out, n_out):
     """Append the ids of the pre-token word[start:stop] (valid UTF-8) to out from n_out; returns the

@@ -30,6 +30,8 @@ import numpy as np
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+
 CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
 # Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
 OP_REPLACE = 1  # every non-overlapping occurrence of a literal pattern, left to right (Replace, String)
@@ -42,7 +44,7 @@ OP_MAP = 7  # every character through the per-code-point table (the per-characte
 _META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
 
 
-@kernel()
+@_inner
 def is_white(cp):
     """Rust's char::is_whitespace (the Unicode White_Space property)."""
     if cp <= 0x20:
@@ -53,7 +55,7 @@ def is_white(cp):
             or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-@kernel()
+@_inner
 def _decode(buf, j):
     """(code point, width) of the valid UTF-8 sequence at buf[j]."""
     width = utf8_width(buf[j])
@@ -68,7 +70,7 @@ def _decode(buf, j):
             | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
 
 
-@kernel()
+@_inner
 def _next_code_point(text, i, n):
     """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
     b0 = np.int64(text[i])
@@ -84,7 +86,7 @@ def _next_code_point(text, i, n):
     return -1, 1
 
 
-@kernel()
+@_inner
 def _apply_op(op, blob, src, m, dst):
     """One tail operation from src[:m] into dst; returns the new length."""
     code, p0, plen, c0, clen = op[0], op[1], op[2], op[3], op[4]
@@ -179,7 +181,7 @@ def _apply_op(op, blob, src, m, dst):
     return k
 
 
-@kernel()
+@_inner
 def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
     from n_words. Returns (k, n_words)."""
@@ -214,7 +216,7 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     return k, n_words
 
 
-@kernel()
+@_inner
 def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
     k = 0
@@ -237,7 +239,7 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     return k
 
 
-@kernel()
+@_inner
 def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to

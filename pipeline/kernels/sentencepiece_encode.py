@@ -44,6 +44,8 @@ from pipeline.kernels.metaspace import (
 from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.unigram import viterbi_ids
 
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+
 ROW_BYTES = 64  # one cache line per chunk
 CHUNK_BYTES = 24  # row bytes 8..31: the chunk
 CHUNK_IDS = 7  # row int32 8: count, 9..15: ids
@@ -66,7 +68,7 @@ def chunk_cache(slots: int) -> np.ndarray:
     return raw[skip:skip + slots * 8].reshape(slots, 8)
 
 
-@kernel()
+@_inner
 def _grow(size):
     """Scratch buffers for chunks whose normalised text and words fit in `size` bytes."""
     src = np.empty(size, np.uint8)
@@ -80,7 +82,7 @@ def _grow(size):
     return src, dst, words, bounds, symbols, best_score, best_start, parts
 
 
-@kernel()
+@_inner
 def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     """(largest intermediate text, words) in bytes that normalising and pre-tokenizing text[i:j] can
     make: the per-character table's output summed where it comes first, each tail operation's
@@ -114,7 +116,7 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     return peak + 8, 3 * size + 8
 
 
-@kernel()
+@_inner
 def _ends_before_run(text, lo, j, edges):
     """Whether the character that ends at text[j] (not before lo) may end the text before a cut run."""
     k = j - 1
@@ -127,14 +129,14 @@ def _ends_before_run(text, lo, j, edges):
     return cp >= 0 and s + width == j and (edges[cp] & 1) != 0
 
 
-@kernel()
+@_inner
 def _starts_after_run(text, e, n, edges):
     """Whether the character at text[e] may start the text after a cut run."""
     cp, width = _next_code_point(text, e, n)
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel()
+@_inner
 def _probe(cache, cache_bytes, slot, key, data, start, length):
     """The row of the set at `slot` holding `key` and data[start:start+length], or -1."""
     for way in range(2):
@@ -149,7 +151,7 @@ def _probe(cache, cache_bytes, slot, key, data, start, length):
     return -1
 
 
-@kernel()
+@_inner
 def _insert(cache, cache_bytes, cache_ints, slot, key, data, start, length, out, first, stop):
     """Remember data[start:start+length] -> out[first:stop] in the set at `slot` (when it fits a row)."""
     made = stop - first

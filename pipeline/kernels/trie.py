@@ -20,6 +20,8 @@ import numpy as np
 
 from pipeline.kernels.jit import kernel
 
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+
 ROOT = 0
 _FREE = -1
 
@@ -66,7 +68,7 @@ class DoubleArray:
         return int(find_id(data, 0, len(data), self.cells)) if key else -1
 
 
-@kernel()
+@_inner
 def _cells(size, base_, check_, value_, kept):
     """(base, check, value) of `size` cells: the first `kept` copied from the given ones, the rest empty
     (plain loops: numpy's fill and slice assignment cost seconds of compile time here)."""
