@@ -28,7 +28,8 @@ from pipeline.kernels.jit import kernel
 from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.sentencepiece_encode import _COUNT_AT, _HASH_BITS, CHUNK_BYTES, _insert, _probe
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 CUT_BEFORE = 1  # a cut just before this character is safe whatever precedes it
 CUT_AFTER = 2  # a cut just after it is safe whatever follows

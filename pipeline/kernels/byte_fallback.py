@@ -25,7 +25,8 @@ from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 from pipeline.kernels.wordpiece import ByteTable
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
 _FNV_OFFSET = FNV_OFFSET
@@ -59,7 +60,7 @@ def _fill_int_slots(keys, slots):
         slots[slot] = i + 1
 
 
-@_inner
+@kernel()
 def int_lookup(key, keys, slots):
     """Index of `key` in `keys` through `slots`, or -1."""
     mask = slots.shape[0] - 1
@@ -175,7 +176,7 @@ class BpeTables:
                    merge_table=merge_table)
 
 
-@_inner
+@kernel()
 def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     """The id of word[start:stop] whose FNV hash is h, or -1 (wordpiece's lookup, inlined)."""
     mask = slots.shape[0] - 1
@@ -305,7 +306,7 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, 
     return n_out
 
 
-@_inner
+@kernel()
 def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pair_keys, pair_slots, byte_ids,
               byte_fallback, parts):
     """Cut the pre-token word[start:stop] where no merge can cross; each part's (start, stop) into
@@ -363,7 +364,7 @@ def bpe_parts(word, start, stop, blob, starts, lengths, ids, slots, char_ids, pa
     return count
 
 
-@_inner
+@kernel()
 def merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
                fuse_unk, unk_mode, unk_id, symbols, out, n_out):
     """The ids of one part (see `bpe_parts`) appended to out from n_out; returns the new n_out, or -1
@@ -372,7 +373,7 @@ def merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, m
                        byte_fallback, fuse_unk, unk_mode, unk_id, symbols, out, n_out)
 
 
-@_inner
+@kernel()
 def bpe_ids(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, pair_keys, pair_slots,
             byte_ids, byte_fallback, fuse_unk, ignore_merges, unk_mode, unk_id, symbols, parts, out, n_out):
     """Append the ids of the pre-token word[start:stop] (valid UTF-8) to out from n_out; returns the

@@ -30,7 +30,8 @@ import numpy as np
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
 # Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
@@ -44,7 +45,7 @@ OP_MAP = 7  # every character through the per-code-point table (the per-characte
 _META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
 
 
-@_inner
+@kernel()
 def is_white(cp):
     """Rust's char::is_whitespace (the Unicode White_Space property)."""
     if cp <= 0x20:
@@ -239,7 +240,7 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     return k
 
 
-@_inner
+@kernel()
 def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to

@@ -44,7 +44,8 @@ from pipeline.kernels.metaspace import (
 from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.unigram import viterbi_ids
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 ROW_BYTES = 64  # one cache line per chunk
 CHUNK_BYTES = 24  # row bytes 8..31: the chunk

@@ -20,7 +20,8 @@ import numpy as np
 
 from pipeline.kernels.jit import kernel
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 ROOT = 0
 _FREE = -1

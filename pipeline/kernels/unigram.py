@@ -22,8 +22,6 @@ import numpy as np
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.trie import DoubleArray, find_id
 
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)  # called from kernels only: no Python wrapper
-
 UNK_PENALTY = 10.0  # K_UNK_PENALTY in model.rs
 
 
@@ -64,7 +62,7 @@ class UnigramTables:
                    byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
 
 
-@_inner
+@kernel()
 def utf8_width(lead):
     """Bytes of the UTF-8 sequence that starts with byte `lead` (valid UTF-8 assumed)."""
     if lead < 0x80:
@@ -76,7 +74,7 @@ def utf8_width(lead):
     return 4
 
 
-@_inner
+@kernel()
 def viterbi_ids(word, start, stop, cells, scores, byte_ids, unk_id, unk_score, byte_fallback,
                 best_score, best_start, best_id, out, n_out):
     """Append the ids of word[start:stop] (valid UTF-8) to out from n_out; returns the new n_out, or
