@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.byte_fallback import bpe_ids
+from pipeline.kernels.byte_fallback import bpe_ids, merge_part
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.prefetch import prefetch_row
@@ -37,6 +37,7 @@ CUT_BEFORE_SPACE = 4  # a cut between it and a following ASCII space is safe
 DIRECT_BYTES = -2  # direct_id: the character alone becomes the byte pieces of its output
 STREAM_FLAG = np.uint64(0x40)  # key bit of a segment without the prefix (lengths stay below 0x20)
 _BATCH = 32
+_WHOLE = 32  # output bytes up to which a segment is merged whole, not cut into parts first
 _BMP = 0x10000
 
 
@@ -185,9 +186,13 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
             if n_out + m > out.shape[0]:  # every id takes at least one output byte
                 return n_out, i, 0
             first = n_out
-            n_out = bpe_ids(words, np.int64(0), m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
-                            p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
-                            out, n_out)
+            if m <= _WHOLE:  # a short segment: merged whole (what bpe_ids' parts would give, without the cutting)
+                n_out = merge_part(words, np.int64(0), m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
+                                   b_merges, b_bytes, b_fallback, b_fuse, b_unk_mode, b_unk, symbols, out, n_out)
+            else:
+                n_out = bpe_ids(words, np.int64(0), m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
+                                b_merges, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk,
+                                symbols, parts, out, n_out)
             if n_out < 0:
                 return first, i, 1
             if cacheable:
