@@ -390,7 +390,7 @@ _SEGMENT_TEXT = st.lists(st.one_of(_RISKY, _WORDS, _SEGMENT_WORDS, st.characters
                          max_size=50).map("".join)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(name=st.sampled_from(STREAM), text=_SEGMENT_TEXT, slots=st.sampled_from([2, 16, 1 << 12]))
 def test_llama_style_segments_give_the_real_ids(name, text, slots):
     """Random texts weighted to byte-fallback characters, non-BMP, marks, space and newline runs and
