@@ -16,6 +16,9 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
   tokenizer;
 - the text is cut only at safe cuts (`SafeCuts`), where encoding the parts separately gives the
   ids of the whole, so a chunk sent to the real tokenizer gets exactly the ids it has in the text.
+- a Llama / Gemma-style BPE (byte fallback, no pre-tokenizer, Prepend and one-character
+  Replaces: `sentencepiece_stream.stream_form`) is encoded as one BPE word cut where no merge can
+  cross (`pipeline.kernels.bpe_stream`), the chunk path above only for text that is not valid UTF-8.
 """
 
 from __future__ import annotations
