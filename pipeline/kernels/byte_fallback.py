@@ -25,6 +25,9 @@ from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 from pipeline.kernels.wordpiece import ByteTable
 
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
 UNK_DROP, UNK_ID, UNK_ERROR = 0, 1, 2  # no unk_token / unk_token in the vocabulary / unk_token missing
 _FNV_OFFSET = FNV_OFFSET
 _FNV_PRIME = FNV_PRIME
@@ -41,7 +44,7 @@ def _int_table(keys: np.ndarray) -> np.ndarray:
     return slots
 
 
-@kernel()
+@_inner
 def _mix(key):
     z = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
     return z ^ (z >> np.uint64(29))
@@ -83,7 +86,7 @@ def _fill_merge_table(keys, ranks, new, table):
         table[slot, 1] = (ranks[i] << 32) | new[i]
 
 
-@kernel()
+@_inner
 def _merge_of(key, table):
     """rank << 32 | resulting id of the merge `key` (left id << 32 | right id), or -1."""
     mask = table.shape[0] - 1
@@ -97,7 +100,7 @@ def _merge_of(key, table):
         slot = (slot + 1) & mask
 
 
-@kernel()
+@_inner
 def _wide_char_id(word, j, width, blob, starts, lengths, ids, slots):
     """The id of the one character word[j:j+width] beyond the BMP when it is a piece, else -1."""
     return np.int32(_piece_id(word, j, j + width, blob, starts, lengths, ids, slots))
@@ -194,7 +197,7 @@ def find(h, word, start, stop, blob, starts, lengths, ids, slots):
     return -1
 
 
-@kernel()
+@_inner
 def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     h = _FNV_OFFSET
     for j in range(a, b):
@@ -202,7 +205,7 @@ def _piece_id(word, a, b, blob, starts, lengths, ids, slots):
     return find(h, word, a, b, blob, starts, lengths, ids, slots)
 
 
-@kernel()
+@_inner
 def _code_point(word, j, width):
     if width == 1:
         return np.int64(word[j])
@@ -215,7 +218,7 @@ def _code_point(word, j, width):
             | ((np.int64(word[j + 2]) & 0x3F) << 6) | (np.int64(word[j + 3]) & 0x3F))
 
 
-@kernel()
+@_inner
 def _pair_rank(symbols, k, cap, merge_table):
     """Rank (symbols[cap + k], _NO_MERGE when none) and result (symbols[2cap + k]) of merging symbols k, k+1."""
     found = _merge_of((np.int64(symbols[k]) << 32) | np.int64(symbols[k + 1]), merge_table)
@@ -226,7 +229,7 @@ def _pair_rank(symbols, k, cap, merge_table):
         symbols[cap + k] = _NO_MERGE
 
 
-@kernel()
+@_inner
 def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, merge_table, byte_ids, byte_fallback,
                 fuse_unk, unk_mode, unk_id, symbols, out, n_out):
     """merge_word on word[start:stop]; appends ids to out; -1 where tokenizers fails."""
@@ -278,7 +281,7 @@ def _merge_part(word, start, stop, blob, starts, lengths, ids, slots, char_ids, 
     for k in range(n - 1):
         _pair_rank(symbols, k, cap, merge_table)
     while n > 1:
-        best = -1
+        best = np.int64(-1)
         best_rank = _NO_MERGE
         for k in range(n - 1):
             if symbols[cap + k] < best_rank:

@@ -30,6 +30,9 @@ import numpy as np
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.unigram import utf8_width
 
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
 CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
 # Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
 OP_REPLACE = 1  # every non-overlapping occurrence of a literal pattern, left to right (Replace, String)
@@ -53,7 +56,7 @@ def is_white(cp):
             or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-@kernel()
+@_inner
 def _decode(buf, j):
     """(code point, width) of the valid UTF-8 sequence at buf[j]."""
     width = utf8_width(buf[j])
@@ -68,7 +71,7 @@ def _decode(buf, j):
             | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
 
 
-@kernel()
+@_inner
 def _next_code_point(text, i, n):
     """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
     b0 = np.int64(text[i])
@@ -84,7 +87,7 @@ def _next_code_point(text, i, n):
     return -1, 1
 
 
-@kernel()
+@_inner
 def _apply_op(op, blob, src, m, dst):
     """One tail operation from src[:m] into dst; returns the new length."""
     code, p0, plen, c0, clen = op[0], op[1], op[2], op[3], op[4]
@@ -123,7 +126,7 @@ def _apply_op(op, blob, src, m, dst):
                 i += 1
         return k
     if code in (OP_TRIM_SPACES, OP_STRIP):
-        a = 0
+        a = np.int64(0)
         b = m
         if code == OP_TRIM_SPACES:
             while a < b and src[a] == 32:
@@ -179,7 +182,7 @@ def _apply_op(op, blob, src, m, dst):
     return k
 
 
-@kernel()
+@_inner
 def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
     from n_words. Returns (k, n_words)."""
@@ -214,11 +217,11 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     return k, n_words
 
 
-@kernel()
+@_inner
 def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
     k = 0
-    j = 0
+    j = np.int64(0)
     while j < m:
         byte = src[j]
         if byte < 0x80:
@@ -261,10 +264,11 @@ def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pre
         bounds[0, 1] = m
         return 1 if m > 0 else 0
     if not ws_split:
-        return _metaspace(src, 0, m, prepend, split, words, 0, bounds, 0)[1]
-    k = 0
-    n_words = 0
-    i = 0
+        zero = np.int64(0)  # no literal arguments: each would compile _metaspace once more
+        return _metaspace(src, zero, m, prepend, split, words, zero, bounds, zero)[1]
+    k = np.int64(0)
+    n_words = np.int64(0)
+    i = np.int64(0)
     while i < m:
         cp, width = _decode(src, i)
         if is_white(cp):

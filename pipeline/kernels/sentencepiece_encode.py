@@ -41,7 +41,11 @@ from pipeline.kernels.metaspace import (
     _next_code_point,
     pre_tokenize,
 )
+from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.unigram import viterbi_ids
+
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 ROW_BYTES = 64  # one cache line per chunk
 CHUNK_BYTES = 24  # row bytes 8..31: the chunk
@@ -65,7 +69,7 @@ def chunk_cache(slots: int) -> np.ndarray:
     return raw[skip:skip + slots * 8].reshape(slots, 8)
 
 
-@kernel()
+@_inner
 def _grow(size):
     """Scratch buffers for chunks whose normalised text and words fit in `size` bytes."""
     src = np.empty(size, np.uint8)
@@ -79,7 +83,7 @@ def _grow(size):
     return src, dst, words, bounds, symbols, best_score, best_start, parts
 
 
-@kernel()
+@_inner
 def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     """(largest intermediate text, words) in bytes that normalising and pre-tokenizing text[i:j] can
     make: the per-character table's output summed where it comes first, each tail operation's
@@ -113,7 +117,7 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     return peak + 8, 3 * size + 8
 
 
-@kernel()
+@_inner
 def _ends_before_run(text, lo, j, edges):
     """Whether the character that ends at text[j] (not before lo) may end the text before a cut run."""
     k = j - 1
@@ -126,14 +130,14 @@ def _ends_before_run(text, lo, j, edges):
     return cp >= 0 and s + width == j and (edges[cp] & 1) != 0
 
 
-@kernel()
+@_inner
 def _starts_after_run(text, e, n, edges):
     """Whether the character at text[e] may start the text after a cut run."""
     cp, width = _next_code_point(text, e, n)
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel()
+@_inner
 def _probe(cache, cache_bytes, slot, key, data, start, length):
     """The row of the set at `slot` holding `key` and data[start:start+length], or -1."""
     for way in range(2):
@@ -148,7 +152,7 @@ def _probe(cache, cache_bytes, slot, key, data, start, length):
     return -1
 
 
-@kernel()
+@_inner
 def _insert(cache, cache_bytes, cache_ints, slot, key, data, start, length, out, first, stop):
     """Remember data[start:start+length] -> out[first:stop] in the set at `slot` (when it fits a row)."""
     made = stop - first
@@ -192,16 +196,15 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
     cache_mask = cache.shape[0] - 1
-    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(256)
+    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(np.int64(256))
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
     chunk_start = np.empty(_BATCH, np.int64)
     chunk_stop = np.empty(_BATCH, np.int64)
     chunk_hash = np.empty(_BATCH, np.uint64)
-    touched = np.uint64(0)
     position = begin
     while position < n:
-        # find the next _BATCH chunks (up to each safe cut) and touch their cache rows, so that the
+        # find the next _BATCH chunks (up to each safe cut) and prefetch their cache rows, so that the
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
@@ -236,7 +239,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             count += 1
             if j - position <= CHUNK_BYTES:
                 slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
-                touched ^= cache[slot, 0] ^ cache[slot + 1, 0]
+                prefetch_row(cache, slot)
+                prefetch_row(cache, slot + 1)
             position = following
         for q in range(count):
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
@@ -373,7 +377,6 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     spans[n_spans, 2] = n_out
                     n_spans += 1
                     open_span = True
-    bounds[0, 0] = np.int64(touched & np.uint64(1))  # keeps the touching loads
     return n_out, n_spans, n
 
 
@@ -390,4 +393,5 @@ def remember_chunk(cache, text, start, stop, ids):
         h = (h ^ np.uint64(text[k])) * _FNV_PRIME
     slot = np.int64(h & np.uint64(cache.shape[0] - 1)) & ~np.int64(1)
     key = (h & _HASH_BITS) | np.uint64(length)
-    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, 0, ids.shape[0])
+    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, np.int64(0),
+            ids.shape[0])

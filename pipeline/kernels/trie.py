@@ -20,6 +20,9 @@ import numpy as np
 
 from pipeline.kernels.jit import kernel
 
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
 ROOT = 0
 _FREE = -1
 
@@ -66,13 +69,27 @@ class DoubleArray:
         return int(find_id(data, 0, len(data), self.cells)) if key else -1
 
 
+@_inner
+def _cells(size, base_, check_, value_, kept):
+    """(base, check, value) of `size` cells: the first `kept` copied from the given ones, the rest empty
+    (plain loops: numpy's fill and slice assignment cost seconds of compile time here)."""
+    base = np.empty(size, np.int32)
+    check = np.empty(size, np.int32)
+    value = np.empty(size, np.int32)
+    for t in range(size):
+        if t < kept:
+            base[t], check[t], value[t] = base_[t], check_[t], value_[t]
+        else:
+            base[t], check[t], value[t] = 0, _FREE, -1
+    return base, check, value
+
+
 @kernel()
 def _build(blob, starts, lengths, ids, capacity):
     """First-fit double-array construction over sorted keys; returns (base, check, value, cells used)."""
     cells = max(capacity, 512)
-    base = np.zeros(cells, np.int32)
-    check = np.full(cells, _FREE, np.int32)
-    value = np.full(cells, -1, np.int32)
+    none = np.zeros(1, np.int32)
+    base, check, value = _cells(cells, none, none, none, np.int64(0))
     check[ROOT] = -2  # the root's cell is taken
     n = lengths.shape[0]
     # work stack of (node, first key, end key, depth): keys [lo, hi) share their first `depth` bytes
@@ -122,13 +139,8 @@ def _build(blob, starts, lengths, ids, capacity):
         b = position - children[0]
         if b + 256 >= cells:  # grow
             grown = max(cells * 2, b + 512)
-            base2 = np.zeros(grown, np.int32)
-            check2 = np.full(grown, _FREE, np.int32)
-            value2 = np.full(grown, -1, np.int32)
-            base2[:cells] = base
-            check2[:cells] = check
-            value2[:cells] = value
-            base, check, value, cells = base2, check2, value2, grown
+            base, check, value = _cells(grown, base, check, value, cells)
+            cells = grown
         base[node] = b
         for i in range(count):
             t = b + children[i]
@@ -136,7 +148,9 @@ def _build(blob, starts, lengths, ids, capacity):
             used = max(used, t + 1)
         if top + count > stack.shape[0]:
             stack2 = np.empty((stack.shape[0] * 2 + count, 4), np.int64)
-            stack2[:top] = stack[:top]
+            for r in range(top):
+                for c in range(4):
+                    stack2[r, c] = stack[r, c]
             stack = stack2
         for i in range(count):
             stack[top, 0] = b + children[i]

@@ -16,6 +16,9 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
   tokenizer;
 - the text is cut only at safe cuts (`SafeCuts`), where encoding the parts separately gives the
   ids of the whole, so a chunk sent to the real tokenizer gets exactly the ids it has in the text.
+- a Llama / Gemma-style BPE (byte fallback, no pre-tokenizer, Prepend and one-character
+  Replaces: `sentencepiece_stream.stream_form`) is encoded as one BPE word cut where no merge can
+  cross (`pipeline.kernels.bpe_stream`), the chunk path above only for text that is not valid UTF-8.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from functools import lru_cache
 import numpy as np
 from tokenizers import Tokenizer
 
+from pipeline.kernels.bpe_stream import stream_encode
 from pipeline.kernels.byte_fallback import BpeTables
 from pipeline.kernels.metaspace import (
     CUT_DROP,
@@ -45,6 +49,7 @@ from pipeline.kernels.metaspace import (
 from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel, remember_chunk
 from pipeline.kernels.unigram import UnigramTables
 from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
+from pipeline.tokenizer.sentencepiece_stream import stream_form
 
 META = "\u2581"
 BMP = 0x10000
@@ -256,6 +261,30 @@ class SentencePieceFastTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        if self.tables.stream is not None:
+            ids = self._encode_stream(data)
+            if ids is not None:
+                return ids
+        return self._encode_chunks(data)
+
+    def _encode_stream(self, data: bytes) -> np.ndarray | None:
+        """The ids by segments of one BPE word (`pipeline.kernels.bpe_stream`); None where `data` is
+        not valid UTF-8 (lone surrogates): the chunk path hands such text to the real tokenizer."""
+        stream, growth = self.tables.stream, int(self.tables.stream[-1][0])
+        text = np.frombuffer(data, dtype=np.uint8)
+        out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
+        n_out, position = 0, 0
+        while True:
+            n_out, position, bad = stream_encode(text, position, stream, self.tables.bpe, self.cache, out, n_out)
+            if bad:
+                return None
+            if position >= len(data):
+                return out[:n_out].copy()
+            more = growth * (len(data) - position) + len(stream[5]) + 64
+            out = np.concatenate([out[:n_out], np.empty(more, dtype=np.int32)])
+
+    def _encode_chunks(self, data: bytes) -> np.ndarray:
+        """The ids chunk by chunk (`pipeline.kernels.sentencepiece_encode`), with fallback spans."""
         cuts, normalizer, uni, bpe = self._tables_args
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
@@ -336,6 +365,7 @@ class _Tables:
     edges: np.ndarray
     uni: tuple
     bpe: tuple
+    stream: tuple | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
 
     @property
     def cuts(self) -> tuple:
@@ -432,6 +462,7 @@ def _tables(tokenizer_json: str) -> _Tables:
         uni = _unigram_tuple(unigram)
         bpe = _empty_bpe()
         is_bpe = 0
+        stream = None
     else:
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
         tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
@@ -441,6 +472,8 @@ def _tables(tokenizer_json: str) -> _Tables:
         bpe = _bpe_tuple(tables)
         uni = _empty_unigram()
         is_bpe = 1
+        stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
+                             exact, exact["vocab"], tables)
 
     def map_out(char: str) -> str:
         cp = ord(char)
@@ -461,7 +494,7 @@ def _tables(tokenizer_json: str) -> _Tables:
     run_bytes, edges = whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends,
                                        meta is not None and bool(meta.get("split", True)), mapped, BMP)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe)
+                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe, stream)
 
 
 def _unigram_tuple(unigram: UnigramTables) -> tuple:

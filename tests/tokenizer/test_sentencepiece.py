@@ -17,8 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from pipeline.kernels.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
+from pipeline.kernels.byte_fallback import BpeTables
 from pipeline.kernels.cleaning import NotText, clean_bytes
-from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE
+from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE, OP_MAP, OP_PREPEND, OP_REPLACE, OP_STRIP
 from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
 from pipeline.kernels.trie import DoubleArray
 from pipeline.tokenizer.sentencepiece import (
@@ -27,6 +29,7 @@ from pipeline.tokenizer.sentencepiece import (
     sentencepiece_safe_cut,
     sentencepiece_support,
 )
+from pipeline.tokenizer.sentencepiece_stream import stream_form
 from tests.conftest import BOOKS, HAVE_CORPUS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizers"
@@ -63,6 +66,10 @@ def _variant(name: str) -> dict:
                                    "split": False}
     elif layout == "gemma":  # Gemma: spaces replaced, nothing prepended
         config["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    elif layout == "replaces":  # more one-character Replaces, one before the Prepend, one to two characters
+        config["normalizer"]["normalizers"] = [
+            {"type": "Replace", "pattern": {"String": "\t"}, "content": "\u2581\u2581"}, *normalizers,
+            {"type": "Replace", "pattern": {"String": "x"}, "content": "ks"}]
     return config
 
 
@@ -327,3 +334,80 @@ def test_chunks_the_real_tokenizer_encoded_are_remembered():
         _, n_spans, _ = encode_kernel(data, 0, *fast._tables_args, fast.cache, out, 0, spans, 0)
         assert (n_spans == 0) == (round_ == 1)
         assert list(fast.encode(text)) == expected
+
+
+# Llama-style BPE as one word cut into segments (pipeline.kernels.bpe_stream)
+STREAM = ("llama_bpe", "llama_bpe:gemma", "llama_bpe:replaces")
+
+
+def test_llama_style_bpe_is_one_word_cut_where_no_merge_crosses():
+    """Byte-fallback BPE without a pre-tokenizer behind Prepend and one-character Replaces is encoded
+    as segments of one word: a newline (byte pieces) and a CJK character no piece pairs with are cut
+    on both sides and written directly, a letter only before a space; layouts where a merge could
+    cross a cut (Metaspace, a merge taking a byte piece, a missing byte piece) or the table is
+    not the identity (see the next test), and Unigram, keep the chunk path."""
+    for name in STREAM:
+        assert _pair(name)[1].tables.stream is not None, name
+    classes, direct, _, _, _, prefix, growth = _pair("llama_bpe")[1].tables.stream
+    assert classes[0x0A] & (CUT_BEFORE | CUT_AFTER) == CUT_BEFORE | CUT_AFTER and direct[0x0A] == DIRECT_BYTES
+    assert classes[ord("e")] & (CUT_BEFORE | CUT_AFTER) == 0 and classes[ord("e")] & CUT_BEFORE_SPACE
+    assert direct[ord("e")] >= 0 and bytes(prefix).decode() == "\u2581" and growth[0] == 3
+    lonely = [cp for cp in range(0x4E00, 0x9FFF) if classes[cp] & CUT_BEFORE and classes[cp] & CUT_AFTER]
+    assert lonely and direct[lonely[0]] != -1
+    assert _pair("llama_bpe:gemma")[1].tables.stream[5].size == 0
+    replaced = _pair("llama_bpe:replaces")[1].tables.stream
+    assert bytes(replaced[4][replaced[2][ord("x")]:][:replaced[3][ord("x")]]).decode() == "ks"
+    assert bytes(replaced[4][replaced[2][9]:][:replaced[3][9]]).decode() == "\u2581\u2581"
+    for name in ("llama_bpe:first", "xlmr_unigram"):
+        assert _pair(name)[1].tables.stream is None, name
+
+
+def test_the_stream_form_needs_every_byte_piece_isolated_and_per_character_outputs():
+    """Off where a cut could change the ids: a merge taking a byte piece, a missing byte piece (an
+    unknown piece waits for the next character), ignore_merges (the whole text first), a
+    per-character normalizer or a pre-tokenizer, a Replace of more than one character, a Strip."""
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}, "\u2581": 257, "a": 258, "b": 259, "ab": 260}
+    ops = [(OP_MAP, "", ""), (OP_PREPEND, "", "\u2581"), (OP_REPLACE, " ", "\u2581")]
+    model = {"type": "BPE"}
+
+    def form(vocab=vocab, merges=(("a", "b"),), ops=ops, model=model, per_character=False, pre_tokenizer=False):
+        tables = BpeTables.build(vocab, list(merges), "<unk>", True, True, bool(model.get("ignore_merges")))
+        return stream_form(ops, per_character, pre_tokenizer, model, vocab, tables)
+
+    assert form() is not None
+    assert form(vocab={**vocab, "<0x0A><0x0A>": 261}, merges=(("a", "b"), ("<0x0A>", "<0x0A>"))) is None
+    assert form(vocab={k: v for k, v in vocab.items() if k != "<0xFF>"}) is None
+    assert form(model={"type": "BPE", "ignore_merges": True}) is None
+    assert form(per_character=True) is None and form(pre_tokenizer=True) is None
+    assert form(ops=[*ops, (OP_REPLACE, "ab", "c")]) is None and form(ops=[*ops, (OP_STRIP, " ", " ")]) is None
+    assert form(ops=[*ops, (OP_REPLACE, "a", "")]) is None  # an empty output would leave a text without its prefix
+
+
+_SEGMENT_WORDS = st.sampled_from(["\u6f22" * 30, "\u6f22\u5b57\u306e", "\n" * 5, "x" * 300, " " * 17, "\u2581" * 9,
+                                  "\t\t", "ks", "\U0001F600" * 3, "e\u0301\u0301", "\u0e01\u0e33", "\x1c\x1f",
+                                  "\u201cThat\u2019s", "end.\u201d\n\n", "\uff21\ufb01"])
+_SEGMENT_TEXT = st.lists(st.one_of(_RISKY, _WORDS, _SEGMENT_WORDS, st.characters(blacklist_categories=("Cs",))),
+                         max_size=50).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(STREAM), text=_SEGMENT_TEXT, slots=st.sampled_from([2, 16, 1 << 12]))
+def test_llama_style_segments_give_the_real_ids(name, text, slots):
+    """Random texts weighted to byte-fallback characters, non-BMP, marks, space and newline runs and
+    very long words give the real ids, the first time and again from the cache, also with a cache so
+    small that segments keep evicting each other."""
+    _, fast = _pair(name)
+    kept, fast.cache = fast.cache, chunk_cache(slots)
+    try:
+        _assert_same(name, text)
+        _assert_same(name, text)
+        _assert_same(name, text[1:] + text[:1])
+    finally:
+        fast.cache = kept
+
+
+def test_invalid_utf8_leaves_the_stream_path():
+    """A lone surrogate (surrogatepass UTF-8) is no text the stream path encodes: it hands the text back."""
+    _, fast = _pair("llama_bpe")
+    assert fast._encode_stream("a\ud800b".encode("utf-8", "surrogatepass")) is None
+    assert list(fast._encode_stream("a\n\u6f22".encode())) == list(fast.encode("a\n\u6f22"))
