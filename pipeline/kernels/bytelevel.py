@@ -93,7 +93,7 @@ def _run(text, i, n, classes, kind):
     return i, chars, last
 
 
-@kernel(inline="always")
+@kernel()
 def _contraction(text, i, n, fold, ignore_case):
     """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
     if text[i] != 39 or i + 1 >= n:
@@ -162,7 +162,7 @@ def _letter_word_end(text, i, n, classes, swar_letters):
     return -1
 
 
-@kernel(inline="always")
+@kernel()
 def _gpt2_end(text, i, n, classes, fold):
     """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
     length = _contraction(text, i, n, fold, False)
@@ -183,7 +183,7 @@ def _gpt2_end(text, i, n, classes, fold):
     return last  # `\s+(?!\S)` backs off one so the last space joins the next word
 
 
-@kernel(inline="always")
+@kernel()
 def _llama3_end(text, i, n, classes, fold):
     """End (byte) of the Llama-3 / cl100k regex match at byte i."""
     length = _contraction(text, i, n, fold, True)
@@ -328,6 +328,7 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
     news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     ahead_stops = np.empty(AHEAD, dtype=np.int64)
     ahead_found = np.empty(AHEAD, dtype=np.int64)  # the word's id (a one-token word), its cache set, or -1
+    ahead_keys = np.empty((AHEAD, 3), dtype=np.uint64)
     n_out = 0
     n_fallback = 0
     size = text.shape[0]
@@ -354,6 +355,10 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
                     prefetch(records, row)
                     prefetch(records, row + 1)
                     found = -2 - row
+                    slot = n_found & (AHEAD - 1)
+                    ahead_keys[slot, 0] = k0
+                    ahead_keys[slot, 1] = k1
+                    ahead_keys[slot, 2] = k2
             slot = n_found & (AHEAD - 1)
             ahead_stops[slot] = stop
             ahead_found[slot] = found
@@ -375,7 +380,9 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
         row = -2 - found
         k0 = k1 = k2 = np.uint64(0)
         if row >= 0:
-            k0, k1, k2 = word_key(text, start, n)
+            k0 = ahead_keys[slot, 0]
+            k1 = ahead_keys[slot, 1]
+            k2 = ahead_keys[slot, 2]
             done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
             if done >= 0:
                 n_out = done

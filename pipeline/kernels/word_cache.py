@@ -1,11 +1,13 @@
 """A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
 
 A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
-(`word_key`: eight loads the compiler merges into one, a mask, no loop, no byte compare). A record
+(`word_key`: one unaligned 8-byte load each (`load8`), a mask, no loop, no byte compare). A record
 is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
-then up to MAX_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
+then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
 associative; a new word goes to way 0 and pushes the old way 0 to way 1), the set chosen by the
-top bits of a multiplicative hash of the key.
+top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
+up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
+running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
 
 A cache never changes ids: it only remembers what the kernel computed for a word. The kernel finds
 the words some way ahead of their lookup and `prefetch`es their sets, so that the memory fetches of
@@ -26,9 +28,11 @@ from numba.extending import intrinsic
 from pipeline.kernels.jit import kernel
 
 WORD_BYTES = 24  # longest word the cache holds (its key is three uint64)
-MAX_IDS = 9  # most ids a record holds
+RECORD_IDS = 9  # most ids one record holds
+MAX_IDS = 25  # most ids a word's entry holds: a wide entry takes both records of its set (>= WORD_BYTES)
 RECORD_WORDS = 8  # uint64 per record: 64 bytes
-SETS = 1 << 17  # sets of two records: 16 MB (a corpus of 49 books has 154,000 distinct words)
+SETS = 1 << 18  # sets of two records: 32 MB. 49 books have 154,000 distinct words; with 16 MB, 40,000 of the
+# 2 million lookups of a pass over them found their word evicted, and BPE again costs about 1 us a word
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX_2 = np.uint64(0x165667B19E3779F9)
@@ -63,13 +67,13 @@ def _low_bytes(key, n):
     return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
 
 
-@kernel(inline="always")
-def _packed_tail(text, start, n):
-    """text[start:start + n] (1 <= n <= 8) packed little-endian, reading only those bytes."""
-    key = np.uint64(0)
+@kernel()
+def _tail_key(text, start, n):
+    """word_key of a word near the end of `text`, reading its bytes one at a time (rare: not inlined)."""
+    key = np.zeros(3, dtype=np.uint64)
     for q in range(n):
-        key |= np.uint64(text[start + q]) << np.uint64(8 * q)
-    return key
+        key[q // 8] |= np.uint64(text[start + q]) << np.uint64(8 * (q % 8))
+    return key[0], key[1], key[2]
 
 
 @kernel(inline="always")
@@ -80,12 +84,7 @@ def word_key(text, start, n):
     k1 = np.uint64(0)
     k2 = np.uint64(0)
     if start + ((n + 7) & -8) > text.shape[0]:
-        k0 = _packed_tail(text, start, min(n, 8))
-        if n > 8:
-            k1 = _packed_tail(text, start + 8, min(n - 8, 8))
-        if n > 16:
-            k2 = _packed_tail(text, start + 16, n - 16)
-        return k0, k1, k2
+        return _tail_key(text, start, n)
     if n <= 8:
         return _low_bytes(load8(text, start), n), k1, k2
     if n <= 16:
@@ -118,7 +117,9 @@ def _hit(records, row, k0, k1, k2, n, out, n_out):
     count = np.int64((meta >> np.uint64(8)) & _LOW_BYTE)
     out[n_out] = np.int32(meta >> np.uint64(32))
     for q in range(1, count):
-        out[n_out + q] = np.int32((records[row, 4 + (q - 1) // 2] >> np.uint64(32 * ((q - 1) % 2))) & _LOW_HALF)
+        word = 4 + (q - 1) // 2  # past the record's 8 words: the next row (a wide entry's second half)
+        out[n_out + q] = np.int32((records[row + (word >> 3), word & 7] >> np.uint64(32 * ((q - 1) % 2)))
+                                  & _LOW_HALF)
     return n_out + count
 
 
@@ -147,23 +148,27 @@ def prefetch(typingctx, records, row):
 def cached_ids(records, row, k0, k1, k2, n, out, n_out):
     """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss."""
     done = _hit(records, row, k0, k1, k2, n, out, n_out)
-    if done < 0:
-        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)
+    if done < 0 and (records[row, 3] >> np.uint64(8)) & _LOW_BYTE <= np.uint64(RECORD_IDS):
+        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)  # way 1, unless way 0 spills into it
     return done
 
 
 @kernel(inline="always")
 def remember(records, row, k0, k1, k2, n, ids, start, count):
-    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word."""
+    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word, in way 0
+    (the old way 0 moves to way 1), or in both ways when they are more than RECORD_IDS. A wide entry
+    is never moved to way 1 (it would spill into the next set): a word that takes its way 0 drops it."""
+    wide_before = (records[row, 3] >> np.uint64(8)) & _LOW_BYTE > np.uint64(RECORD_IDS)
     for q in range(RECORD_WORDS):
-        records[row + 1, q] = records[row, q]
+        records[row + 1, q] = np.uint64(0) if wide_before or count > RECORD_IDS else records[row, q]
         records[row, q] = 0
     records[row, 0] = k0
     records[row, 1] = k1
     records[row, 2] = k2
     records[row, 3] = np.uint64(n) | (np.uint64(count) << np.uint64(8)) | (np.uint64(ids[start]) << np.uint64(32))
     for q in range(1, count):
-        records[row, 4 + (q - 1) // 2] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
+        word = 4 + (q - 1) // 2
+        records[row + (word >> 3), word & 7] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
 
 
 @dataclass(frozen=True)
