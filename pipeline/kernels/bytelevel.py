@@ -55,7 +55,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
-AHEAD = 16  # words found (and their cache sets prefetched) before the first of them is looked up
+AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
 
 @kernel(inline="always")
 def _char(text, i, n):
