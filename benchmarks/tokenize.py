@@ -3,7 +3,7 @@ encode_batch_fast) and `tokie` (a Rust tokenizer, `pip install tokie`), on the s
 pinned to one core. Every method's ids are checked against HF's before any time counts.
 
     python -m benchmarks.tokenize --corpus DIR --tokenizer DIR_OR_JSON [--repeat 3] [--hf_mb 40] [--unit documents]
-        [--scale 10]
+        [--scale 10] [--clock wall|process]
 
 `--unit pieces` (default, WordPiece's published figures) encodes blank-line paragraphs (ours joins a
 batch with spaces, the same ids for WordPiece); `--unit documents` encodes each whole cleaned book in
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--unit", choices=["pieces", "documents"], default="pieces")
     parser.add_argument("--scale", type=int, default=1,
                         help="the corpus this many times over (in memory: the same as a scaled corpus on disk)")
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall",
+                        help="time by the wall clock, or by this process's CPU time (far less sensitive to other "
+                        "processes on a shared machine; every method runs on this one thread)")
     args = parser.parse_args(argv)
     if args.scale < 1:
         parser.error(f"--scale must be >= 1, got {args.scale}")
@@ -130,22 +133,29 @@ def main(argv: list[str] | None = None) -> dict:
     for name in inexact:  # a peer with other ids is reported, not timed
         print(f"{name}: ids differ from HF's: not timed")
         del methods[name]
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     rates: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(args.repeat):  # interleaved, so machine noise hits every method alike
         for name, method in methods.items():
             work = hf_batches if name.startswith("hf") else batches
             n_bytes = sum(sizes[: len(work)])
-            started = time.perf_counter()
+            started = clock()
             for batch in work:
                 method(batch)
-            rates[name].append(n_bytes / 1e6 / (time.perf_counter() - started))
+            rates[name].append(n_bytes / 1e6 / (clock() - started))
     summary = {name: (statistics.median(r), min(r), max(r)) for name, r in rates.items()}
     base = summary["hf encode_batch_fast"][0]
     report = {"mb_per_s": summary, "vs_encode_batch_fast": {name: s[0] / base for name, s in summary.items()},
               "corpus_mb": sum(sizes) / 1e6, "hf_mb": total / 1e6, "threads": 1, "unit": args.unit, "scale": args.scale,
-              "inexact": inexact}
+              "clock": args.clock, "inexact": inexact}
+    ours = rates["maskbeam fast"]
+    report["maskbeam_vs_peer"] = {  # ratio of the medians, and the median of each repeat's ratio (paired in time)
+        name: (summary["maskbeam fast"][0] / summary[name][0], statistics.median(o / p for o, p in zip(ours, r)))
+        for name, r in rates.items() if name.startswith("tokie")}
     for name, (median, low, high) in summary.items():
         print(f"{name:22s} {median:8.2f} MB/s ({low:.2f}-{high:.2f})  x{median / base:5.1f} vs encode_batch_fast")
+    for name, (of_medians, paired) in report["maskbeam_vs_peer"].items():
+        print(f"maskbeam fast / {name}: {of_medians:.3f} (median of the repeats' ratios {paired:.3f})")
     print(json.dumps(report))
     return report
 

@@ -28,15 +28,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.jit import kernel
 from pipeline.kernels.word_cache import (
     MAX_IDS,
-    PADDING,
     WORD_BYTES,
     PackedWordCache,
     cached_ids,
+    load8,
+    prefetch,
     remember,
     set_shift,
     single_id,
@@ -53,6 +55,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
+AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
 
 @kernel(inline="always")
 def _char(text, i, n):
@@ -90,7 +93,7 @@ def _run(text, i, n, classes, kind):
     return i, chars, last
 
 
-@kernel(inline="always")
+@kernel()
 def _contraction(text, i, n, fold, ignore_case):
     """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
     if text[i] != 39 or i + 1 >= n:
@@ -110,8 +113,41 @@ def _contraction(text, i, n, fold, ignore_case):
     return 0
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_CASE = np.uint64(0x2020202020202020)
+
+
 @kernel(inline="always")
-def _letter_word_end(text, i, n, classes):
+def _ascii_letters(x):
+    """0x80 in each byte of x (8 text bytes, little-endian) that is an ASCII letter [A-Za-z], else 0:
+    the byte with its case bit set lies strictly between 0x60 and 0x7B (the 'has between' bit trick:
+    each byte's high bit is cleared first, so no carry crosses a byte)."""
+    folded = x | _CASE
+    low = folded & _LOW7
+    return ((_ONES * np.uint64(127 + 0x7B)) - low) & ~folded & (low + _ONES * np.uint64(127 - 0x60)) & _HIGH
+
+
+@kernel(inline="always")
+def _letter_run_end(text, i, n, classes):
+    """End of the run of letters (class LETTER) starting at byte i: eight bytes at a time while
+    they are ASCII letters (`swar_letters` of the tables: the class table's ASCII letters are
+    exactly [A-Za-z]), then one character at a time from the first byte that is not."""
+    while i + 8 <= n:
+        others = ~_ascii_letters(load8(text, i)) & _HIGH
+        if others == 0:
+            i += 8
+            continue
+        i += np.int64(trailing_zeros(others)) >> 3
+        if text[i] < 0x80:  # an ASCII byte that is not a letter: the run ends here
+            return i
+        break
+    return _run(text, i, n, classes, LETTER)[0]
+
+
+@kernel(inline="always")
+def _letter_word_end(text, i, n, classes, swar_letters):
     """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
     (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
     there), else -1. Most words take this path and skip the general dispatch."""
@@ -120,11 +156,13 @@ def _letter_word_end(text, i, n, classes):
         b = text[i + 1]
         i += 1
     if b < 0x80 and classes[b] == LETTER:
+        if swar_letters:
+            return _letter_run_end(text, i + 1, n, classes)
         return _run(text, i + 1, n, classes, LETTER)[0]
     return -1
 
 
-@kernel(inline="always")
+@kernel()
 def _gpt2_end(text, i, n, classes, fold):
     """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
     length = _contraction(text, i, n, fold, False)
@@ -145,7 +183,7 @@ def _gpt2_end(text, i, n, classes, fold):
     return last  # `\s+(?!\S)` backs off one so the last space joins the next word
 
 
-@kernel(inline="always")
+@kernel()
 def _llama3_end(text, i, n, classes, fold):
     """End (byte) of the Llama-3 / cl100k regex match at byte i."""
     length = _contraction(text, i, n, fold, True)
@@ -260,46 +298,91 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
     return n_out + count
 
 
+@kernel(inline="always")
+def _word_end(text, position, size, classes, fold, pattern, swar_letters):
+    """End (byte) of the pre-token starting at byte `position`."""
+    stop = _letter_word_end(text, position, size, classes, swar_letters)
+    if stop < 0:
+        if pattern == GPT2:
+            stop = _gpt2_end(text, position, size, classes, fold)
+        else:
+            stop = _llama3_end(text, position, size, classes, fold)
+    return stop
+
+
 @kernel()
-def _encode_kernel(text, classes, fold, pattern, ignore_merges, initial, merge_keys,
+def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, initial, merge_keys,
                    merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
                    fallback):
-    """Pre-tokenize and BPE valid UTF-8 text (followed by PADDING bytes); returns (n_out, n_fallback).
+    """Pre-tokenize and BPE valid UTF-8 text; returns (n_out, n_fallback).
     fallback[k] = (byte start, byte stop, position in out) of a word left to the real model.
 
     A word of up to 8 bytes that is one token is found in `singles` (small, so it stays in the CPU's
     cache); any other word of up to WORD_BYTES bytes is looked up in the word cache (one cache line),
-    then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered."""
+    then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered. The words are
+    found AHEAD words before they are looked up, and the cache sets of those not in `singles`
+    prefetched when found, so that several lookups' memory fetches overlap instead of following
+    one another (the pre-tokenizer does not depend on the cache, so the order changes nothing else)."""
     symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
+    ahead_stops = np.empty(AHEAD, dtype=np.int64)
+    ahead_found = np.empty(AHEAD, dtype=np.int64)  # the word's id (a one-token word), its cache set, or -1
+    ahead_keys = np.empty((AHEAD, 3), dtype=np.uint64)
     n_out = 0
     n_fallback = 0
-    size = text.shape[0] - PADDING
+    size = text.shape[0]
     shift = set_shift(records)
     single_shift = set_shift(singles) - np.uint64(1)
-    position = 0
-    while position < size:
-        stop = _letter_word_end(text, position, size, classes)
-        if stop < 0:
-            if pattern == GPT2:
-                stop = _gpt2_end(text, position, size, classes, fold)
-            else:
-                stop = _llama3_end(text, position, size, classes, fold)
-        start = position
-        position = stop
-        n = stop - start
-        row = -1
-        k0 = k1 = k2 = np.uint64(0)
-        if n <= WORD_BYTES:
-            k0, k1, k2 = word_key(text, start, n)
-            if n <= 8:
-                single = single_id(singles, k0, n, single_shift)
+    found_end = 0  # where the words found so far end
+    n_found = 0  # words found
+    n_done = 0  # words tokenized
+    position = 0  # where the next word to tokenize starts
+    while True:
+        while n_found - n_done < AHEAD and found_end < size:
+            stop = _word_end(text, found_end, size, classes, fold, pattern, swar_letters)
+            n = stop - found_end
+            found = np.int64(-1)
+            if n <= WORD_BYTES:
+                k0, k1, k2 = word_key(text, found_end, n)
+                single = np.int64(-1)
+                if n <= 8:
+                    single = single_id(singles, k0, n, single_shift)
                 if single >= 0:
-                    out[n_out] = single
-                    n_out += 1
-                    continue
-            row = word_set(k0, k1, k2, n, shift)
+                    found = single
+                else:
+                    row = word_set(k0, k1, k2, n, shift)
+                    prefetch(records, row)
+                    prefetch(records, row + 1)
+                    found = -2 - row
+                    slot = n_found & (AHEAD - 1)
+                    ahead_keys[slot, 0] = k0
+                    ahead_keys[slot, 1] = k1
+                    ahead_keys[slot, 2] = k2
+            slot = n_found & (AHEAD - 1)
+            ahead_stops[slot] = stop
+            ahead_found[slot] = found
+            found_end = stop
+            n_found += 1
+        if n_done == n_found:
+            break
+        slot = n_done & (AHEAD - 1)
+        n_done += 1
+        start = position
+        stop = ahead_stops[slot]
+        found = ahead_found[slot]
+        position = stop
+        if found >= 0:
+            out[n_out] = found
+            n_out += 1
+            continue
+        n = stop - start
+        row = -2 - found
+        k0 = k1 = k2 = np.uint64(0)
+        if row >= 0:
+            k0 = ahead_keys[slot, 0]
+            k1 = ahead_keys[slot, 1]
+            k2 = ahead_keys[slot, 2]
             done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
             if done >= 0:
                 n_out = done
@@ -336,6 +419,8 @@ class ByteLevelTables:
     Attributes:
         classes: uint8, shape (N_CODE_POINTS,): OTHER, LETTER, NUMBER or SPACE of each code point,
             as the tokenizer's regex engine classes it.
+        swar_letters: whether the ASCII code points of class LETTER are exactly [A-Za-z] (then
+            letter runs are scanned eight bytes at a time).
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
         pattern: GPT2 or LLAMA3.
@@ -349,6 +434,7 @@ class ByteLevelTables:
     """
 
     classes: np.ndarray
+    swar_letters: bool
     fold: np.ndarray
     pattern: int
     ignore_merges: bool
@@ -391,16 +477,15 @@ def _fill_merges(pair_keys, pair_values, keys, values):
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
 
 
-def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache,
-                 padded: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def encode_bytes(text: np.ndarray, tables: ByteLevelTables,
+                 cache: ByteLevelCache) -> tuple[np.ndarray, np.ndarray]:
     """Byte-level BPE of valid UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
 
     Args:
-        text: uint8, shape (n,): valid UTF-8 (the caller checks: the kernel trusts every lead byte).
+        text: uint8, shape (n,): valid UTF-8 (the caller checks: the kernel trusts every lead byte);
+            read only, never past its end (it may be a view of memory that is not ours to write).
         tables: the tokenizer's tables.
         cache: tokenized words remembered between calls (updated in place; never changes the ids).
-        padded: whether `text` ends with PADDING bytes that are not part of the text (the kernel reads
-            up to PADDING bytes past a word; without them the text is copied into a padded buffer).
 
     Returns:
         (ids: int32 (m,), fallback: int64 (k, 3)): each fallback word's byte start and stop in
@@ -408,18 +493,14 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     """
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
-    if padded and text.shape[0] < PADDING:
-        raise ValueError(f"a padded text has at least {PADDING} bytes, got {text.shape[0]}")
-    if not padded or not text.flags.c_contiguous:
-        size = text.shape[0] - PADDING if padded else text.shape[0]
-        buffer = np.zeros(size + PADDING, dtype=np.uint8)
-        buffer[:size] = text[:size]
-        text = buffer
+    if not text.flags.c_contiguous:
+        text = np.ascontiguousarray(text)
     out = np.empty(text.shape[0] + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
-    args = (text, tables.classes, tables.fold, tables.pattern, tables.ignore_merges, tables.initial,
-            tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts, tables.vocab_lengths,
-            tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles, cache.records, out)
+    args = (text, tables.classes, tables.swar_letters, tables.fold, tables.pattern, tables.ignore_merges,
+            tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts,
+            tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles,
+            cache.records, out)
     n_out, n_fallback = _encode_kernel(*args, fallback)
     if n_fallback < 0:  # more fallback words than room: again with room for one per byte
         fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)

@@ -1,28 +1,38 @@
 """A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
 
 A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
-(`word_key`: eight loads the compiler merges into one, a mask, no loop, no byte compare). A record
+(`word_key`: one unaligned 8-byte load each (`load8`), a mask, no loop, no byte compare). A record
 is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
-then up to MAX_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
+then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
 associative; a new word goes to way 0 and pushes the old way 0 to way 1), the set chosen by the
-top bits of a multiplicative hash of the key.
+top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
+up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
+running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
 
-A cache never changes ids: it only remembers what the kernel computed for a word.
+A cache never changes ids: it only remembers what the kernel computed for a word. The kernel finds
+the words some way ahead of their lookup and `prefetch`es their sets, so that the memory fetches of
+several lookups overlap.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from pipeline.kernels.jit import kernel
 
 WORD_BYTES = 24  # longest word the cache holds (its key is three uint64)
-MAX_IDS = 9  # most ids a record holds
+RECORD_IDS = 9  # most ids one record holds
+MAX_IDS = 25  # most ids a word's entry holds: a wide entry takes both records of its set (>= WORD_BYTES)
 RECORD_WORDS = 8  # uint64 per record: 64 bytes
-SETS = 1 << 17  # sets of two records: 16 MB (a corpus of 49 books has 154,000 distinct words)
-PADDING = 8  # bytes of padding a text needs past its end for `word_key` (it reads 8 bytes at a time)
+SETS = 1 << 18  # sets of two records: 32 MB. 49 books have 154,000 distinct words; with 16 MB, 40,000 of the
+# 2 million lookups of a pass over them found their word evicted, and BPE again costs about 1 us a word
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX_2 = np.uint64(0x165667B19E3779F9)
@@ -31,26 +41,55 @@ _LOW_HALF = np.uint64(0xFFFFFFFF)
 _ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
+@intrinsic
+def load8(typingctx, text, start):
+    """The 8 bytes text[start:start + 8] (uint8 array, in bounds: not checked) as one little-endian
+    uint64: one unaligned load (numba's text[i] is a load and a negative-index select a byte)."""
+    if not isinstance(text, types.Array) or text.dtype != types.uint8 or not isinstance(start, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array = context.make_array(signature.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        address = builder.gep(array.data, [args[1]])
+        value = builder.load(builder.bitcast(address, i64.as_pointer()), align=1)
+        if sys.byteorder == "big":
+            swap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.bswap.i64")
+            value = builder.call(swap, [value])
+        return value
+
+    return types.uint64(text, start), codegen
+
+
 @kernel(inline="always")
-def _packed(text, start, n):
-    """text[start:start + n] (1 <= n <= 8) packed little-endian (reads text[start:start + 8])."""
-    key = np.uint64(text[start])
-    for q in range(1, 8):
-        key |= np.uint64(text[start + q]) << np.uint64(8 * q)
+def _low_bytes(key, n):
+    """The low n (1 <= n <= 8) bytes of key, the others zero."""
     return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
+
+
+@kernel()
+def _tail_key(text, start, n):
+    """word_key of a word near the end of `text`, reading its bytes one at a time (rare: not inlined)."""
+    key = np.zeros(3, dtype=np.uint64)
+    for q in range(n):
+        key[q // 8] |= np.uint64(text[start + q]) << np.uint64(8 * (q % 8))
+    return key[0], key[1], key[2]
 
 
 @kernel(inline="always")
 def word_key(text, start, n):
-    """(k0, k1, k2): the bytes of text[start:start + n] (1 <= n <= WORD_BYTES) packed in three
-    uint64, zero beyond n; text must have PADDING readable bytes past start + n."""
+    """(k0, k1, k2): the bytes of text[start:start + n] (1 <= n <= WORD_BYTES) packed little-endian
+    in three uint64, zero beyond n. Reads whole 8-byte groups where the text has them (a word near
+    the end of `text` is read byte by byte: nothing past the text is ever read)."""
     k1 = np.uint64(0)
     k2 = np.uint64(0)
+    if start + ((n + 7) & -8) > text.shape[0]:
+        return _tail_key(text, start, n)
     if n <= 8:
-        return _packed(text, start, n), k1, k2
+        return _low_bytes(load8(text, start), n), k1, k2
     if n <= 16:
-        return _packed(text, start, 8), _packed(text, start + 8, n - 8), k2
-    return _packed(text, start, 8), _packed(text, start + 8, 8), _packed(text, start + 16, n - 16)
+        return load8(text, start), _low_bytes(load8(text, start + 8), n - 8), k2
+    return load8(text, start), load8(text, start + 8), _low_bytes(load8(text, start + 16), n - 16)
 
 
 @kernel(inline="always")
@@ -78,31 +117,58 @@ def _hit(records, row, k0, k1, k2, n, out, n_out):
     count = np.int64((meta >> np.uint64(8)) & _LOW_BYTE)
     out[n_out] = np.int32(meta >> np.uint64(32))
     for q in range(1, count):
-        out[n_out + q] = np.int32((records[row, 4 + (q - 1) // 2] >> np.uint64(32 * ((q - 1) % 2))) & _LOW_HALF)
+        word = 4 + (q - 1) // 2  # past the record's 8 words: the next row (a wide entry's second half)
+        out[n_out + q] = np.int32((records[row + (word >> 3), word & 7] >> np.uint64(32 * ((q - 1) % 2)))
+                                  & _LOW_HALF)
     return n_out + count
+
+
+@intrinsic
+def prefetch(typingctx, records, row):
+    """Asks the CPU to fetch the cache line of records[row, 0] (a hint: no effect on any value)."""
+    if not isinstance(records, types.Array) or records.ndim != 2 or not isinstance(row, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        zero = context.get_constant(signature.args[1], 0)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1], zero], wraparound=False)
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0")
+        builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(3), i32(1)])  # read, keep, data
+        return context.get_dummy_value()
+
+    return types.void(records, row), codegen
 
 
 @kernel(inline="always")
 def cached_ids(records, row, k0, k1, k2, n, out, n_out):
     """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss."""
     done = _hit(records, row, k0, k1, k2, n, out, n_out)
-    if done < 0:
-        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)
+    if done < 0 and (records[row, 3] >> np.uint64(8)) & _LOW_BYTE <= np.uint64(RECORD_IDS):
+        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)  # way 1, unless way 0 spills into it
     return done
 
 
 @kernel(inline="always")
 def remember(records, row, k0, k1, k2, n, ids, start, count):
-    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word."""
+    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word, in way 0
+    (the old way 0 moves to way 1), or in both ways when they are more than RECORD_IDS. A wide entry
+    is never moved to way 1 (it would spill into the next set): a word that takes its way 0 drops it."""
+    wide_before = (records[row, 3] >> np.uint64(8)) & _LOW_BYTE > np.uint64(RECORD_IDS)
     for q in range(RECORD_WORDS):
-        records[row + 1, q] = records[row, q]
+        records[row + 1, q] = np.uint64(0) if wide_before or count > RECORD_IDS else records[row, q]
         records[row, q] = 0
     records[row, 0] = k0
     records[row, 1] = k1
     records[row, 2] = k2
     records[row, 3] = np.uint64(n) | (np.uint64(count) << np.uint64(8)) | (np.uint64(ids[start]) << np.uint64(32))
     for q in range(1, count):
-        records[row, 4 + (q - 1) // 2] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
+        word = 4 + (q - 1) // 2
+        records[row + (word >> 3), word & 7] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
 
 
 @dataclass(frozen=True)
@@ -122,7 +188,7 @@ class PackedWordCache:
         if sets < 2 or sets & (sets - 1):
             raise ValueError(f"cache sets must be a power of two >= 2, got {sets}")
         rows = 2 * sets
-        raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)
+        raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)  # numpy asks Linux for 2 MB pages itself
         skip = (-raw.ctypes.data % 64) // 8
         return cls(records=raw[skip:skip + rows * RECORD_WORDS].reshape(rows, RECORD_WORDS))
 

@@ -14,6 +14,7 @@ point, once per `tokenizers` version (cached on disk like the WordPiece table).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -33,7 +34,6 @@ from pipeline.kernels.bytelevel import (
     N_CODE_POINTS,
     NUMBER,
     OTHER,
-    PADDING,
     PATTERNS,
     SPACE,
     ByteLevelCache,
@@ -47,7 +47,6 @@ from pipeline.tokenizer.errors import UnsupportedTokenizer
 
 FAMILY = "byte-level BPE"
 _CACHE_ENV = "MASKBEAM_CACHE"
-_PADDING = bytes(PADDING)
 
 
 def _byte_chars() -> dict[int, str]:
@@ -65,6 +64,34 @@ def _byte_chars() -> dict[int, str]:
 BYTE_CHARS = _byte_chars()
 CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
 _TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
+
+
+def _utf8_reader():
+    """CPython's `PyUnicode_AsUTF8AndSize` (a str's UTF-8, computed once and kept with the str; for
+    an ASCII str its own characters), or None on an interpreter without it."""
+    try:
+        function = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    except AttributeError:
+        return None
+    function.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
+    function.restype = ctypes.c_void_p
+    return function
+
+
+_AS_UTF8 = _utf8_reader()
+
+
+def utf8_view(text: str) -> np.ndarray:
+    """uint8, shape (n,): the UTF-8 of `text` without a copy where CPython keeps one (a read-only
+    view, valid while `text` lives), else `text.encode()`. Raises UnicodeEncodeError on a lone
+    surrogate, as `encode` does."""
+    if _AS_UTF8 is None or not text:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    size = ctypes.c_ssize_t()
+    address = _AS_UTF8(text, ctypes.byref(size))  # raises what encode() raises (ctypes passes the error on)
+    view = np.frombuffer((ctypes.c_uint8 * size.value).from_address(address), dtype=np.uint8)
+    view.flags.writeable = False
+    return view
 
 
 def byte_level_string(data: bytes) -> str:
@@ -227,7 +254,10 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
     words = ByteTable.build(by_bytes)
     keys, values = merge_table(pairs)
     singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
-    return ByteLevelTables(classes=_cached_classes(), fold=probe_fold(pattern), pattern=PATTERNS[pattern],
+    classes = _cached_classes()
+    ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
+    return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
+                           fold=probe_fold(pattern), pattern=PATTERNS[pattern],
                            ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
                            merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,
                            vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
@@ -251,8 +281,10 @@ class ByteLevelFastTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
+        if self.prefix_space and text and not text.startswith(" "):
+            text = " " + text
         try:
-            data = text.encode("utf-8")  # strict: a lone surrogate is not UTF-8
+            data = utf8_view(text)  # strict: a lone surrogate is not UTF-8
         except UnicodeEncodeError:
             return self._real(text)
         return self._encode_valid(data)
@@ -263,21 +295,22 @@ class ByteLevelFastTokenizer:
             data.decode("utf-8")
         except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
             return self._real(data.decode("utf-8", "surrogatepass"))
-        return self._encode_valid(data)
+        if self.prefix_space and data and not data.startswith(b" "):
+            data = b" " + data
+        return self._encode_valid(np.frombuffer(data, dtype=np.uint8))
 
     def _real(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
-    def _encode_valid(self, data: bytes) -> np.ndarray:
-        prefix = b" " if self.prefix_space and data and not data.startswith(b" ") else b""
-        text = b"".join((prefix, data, _PADDING))  # one copy: the kernel reads a little past each word
-        ids, fallback = encode_bytes(np.frombuffer(text, dtype=np.uint8), self.tables, self.cache, padded=True)
+    def _encode_valid(self, text: np.ndarray) -> np.ndarray:
+        """Ids of valid UTF-8 `text` (uint8, shape (n,), the prefix space already in)."""
+        ids, fallback = encode_bytes(text, self.tables, self.cache)
         if fallback.shape[0] == 0:
             return ids
         parts, previous = [], 0
         for start, stop, position in fallback.tolist():
             parts.append(ids[previous:position])
-            tokens = self.tokenizer.model.tokenize(byte_level_string(text[start:stop]))
+            tokens = self.tokenizer.model.tokenize(byte_level_string(text[start:stop].tobytes()))
             parts.append(np.asarray([t.id for t in tokens], dtype=np.int32))
             previous = position
         parts.append(ids[previous:])

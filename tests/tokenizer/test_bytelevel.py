@@ -218,3 +218,58 @@ def test_a_vocabulary_entry_the_merges_never_build_is_not_one_token(ignore_merge
     ids = fast.encode("abc")
     assert [real.id_to_token(int(i)) for i in ids] == expected
     np.testing.assert_array_equal(ids, real.encode("abc", add_special_tokens=False).ids)
+
+
+_CJK = "\u5b57\u6587\u672c\u8a9e\u4e2d\u65e5\u570b\u4eba\u5927\u5b78"
+
+
+def test_words_of_many_ids_are_cached_whole_across_both_ways_of_a_set():
+    """CJK runs of 4 to 8 characters (12 to 24 bytes, more ids than one record holds) are cached
+    as wide entries spanning both records of a set; in a four-record cache they meet short words
+    in the same sets (a short word must drop a wide entry, never shift half of it into way 1, and
+    way 1 must not be read as a record while a wide entry fills it). Hits give the real ids."""
+    real, _ = pair("roberta")
+    fast = FastTokenizer(real, tokenizer_json("roberta"))
+    fast._impl.cache = ByteLevelCache.empty(2)
+    rng = np.random.default_rng(7)
+    words = ["".join(_CJK[int(k)] for k in rng.integers(len(_CJK), size=int(rng.integers(4, 9))))
+             for _ in range(40)]
+    text = " ".join(f"{w} the {w} a {w}, {w}" for w in words) + " " + " ".join(words)
+    expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+    assert max(len(real.encode(w).ids) for w in words) > 9  # wide entries are made
+    for _ in range(2):
+        np.testing.assert_array_equal(fast.encode(text), expected)
+    big = FastTokenizer(real, tokenizer_json("roberta"))  # a large cache keeps them: the second pass hits
+    for _ in range(2):
+        np.testing.assert_array_equal(big.encode(text), expected)
+    counts = (big._impl.cache.records[:, 3] >> np.uint64(8)) & np.uint64(0xFF)
+    assert (counts > 9).any()
+
+
+def test_a_word_at_the_very_end_of_the_text_reads_no_byte_past_it():
+    """The kernel reads 8 bytes at a time but never past the text: each text (ending in a word of
+    1 to 30 bytes, letters or not) is placed right before a page the process may not read, so a
+    read past its end would crash this test."""
+    import ctypes
+    import mmap
+
+    from pipeline.kernels.bytelevel import encode_bytes
+
+    real, fast = pair("llama3")
+    page = mmap.PAGESIZE
+    area = mmap.mmap(-1, 2 * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mprotect(ctypes.c_void_p(base + page), page, 0) == 0  # PROT_NONE
+    try:
+        for end in ["a", "ab", "word", "abcdefgh", "abcdefghi", "\u00e9t\u00e9", "x" * 16, "x" * 17, "y" * 24,
+                    "z" * 30, "12", "!!", "\n", "  ", _CJK[:3], "it's", "l" + "\u00e9" * 11]:
+            data = ("hello " + end).encode()
+            area[page - len(data):page] = data
+            view = np.frombuffer(area, dtype=np.uint8, count=len(data), offset=page - len(data))
+            view.flags.writeable = False  # as the str's UTF-8 view is (one compiled kernel, not two)
+            ids, fallback = encode_bytes(view, fast.tables, fast._impl.cache)
+            assert fallback.shape[0] == 0
+            np.testing.assert_array_equal(ids, real.encode(data.decode(), add_special_tokens=False).ids)
+    finally:
+        libc.mprotect(ctypes.c_void_p(base + page), page, 3)  # PROT_READ | PROT_WRITE, before the map is freed
