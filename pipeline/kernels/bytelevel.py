@@ -32,13 +32,13 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.jit import kernel
+from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.word_cache import (
     MAX_IDS,
     WORD_BYTES,
     PackedWordCache,
     cached_ids,
     load8,
-    prefetch,
     remember,
     set_shift,
     single_id,
@@ -352,8 +352,8 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
                     found = single
                 else:
                     row = word_set(k0, k1, k2, n, shift)
-                    prefetch(records, row)
-                    prefetch(records, row + 1)
+                    prefetch_row(records, row)
+                    prefetch_row(records, row + 1)
                     found = -2 - row
                     slot = n_found & (AHEAD - 1)
                     ahead_keys[slot, 0] = k0

@@ -10,7 +10,7 @@ up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its
 running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
 
 A cache never changes ids: it only remembers what the kernel computed for a word. The kernel finds
-the words some way ahead of their lookup and `prefetch`es their sets, so that the memory fetches of
+the words some way ahead of their lookup and prefetches their sets (`prefetch.py`), so that the fetches of
 several lookups overlap.
 """
 
@@ -121,27 +121,6 @@ def _hit(records, row, k0, k1, k2, n, out, n_out):
         out[n_out + q] = np.int32((records[row + (word >> 3), word & 7] >> np.uint64(32 * ((q - 1) % 2)))
                                   & _LOW_HALF)
     return n_out + count
-
-
-@intrinsic
-def prefetch(typingctx, records, row):
-    """Asks the CPU to fetch the cache line of records[row, 0] (a hint: no effect on any value)."""
-    if not isinstance(records, types.Array) or records.ndim != 2 or not isinstance(row, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        zero = context.get_constant(signature.args[1], 0)
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1], zero], wraparound=False)
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0")
-        builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(3), i32(1)])  # read, keep, data
-        return context.get_dummy_value()
-
-    return types.void(records, row), codegen
 
 
 @kernel(inline="always")
