@@ -10,9 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import datasets
 import pytest
@@ -127,7 +125,7 @@ def test_a_failure_is_reported_once_naming_the_input(tmp_path):
     assert "--resume" in err and "Traceback" not in err and "apache_beam" not in err
 
 
-def _on_a_terminal(argv, *, until=None, then=None, timeout=300):
+def _on_a_terminal(argv, *, until=None, then=None, timeout=300, env=None):
     """Run `argv` with stdin, stdout and stderr on a 100-column pseudo-terminal in a session of its own;
     `then(proc, screen)` is called once `until` appears on the screen. Returns (exit status, screen)."""
     import fcntl
@@ -138,7 +136,7 @@ def _on_a_terminal(argv, *, until=None, then=None, timeout=300):
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), stdin=follower, stdout=follower,
+    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO), **(env or {})), stdin=follower, stdout=follower,
                             stderr=follower, start_new_session=True)
     os.close(follower)
     screen, deadline = b"", time.time() + timeout
@@ -222,9 +220,10 @@ def test_ctrl_c_while_the_workers_start_prints_one_line(tmp_path):
         os.killpg(proc.pid, signal.SIGINT)
 
     argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf"]
-    worker_logs = set(Path(tempfile.gettempdir()).glob("maskbeam-workers-*.log"))
-    code, screen = _on_a_terminal(argv, until="runner: ", then=interrupt)
-    assert set(Path(tempfile.gettempdir()).glob("maskbeam-workers-*.log")) <= worker_logs  # none left behind
+    temp = tmp_path / "temp"  # the run's own temp folder: other tests' runs (other workers) use the shared one
+    temp.mkdir()
+    code, screen = _on_a_terminal(argv, until="runner: ", then=interrupt, env={"TMPDIR": str(temp)})
+    assert not list(temp.glob("maskbeam-workers-*.log"))  # none left behind
     assert seen["workers"] and all(seen["ignoring"]), seen
     assert code == 130, screen
     lines = [line for line in screen.replace("\r", "\n").splitlines() if line.strip()]
