@@ -36,6 +36,7 @@ from pipeline.beam.runner_options import (
     dask_defaults,
     local_runner_defaults,
     local_worker_count,
+    outside_ipython,
     runner_aliases,
     tokenizer_threads,
 )
@@ -173,7 +174,7 @@ def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int
 def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
     config = run.config
     config_threads = run.tokenizer_threads
-    with dask_cluster(dask_local_workers) as dask_args:
+    with dask_cluster(dask_local_workers) as dask_args, outside_ipython():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
         options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))

@@ -9,6 +9,7 @@ import difflib
 import importlib
 import logging
 import os
+import sys
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
@@ -32,6 +33,23 @@ def local_runner_defaults(beam_args: list[str], prefer_threads: bool = False) ->
     if "--default_sdk_harness_log_level" not in given:
         extra.append("--default_sdk_harness_log_level=WARNING")
     return beam_args + extra
+
+
+@contextlib.contextmanager
+def outside_ipython():
+    """Beam asks whether it runs in IPython at every transform it applies, by importing IPython:
+    0.7 s of a job's start where IPython is installed. A process that has not imported IPython is
+    not running in it, so for the job's graph and run its import fails at once, as where it is not
+    installed. Inside IPython (or once anything imported it) nothing changes."""
+    if "IPython" in sys.modules:
+        yield
+        return
+    sys.modules["IPython"] = None  # type: ignore[assignment] - Python's marker for "import fails"
+    try:
+        yield
+    finally:
+        if "IPython" in sys.modules and sys.modules["IPython"] is None:
+            del sys.modules["IPython"]
 
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import posixpath
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -47,6 +50,9 @@ __all__ = ["SpreadUnits", "TokenizeAndChunk", "WriteShards", "Preprocess", "METR
 
 METRICS_NAMESPACE = "maskbeam"
 STAGE_MS_PREFIX = "stage_ms_"  # worker milliseconds per stage: read_clean, tokenize_chunk, write_parts, ...
+
+
+_SETUP_LOCK = threading.Lock()
 
 
 class WorkFailed(RuntimeError):
@@ -90,7 +96,8 @@ class _CountingFn(beam.DoFn):
 
 
 class _TokenizerFn(_CountingFn):
-    """A DoFn holding the tokenizer and the row layout (built once per worker in setup)."""
+    """A DoFn holding the tokenizer and the row layout, built once per worker: the tokenizer at the
+    first element (a DoFn that gets none, as the byte-range tokenizer in most runs, never builds one)."""
 
     def __init__(self, spec: SpecFile, config: PreprocessConfig, temp_dir: str,
                  tokenizer_threads: int | None) -> None:
@@ -106,16 +113,26 @@ class _TokenizerFn(_CountingFn):
             # sharing the cores should not each start one thread per core.
             os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
         self._spec = self._spec_file.load()
-        tokenizer = build_tokenizer(self._spec)
-        self._tokenizer = (FastTokenizer(tokenizer, self._spec.json) if self._config.tokenizer_backend == BACKEND_FAST
-                           else tokenizer)
+        self._built = None
         self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
+
+    @property
+    def _tokenizer(self):
+        if self._built is None:
+            # One at a time: worker threads start together, and the second then finds the family's
+            # tables built (cached per process) instead of building them again on the other core.
+            with _SETUP_LOCK:
+                tokenizer = build_tokenizer(self._spec)
+                self._built = (FastTokenizer(tokenizer, self._spec.json)
+                               if self._config.tokenizer_backend == BACKEND_FAST else tokenizer)
+        return self._built
 
 
 class _ProcessUnitFn(_TokenizerFn):
     def process(self, unit: WorkUnit):
+        tokenizer = self._tokenizer
         clock = StageClock()
-        args = (unit, self._tokenizer, self._layout, _id_dtype(self._spec), self._config, self._temp_dir, clock)
+        args = (unit, tokenizer, self._layout, _id_dtype(self._spec), self._config, self._temp_dir, clock)
         try:
             outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
         except Exception as error:
@@ -129,8 +146,9 @@ class _ProcessUnitFn(_TokenizerFn):
 
 class _TokenizeRangeFn(_TokenizerFn):
     def process(self, task):
+        tokenizer = self._tokenizer
         try:
-            tokens = tokenize_range(task, self._tokenizer, self._layout, self._config, self._temp_dir)
+            tokens = tokenize_range(task, tokenizer, self._layout, self._config, self._temp_dir)
         except Exception as error:
             raise WorkFailed(f"input {task.source}", error) from error
         yield task.unit.source, tokens
@@ -179,27 +197,46 @@ class _WriteShardFn(beam.DoFn):
         yield result
 
 
-class SpreadUnits(beam.PTransform):
-    """Spread work units over workers: evenly by size into `n_bins` groups when the worker count
-    is known (the local runner hands each worker a fixed share of a stage's input, so a random
-    spread leaves one worker finishing alone), else a plain Reshuffle (cloud runners balance
-    dynamically)."""
+def _unit_size(unit) -> int:
+    return unit.size
 
-    def __init__(self, *, n_bins: int | None) -> None:
+
+def _unit_source(unit) -> str:
+    return unit.source
+
+
+def _shard_rows(task: ShardTask) -> int:
+    return sum(piece.stop - piece.start for piece in task.slices)
+
+
+def _shard_path(task: ShardTask) -> str:
+    return task.path
+
+
+class SpreadUnits(beam.PTransform):
+    """Spread work units (or any elements, by the `size` and `key` given) over workers: evenly by
+    size into `n_bins` groups when the worker count is known (the local runner hands each worker a
+    fixed share of a stage's input, so a random spread leaves one worker finishing alone), else a
+    plain Reshuffle (cloud runners balance dynamically)."""
+
+    def __init__(self, *, n_bins: int | None, size: Callable[[Any], int] = _unit_size,
+                 key: Callable[[Any], str] = _unit_source) -> None:
         super().__init__()
         if n_bins is not None and n_bins < 1:
             raise ValueError(f"n_bins must be >= 1, got {n_bins}")
         self._n_bins = n_bins
+        self._size = size
+        self._key = key
 
     def expand(self, units):
         if self._n_bins is None:
             return units | "Reshuffle" >> beam.Reshuffle()
-        n_bins = self._n_bins
+        n_bins, size, key = self._n_bins, self._size, self._key
         return (
             units
             | "AllUnits" >> beam.combiners.ToList()
             | "Bin" >> beam.FlatMap(lambda all_units: enumerate(
-                balanced_bins(all_units, n_bins, size=lambda u: u.size, key=lambda u: u.source)))
+                balanced_bins(all_units, n_bins, size=size, key=key)))
             | "GroupBins" >> beam.GroupByKey()
             | "Unbin" >> beam.FlatMap(lambda kv: [unit for group in kv[1] for unit in group])
         )
@@ -245,10 +282,11 @@ class TokenizeAndChunk(beam.PTransform):
 class WriteShards(beam.PTransform):
     """UnitResult -> one manifest dict: plan shards, mask and write them in parallel, then finalize."""
 
-    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig) -> None:
+    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
         self._spec = spec
         self._config = config
+        self._local_workers = local_workers
 
     def expand(self, unit_results):
         spec, config = self._spec, self._config
@@ -265,7 +303,8 @@ class WriteShards(beam.PTransform):
         shards = (
             units
             | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
-            | "SpreadShards" >> beam.Reshuffle()
+            # By rows, as the units are: a random spread of 2 large shards over 2 workers gives one both.
+            | "SpreadShards" >> SpreadUnits(n_bins=self._local_workers, size=_shard_rows, key=_shard_path)
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
             | "CollectShards" >> beam.CombineGlobally(ToListCombineFn())
         )
@@ -347,7 +386,7 @@ class Preprocess(beam.PTransform):
             | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
                                                     local_workers=self._local_workers,
                                                     tokenizer_threads=self._tokenizer_threads)
-            | "WriteShards" >> WriteShards(spec=self._spec, config=self._config)
+            | "WriteShards" >> WriteShards(spec=self._spec, config=self._config, local_workers=self._local_workers)
         )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME, mix64
+from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME, mix64, mix64_array
 from pipeline.kernels.jit import kernel
 from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
 
@@ -305,11 +305,8 @@ def band_hashes(signature: np.ndarray, bands: int = BANDS) -> list[int]:
     on all its values (the locality-sensitive hashing candidates)."""
     if signature.shape[0] % bands:
         raise ValueError(f"{signature.shape[0]} values do not split into {bands} bands")
-    rows = signature.reshape(bands, -1)
-    out = []
-    for band in range(bands):
-        h = np.uint64(band)
-        for value in rows[band]:
-            h = mix64(np.uint64(h ^ value))
-        out.append(int(h))
-    return out
+    rows = np.ascontiguousarray(signature, dtype=np.uint64).reshape(bands, -1)
+    h = np.arange(bands, dtype=np.uint64)  # all bands at once: h = mix64(h ^ value) along each band
+    for column in range(rows.shape[1]):
+        h = mix64_array(h ^ rows[:, column])
+    return [int(v) for v in h]

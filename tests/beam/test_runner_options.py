@@ -32,3 +32,22 @@ def test_worker_setup_caps_the_pool_before_the_tokenizer_starts(spec, monkeypatc
     config = PreprocessConfig(inputs=("x",), output=str(tmp_path), tokenizer="t", tokenizer_backend="hf")
     _ProcessUnitFn(ship_spec(spec, str(tmp_path)), config, str(tmp_path), tokenizer_threads=1).setup()
     assert os.environ["RAYON_NUM_THREADS"] == "1"
+
+
+def test_outside_ipython_makes_its_import_fail_fast_and_restores_it(monkeypatch):
+    import importlib
+    import sys
+    import types
+
+    from pipeline.beam.runner_options import outside_ipython
+
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    with outside_ipython(), pytest.raises(ImportError):
+        importlib.import_module("IPython")  # what Beam's is_in_ipython() does at every transform
+    assert "IPython" not in sys.modules  # an installed IPython imports as before afterwards
+
+    running = types.ModuleType("IPython")  # a process that runs in IPython has it imported already
+    monkeypatch.setitem(sys.modules, "IPython", running)
+    with outside_ipython():
+        assert importlib.import_module("IPython") is running
+    assert sys.modules["IPython"] is running

@@ -36,3 +36,22 @@ def test_balanced_bins_ignore_input_order_and_balance_by_size():
     assert bins == balanced_bins(items[::-1], 4, size=lambda it: it[1], key=lambda it: it[0])
     loads = sorted(sum(size for _, size in b) for b in bins)
     assert loads[-1] == 900 and loads[0] >= 600  # the largest alone, the rest within a book of each other
+
+
+def test_band_hashes_equal_the_band_by_band_definition():
+    """band_hashes hashes all bands at once; each band's hash is still mix64 chained over its values,
+    starting from the band's index (the definition the stored candidate pairs depend on)."""
+    from pipeline.kernels.quality import BANDS, NUM_PERM, band_hashes
+
+    rng = np.random.default_rng(5)
+    signatures = [rng.integers(0, 2**64 - 1, NUM_PERM, dtype=np.uint64, endpoint=True) for _ in range(5)]
+    signatures.append(np.full(NUM_PERM, 2**64 - 1, dtype=np.uint64))  # the empty signature
+    for signature in signatures:
+        for bands in (BANDS, 32, 1):
+            expected = []
+            for band, values in enumerate(signature.reshape(bands, -1).tolist()):
+                h = band
+                for value in values:
+                    h = splitmix64(h ^ value)
+                expected.append(h)
+            assert band_hashes(signature, bands) == expected
