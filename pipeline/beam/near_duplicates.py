@@ -45,19 +45,30 @@ def input_signature(parts: Iterable[UnitResult]) -> np.ndarray | None:
     return np.minimum.reduce(signatures) if len(signatures) > 1 else signatures[0]
 
 
-def band_records(name_and_parts: tuple[str, Iterable[UnitResult]]) -> list[tuple[int, str]]:
-    """(band hash, input) for each band of a kept input's signature."""
+def _content(parts: Iterable[UnitResult]) -> str:
+    """An input's content keys (a split file's ranges in order): equal for exact duplicates."""
+    return "|".join(p.key for p in parts)
+
+
+def band_records(name_and_parts: tuple[str, Iterable[UnitResult]]) -> list[tuple[int, tuple[str, str]]]:
+    """(band hash, (input, its content keys)) for each band of a kept input's signature."""
     name, parts = name_and_parts
+    parts = sorted(parts, key=lambda p: p.source)  # a split file's ranges in order, as `by_input` gives them
     signature = input_signature(parts)
-    return [] if signature is None else [(h, name) for h in band_hashes(signature)]
+    member = (name, _content(parts))
+    return [] if signature is None else [(h, member) for h in band_hashes(signature)]
 
 
-def candidate_pairs(members: Iterable[str]) -> list[tuple[str, str]]:
-    """Pairs (earlier path, later path) of the inputs sharing one band."""
-    ordered = sorted(set(members))
+def candidate_pairs(members: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Pairs (earlier path, later path) of the inputs sharing one band, but for exact duplicates
+    (equal content keys: reported as such, never scored, and 45 pairs a band for 10 copies)."""
+    content = dict(members)
+    ordered = sorted(content)
     if len(ordered) > MAX_BAND_GROUP:
-        return [(ordered[0], other) for other in ordered[1:]]
-    return [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+        pairs = [(ordered[0], other) for other in ordered[1:]]
+    else:
+        pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+    return [(a, b) for a, b in pairs if content[a] != content[b]]
 
 
 class FindNearDuplicateCandidates(beam.PTransform):
@@ -83,7 +94,7 @@ def _input_signatures(results: list[UnitResult]) -> dict[str, tuple[np.ndarray, 
     for name, parts in by_input(results).items():
         signature = input_signature(parts)
         if signature is not None:
-            out[name] = (signature, "|".join(p.key for p in parts))
+            out[name] = (signature, _content(parts))
     return out
 
 

@@ -36,9 +36,9 @@ def _results(paths, split_bytes, spec, tmp_path):
 
 def _near(results, threshold):
     records = [r for item in by_input(results).items() for r in band_records(item)]
-    bands: dict[int, list[str]] = {}
-    for band, name in records:
-        bands.setdefault(band, []).append(name)
+    bands: dict[int, list[tuple[str, str]]] = {}
+    for band, member in records:
+        bands.setdefault(band, []).append(member)
     pairs = sorted({p for members in bands.values() for p in candidate_pairs(members)})
     return mark_near_duplicates(mark_duplicates(results, drop=True), pairs, threshold)[0]
 
@@ -99,3 +99,12 @@ def test_short_texts_without_a_sampled_bigram_are_not_alike():
         hasher.update(a[i: i + 5])
     assert np.array_equal(hasher.signature(), minhash_signature(a))
     assert signature_similarity(minhash_signature(b"one"), minhash_signature(b"two")) == 0.0
+
+
+def test_exact_duplicates_are_no_near_duplicate_candidates_but_their_neighbours_pair_with_each_copy():
+    from pipeline.beam.near_duplicates import MAX_BAND_GROUP
+
+    members = [("c.txt", "k2"), ("a.txt", "k1"), ("b.txt", "k1"), ("a.txt", "k1")]  # a and b: one content
+    assert candidate_pairs(members) == [("a.txt", "c.txt"), ("b.txt", "c.txt")]
+    crowd = [(f"copy{i:03d}.txt", "same") for i in range(MAX_BAND_GROUP + 5)] + [("near.txt", "other")]
+    assert candidate_pairs(crowd) == [("copy000.txt", "near.txt")]  # a crowded band pairs with its first only
