@@ -174,12 +174,17 @@ class TokenizerSpec:
             tokenizer = Tokenizer.from_str(raw)
         except Exception as error:  # tokenizers raises a bare Exception on a malformed file
             raise TokenizerError(f"not a valid tokenizer.json: {error}") from None
-        ids = {}
+        ids, missing = {}, []
         for role, candidates in SPECIAL_CANDIDATES.items():
             found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]
-            if not found:
-                raise TokenizerError(f"tokenizer has no {role} token (looked for {', '.join(candidates)})")
-            ids[role] = found[0]
+            if found:
+                ids[role] = found[0]
+            else:
+                missing.append(f"no {role} token (looked for {', '.join(candidates)})")
+        if missing:  # every role at once: a T5-style tokenizer lacks both [CLS] and [MASK]
+            raise TokenizerError(f"tokenizer has {' and '.join(missing)}: masked-LM rows need a [CLS]-, [SEP]-, "
+                                 f"[PAD]- and [MASK]-like special token; add the missing ones to the tokenizer "
+                                 f"(tokenizer.add_special_tokens) or use an encoder's tokenizer")
         special = sorted(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
         special = sorted(set(special) | set(ids.values()))
         vocab = tokenizer.get_vocab(with_added_tokens=True)

@@ -67,3 +67,15 @@ def test_fast_and_hf_write_the_same_shards(tmp_path):
     assert manifest[m.KEY_CONFIG]["tokenizer_backend"] == "fast"
     assert manifest[m.KEY_COUNTS][m.ROWS] > 50
     assert _hashes(outputs["fast"]) == _hashes(outputs["hf"])
+
+
+def test_a_tokenizer_without_mlm_specials_is_refused_naming_every_missing_one():
+    """T5-style: no [CLS]-like and no [MASK]-like token; the job says both, and what to do."""
+    from pathlib import Path
+
+    from pipeline.tokenizer.resolve import resolve_tokenizer_json
+    from pipeline.tokenizer.spec import TokenizerError
+
+    t5 = Path(__file__).resolve().parent.parent / "data" / "tokenizers" / "t5_unigram"
+    with pytest.raises(TokenizerError, match=r"no cls token .* and no mask token .*add_special_tokens"):
+        TokenizerSpec.from_json(resolve_tokenizer_json(str(t5)))
