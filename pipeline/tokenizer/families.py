@@ -90,22 +90,23 @@ class Family:
     claims: Callable[[dict], bool]
     support: Callable[[dict], list[str]]
     make: Callable[[Tokenizer, str], FamilyEncoder]
-    cuts: Callable[[dict], CutRule]
+    cuts: Callable[[dict, str], CutRule]  # (the parsed tokenizer JSON, the JSON text itself)
 
 
-def _bytelevel_cuts(config: dict) -> CutRule:
+def _bytelevel_cuts(config: dict, tokenizer_json: str) -> CutRule:
     pattern, prefix_space, _ = bytelevel_fast.pre_tokenizer_shape(config)
     if prefix_space:
         return SPACE_CUTS
     return REGEX_CUTS if pattern == bytelevel_fast.GPT2_PATTERN else LLAMA3_CUTS
 
 
-def _sentencepiece_cuts(config: dict) -> CutRule:
+def _sentencepiece_cuts(config: dict, tokenizer_json: str) -> CutRule:
     """The SentencePiece family's cuts, from its kernel's own analysis of the tokenizer (which ASCII
-    neighbours of a space the normalizer keeps as they are, and whether every part gets a `▁`)."""
+    neighbours of a space the normalizer keeps as they are, and whether every part gets a `▁`).
+    The analysis is cached by the JSON text: given the text the encoder gets, it is done once (2-3 s)."""
     if sentencepiece.sentencepiece_support(config):
         return NO_CUTS  # not analysed by the kernel: whole documents, exact on any backend
-    found = sentencepiece.sentencepiece_cut_chars(json.dumps(config, ensure_ascii=False))
+    found = sentencepiece.sentencepiece_cut_chars(tokenizer_json)
     if found is None:
         return NO_CUTS
     mode, left, right = found
@@ -120,7 +121,7 @@ def _sentencepiece_claims(config: dict) -> bool:
 
 FAMILIES: list[Family] = [
     Family(wordpiece_fast.FAMILY, wordpiece_fast.claims, wordpiece_fast.wordpiece_support,
-           wordpiece_fast.WordPieceFastTokenizer, lambda config: WHITESPACE_CUTS),
+           wordpiece_fast.WordPieceFastTokenizer, lambda config, tokenizer_json: WHITESPACE_CUTS),
     Family(bytelevel_fast.FAMILY, bytelevel_fast.claims, bytelevel_fast.bytelevel_support,
            bytelevel_fast.ByteLevelFastTokenizer, _bytelevel_cuts),
     Family(SENTENCEPIECE, _sentencepiece_claims, sentencepiece.sentencepiece_support,
@@ -156,4 +157,4 @@ def cut_rule(config: dict) -> CutRule:
     """Where a tokenizer's text may be cut: its family's rule, else cuts before a space after a
     visible character (right for every whitespace-splitting pre-tokenizer; not proven for others)."""
     family = family_of(config)
-    return family.cuts(config) if family is not None else SPACE_CUTS
+    return family.cuts(config, json.dumps(config, ensure_ascii=False)) if family is not None else SPACE_CUTS

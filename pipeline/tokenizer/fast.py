@@ -16,7 +16,8 @@ from tokenizers import Tokenizer
 
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.families import CutRule, Family, support
-from pipeline.tokenizer.wordpiece_fast import CACHE_ENV, probe_code_points, wordpiece_support_and_case
+from pipeline.tokenizer.table_cache import CACHE_ENV
+from pipeline.tokenizer.wordpiece_fast import probe_code_points, wordpiece_support_and_case
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
 __all__ = ["CACHE_ENV", "FastTokenizer", "UnsupportedTokenizer", "choose_backend", "fast_support",
@@ -74,7 +75,7 @@ class FastTokenizer:
             raise UnsupportedTokenizer("; ".join(_why(family, problems)))
         self.tokenizer = tokenizer
         self.family = family.name
-        self.cuts: CutRule = family.cuts(config)
+        self.cuts: CutRule = family.cuts(config, tokenizer_json)
         self._impl = family.make(tokenizer, tokenizer_json)
 
     @property

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import tokenizers
 from tokenizers import Tokenizer
 
 from pipeline.kernels.bpe_stream import stream_encode
@@ -50,6 +51,7 @@ from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel, re
 from pipeline.kernels.unigram import UnigramTables
 from pipeline.tokenizer.sentencepiece_plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece_stream import stream_form
+from pipeline.tokenizer.table_cache import cached_arrays
 
 META = "\u2581"
 BMP = 0x10000
@@ -174,9 +176,25 @@ def sentencepiece_support(config: dict) -> list[str]:
     return _plan(config).problems
 
 
+_CODE_POINT_FORMAT = 1
+_CODE_POINT_ARRAYS = ("flags", "starts", "lengths", "blob")
+_FORM_ARRAYS = ("plain_map", "plain_prefix", "plain_cp", "run_bytes", "edges")
+
+
 def _code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(flags uint8, starts int32, lengths int32, blob uint8) over the BMP: which code points the kernel
-    may normalise alone, and the UTF-8 of their output."""
+    may normalise alone, and the UTF-8 of their output. Kept on disk (a second or more to probe):
+    keyed by the normalizers, the `tokenizers` version that normalises and Python's Unicode version."""
+    if not per_character:
+        return _probe_code_points(per_character)
+    key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(per_character, sort_keys=True)}")
+    arrays = cached_arrays("sentencepiece", key, _CODE_POINT_ARRAYS,
+                           lambda: dict(zip(_CODE_POINT_ARRAYS, _probe_code_points(per_character))))
+    return tuple(arrays[name] for name in _CODE_POINT_ARRAYS)
+
+
+def _probe_code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     normalize = _normalizer(json.dumps(per_character)) if per_character else (lambda s: s)
     seconds = _composition_seconds()
     flags = np.zeros(BMP, dtype=np.uint8)
@@ -487,12 +505,18 @@ def _tables(tokenizer_json: str) -> _Tables:
     def mapped(char: str) -> str | None:
         return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
 
-    plain_map, plain_prefix, plain_cp = plain_form(plan.ops, None if meta is None else _scheme(meta) != "never",
-                                         meta is not None and bool(meta.get("split", True)), plan.whitespace_split,
-                                         mapped, BMP)
     prepends = None if meta is None else _scheme(meta) != "never"
-    run_bytes, edges = whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends,
-                                       meta is not None and bool(meta.get("split", True)), mapped, BMP)
+    split = meta is not None and bool(meta.get("split", True))
+
+    def forms() -> dict[str, np.ndarray]:  # a second or more of per-code-point loops: kept on disk
+        return dict(zip(_FORM_ARRAYS, (*plain_form(plan.ops, prepends, split, plan.whitespace_split, mapped, BMP),
+                                       *whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends, split, mapped, BMP))))
+
+    key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(plan.per_character, sort_keys=True)}|{plan.ops!r}|{prepends}|{split}|"
+           f"{plan.whitespace_split}|{cut_mode == CUT_DROP}")
+    saved = cached_arrays("sentencepiece-forms", key, _FORM_ARRAYS, forms)
+    plain_map, plain_prefix, plain_cp, run_bytes, edges = (saved[name] for name in _FORM_ARRAYS)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
                    _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe, stream)
 

@@ -7,13 +7,9 @@ tokenizer with nothing on that list gets the fast path.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 import unicodedata
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import tokenizers
@@ -33,6 +29,7 @@ from pipeline.kernels.wordpiece import (
     encode_bytes,
 )
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
 # or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars touch only control
@@ -161,35 +158,20 @@ def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
 
 
 _TABLE_FORMAT = 1
-CACHE_ENV = "MASKBEAM_CACHE"
-
-
-def _cache_file(tokenizer_json: str) -> Path:
-    """Where the code point table of a tokenizer is kept between processes: keyed by the tokenizer
-    JSON and the `tokenizers` version that answered the probes."""
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "maskbeam") / "code-points"
-    key = hashlib.sha256(f"{_TABLE_FORMAT}|{tokenizers.__version__}|{tokenizer_json}".encode()).hexdigest()[:32]
-    return root / f"{key}.npz"
 
 
 def _code_points(tokenizer: Tokenizer, tokenizer_json: str) -> CodePointTable:
     """The probed table, from the on-disk cache when an earlier process made it (probing takes
-    about a second, once per worker process otherwise). An unreadable cache is rebuilt."""
-    path = _cache_file(tokenizer_json)
-    try:
-        with np.load(path) as saved:
-            return CodePointTable(**{name: saved[name] for name in CodePointTable.__dataclass_fields__})
-    except (OSError, ValueError, KeyError):
-        pass
-    table = probe_code_points(tokenizer)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz", delete=False) as handle:
-            np.savez(handle, **{name: getattr(table, name) for name in CodePointTable.__dataclass_fields__})
-        os.replace(handle.name, path)
-    except OSError:
-        pass  # a read-only home: probe again next time
-    return table
+    about a second, once per worker process otherwise): keyed by the tokenizer JSON and the
+    `tokenizers` version that answered the probes."""
+    names = tuple(CodePointTable.__dataclass_fields__)
+
+    def probe() -> dict[str, np.ndarray]:
+        table = probe_code_points(tokenizer)
+        return {name: getattr(table, name) for name in names}
+
+    key = f"{_TABLE_FORMAT}|{tokenizers.__version__}|{tokenizer_json}"
+    return CodePointTable(**cached_arrays("wordpiece", key, names, probe))
 
 
 @lru_cache(maxsize=4)
