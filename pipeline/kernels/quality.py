@@ -19,6 +19,7 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME, mix64
 from pipeline.kernels.jit import kernel
+from pipeline.kernels.prefetch import prefetch_row
 from pipeline.kernels.word_cache import load8
 from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
 
@@ -40,6 +41,7 @@ SAMPLE_SIXTEENTHS = 4
 FALLBACK_BYTES = 1 << 16  # a text with no sampled bigram is signed by every bigram of its start
 _GOLDEN_ODD = np.uint64(0x9E3779B97F4A7C15)
 SIGN_BLOCK = 1 << 14  # bytes of text a signature kernel loop takes at a time (its words stay in L1/L2)
+PREFETCH_AHEAD = 16  # sampled bigrams between a table slot's prefetch and its probe
 
 # Unicode blocks per script (start, stop exclusive, index into SCRIPT_NAMES); anything else that is
 # a letter counts as "Other", digits, punctuation, symbols and spaces count for no script.
@@ -203,6 +205,7 @@ def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below,
     table_mask = np.uint64(table.shape[0] - 1)
     table_index_mask = table.shape[0] - 1
     bin_mask = np.uint64(num_perm - 1)
+    rows = table.reshape((table.shape[0], 1))
     n = text.shape[0]
     words = np.empty(min(n, SIGN_BLOCK) + 1, dtype=np.uint64)
     start = 0
@@ -229,6 +232,8 @@ def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below,
             words[n_sampled] = shingle  # a fixed, content-based sample of the bigrams
             n_sampled += np.int64((shingle >> _S60) < sample_below)  # never 0, the empty slot of the table
         for j in range(n_sampled):
+            if j + PREFETCH_AHEAD < n_sampled:  # the slot of a bigram a few ahead: its cache line comes meanwhile
+                prefetch_row(rows, np.int64(words[j + PREFETCH_AHEAD] & table_mask))
             shingle = words[j]
             # Its occurrence number: a slot packs 20 bits of the bigram's hash and a 12-bit count, so the
             # table is small enough to stay in cache (a count saturates at 4095; a 20-bit key clash within
@@ -251,11 +256,12 @@ def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below,
                     occurrence = count
                     break
                 slot_t = (slot_t + 1) & table_index_mask
-            value = mix64(shingle ^ (np.uint64(occurrence) * _GOLDEN_ODD)) if occurrence > 1 else mix64(shingle)
+            # mix64 of the shingle, salted from its second occurrence on (a select, not a branch)
+            salt = np.uint64(occurrence) * _GOLDEN_ODD if occurrence > 1 else np.uint64(0)
+            value = mix64(shingle ^ salt)
             bin_index = np.int64(value & bin_mask)
             hashed = value >> _S32 | (value << _S32)
-            if hashed < out[bin_index]:
-                out[bin_index] = hashed
+            out[bin_index] = min(hashed, out[bin_index])
         n_shingles += n_sampled
         start = stop
     state[0] = h
