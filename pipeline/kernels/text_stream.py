@@ -397,13 +397,13 @@ def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool
     ranges: list[ByteRange] = []
     range_start, range_state = 0, stripper.state
     for text in pieces:
-        if stripper.found_start:
-            whole.chars += len(text)  # the bodies are kept: of the whole, only its length is needed
-        else:
-            whole.add(text)
         if not keep_boilerplate:
             for part in stripper.feed(text):
                 body.add(part)
+        if stripper.found_start:  # (after the feed: a START line in this piece spares measuring it whole)
+            whole.chars += len(text)  # the bodies are kept: of the whole, only its length is needed
+        else:
+            whole.add(text)
         if split_bytes and stats.raw_end - range_start >= split_bytes and stripper.at_line_start:
             ranges.append(ByteRange(range_start, stats.raw_end, range_state))
             range_start, range_state = stats.raw_end, stripper.state
