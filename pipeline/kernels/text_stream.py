@@ -20,7 +20,6 @@ import numpy as np
 
 from pipeline.kernels.cleaning import (
     _CONTROL,
-    _CONTROL_BYTES,
     _GUTENBERG_END,
     _GUTENBERG_START,
     _HTML_START,
@@ -36,6 +35,7 @@ from pipeline.kernels.cleaning import (
     NotText,
     _find_marker,
     decode_utf8,
+    normalize_newline_bytes,
 )
 from pipeline.kernels.quality import MinHasher, script_letter_counts
 
@@ -228,12 +228,11 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             stats.raw_end += len(piece)
             if nul_is_binary and b"\x00" in piece:
                 raise NotText(SKIP_BINARY_NUL)
-            if b"\r" in piece:
-                piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            piece, controls = normalize_newline_bytes(piece)
             text, replaced = decode_utf8(piece)  # a BOM only counts at the input's start (above)
             stats.data_bytes += len(piece)
             stats.replaced += replaced
-            stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
+            stats.controls += controls
             if not nul_is_binary:  # NUL lines are skipped records, not the input's text
                 stats.controls -= piece.count(b"\x00")
             stats.chars += len(text)
