@@ -210,3 +210,17 @@ def test_a_book_and_a_short_text_equal_the_reference():
     assert minhash_signature(short).tolist() == reference_signature(short, len(short))
     assert minhash_signature(short)[0] != EMPTY
     assert np.all(minhash_signature(b"one") == EMPTY)
+
+
+def test_a_long_text_without_a_sampled_bigram_is_signed_by_its_first_64_kb():
+    """The fallback signs every bigram of the text's first FALLBACK_BYTES, a word cut there, fed in
+    pieces that cross that boundary (its head is kept until a bigram is sampled: here, never)."""
+    data = b"alpha Beta, gamma!  " * 6000  # 120 KB of three bigrams, none of them sampled (seed 0)
+    assert _oph(_words(data), SHINGLE_SALT, NUM_PERM, 1 << 17, SAMPLE_SIXTEENTHS)[1] == 0
+    assert data[FALLBACK_BYTES - 1: FALLBACK_BYTES + 1].isalpha()  # the boundary falls inside a word
+    hasher = MinHasher(len(data))
+    for start in range(0, len(data), 30_011):
+        hasher.update(data[start:start + 30_011])
+    expected = reference_signature(data, len(data))
+    assert hasher.signature().tolist() == expected
+    assert expected[0] != EMPTY
