@@ -183,6 +183,50 @@ def _word_hashes(text, start, stop, word_byte, h, in_word, words):
 
 
 @kernel()
+def _word_hashes_split(text, start, stop, word_byte, h, in_word, words, later):
+    """`_word_hashes` as two independent hash chains, which the core runs side by side (one chain
+    is a multiply and a select a byte, latency-bound): text[start:stop] is cut at the first word
+    boundary after its middle; the second half starts outside a word, its words go to `later`,
+    then after the first half's."""
+    middle = start + (stop - start) // 2
+    while middle < stop and word_byte[text[middle]] != 0:
+        middle += 1
+    if middle == stop:
+        return _word_hashes(text, start, stop, word_byte, h, in_word, words)
+    length = min(middle - start, stop - middle)
+    first = text[start:start + length]
+    second = text[middle:middle + length]
+    h2 = _FNV_OFFSET
+    in_word2 = False
+    n_ended = 0
+    n_later = 0
+    for k in range(length):
+        b = word_byte[first[k]]
+        is_word = b != 0
+        words[n_ended] = h
+        n_ended += np.int64(in_word and not is_word)
+        mixed = (h ^ np.uint64(b)) * _FNV_PRIME
+        h = mixed if is_word else _FNV_OFFSET
+        in_word = is_word
+        b2 = word_byte[second[k]]
+        is_word2 = b2 != 0
+        later[n_later] = h2
+        n_later += np.int64(in_word2 and not is_word2)
+        mixed2 = (h2 ^ np.uint64(b2)) * _FNV_PRIME
+        h2 = mixed2 if is_word2 else _FNV_OFFSET
+        in_word2 = is_word2
+    h, in_word, more = _word_hashes(text, start + length, middle, word_byte, h, in_word, words[n_ended:])
+    n_ended += more
+    if in_word:  # the boundary byte at `middle` ends the first half's last word
+        words[n_ended] = h
+        n_ended += 1
+    h2, in_word2, more = _word_hashes(text, middle + length, stop, word_byte, h2, in_word2, later[n_later:])
+    n_later += more
+    words[n_ended:n_ended + n_later] = later[:n_later]
+    return h2, in_word2, n_ended + n_later
+
+
+@kernel()
 def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below, state, final):
     """OPH MinHash of the multiset of word bigrams of text (ASCII letters lower-cased, words split
     at ASCII whitespace and punctuation; other bytes belong to words): the k-th occurrence of a
@@ -208,10 +252,11 @@ def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below,
     rows = table.reshape((table.shape[0], 1))
     n = text.shape[0]
     words = np.empty(min(n, SIGN_BLOCK) + 1, dtype=np.uint64)
+    later = np.empty(min(n, SIGN_BLOCK) // 2 + 1, dtype=np.uint64)
     start = 0
     while start < n or final:
         stop = min(start + SIGN_BLOCK, n)
-        h, in_word, n_ended = _word_hashes(text, start, stop, word_byte, h, in_word, words)
+        h, in_word, n_ended = _word_hashes_split(text, start, stop, word_byte, h, in_word, words, later)
         if stop == n and final:
             if in_word:
                 words[n_ended] = h
