@@ -19,6 +19,8 @@ import numpy as np
 
 from pipeline.kernels.hashing import FNV_OFFSET, FNV_PRIME, mix64, mix64_array
 from pipeline.kernels.jit import kernel
+from pipeline.kernels.prefetch import prefetch_row
+from pipeline.kernels.word_cache import load8
 from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
 
 NUM_PERM = 256  # signature length: the similarity estimate has a standard deviation of at most 0.03
@@ -38,6 +40,8 @@ _S60 = np.uint64(60)
 SAMPLE_SIXTEENTHS = 4
 FALLBACK_BYTES = 1 << 16  # a text with no sampled bigram is signed by every bigram of its start
 _GOLDEN_ODD = np.uint64(0x9E3779B97F4A7C15)
+SIGN_BLOCK = 1 << 14  # bytes of text a signature kernel loop takes at a time (its words stay in L1/L2)
+PREFETCH_AHEAD = 16  # sampled bigrams between a table slot's prefetch and its probe
 
 # Unicode blocks per script (start, stop exclusive, index into SCRIPT_NAMES); anything else that is
 # a letter counts as "Other", digits, punctuation, symbols and spaces count for no script.
@@ -59,6 +63,14 @@ _WORD_BYTE = np.array([b | 32 if chr(b).isalpha() and b < 0x80 else b if (b >= 0
                        for b in range(256)], dtype=np.uint8)
 OTHER_LETTER = len(SCRIPT_NAMES)  # the "Other" slot, after the named scripts
 NO_SCRIPT = OTHER_LETTER + 1
+_LATIN = SCRIPT_NAMES.index("Latin")  # the script of the ASCII letters
+# SWAR constants for 8 ASCII bytes at once: a byte b | 0x20 is a letter iff 0x61 <= it < 0x7B, tested
+# by adding 0x80 - 0x61 and 0x80 - 0x7B to each byte (no carry crosses bytes below 0x80).
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_CASE_BITS = np.uint64(0x2020202020202020)
+_FROM_A = np.uint64(0x1F1F1F1F1F1F1F1F)
+_PAST_Z = np.uint64(0x0505050505050505)
+_BYTE_ONES = np.uint64(0x0101010101010101)
 
 
 def script_table() -> np.ndarray:
@@ -83,9 +95,24 @@ _TABLE: np.ndarray | None = None
 
 @kernel()
 def _script_counts(text, table, counts):
+    """Count each character's script into counts. Eight ASCII bytes at a time (one load, letters
+    counted by a SWAR range test); any other byte is decoded as below, its continuation bytes
+    taken unchecked, exactly as one character at a time would."""
     n = text.shape[0]
     i = 0
+    ascii_letters = np.int64(0)
+    ascii_others = np.int64(0)
     while i < n:
+        if i + 8 <= n:
+            chunk = load8(text, i)
+            if chunk & _HIGH_BITS == 0:
+                folded = chunk | _CASE_BITS
+                letters = ((folded + _FROM_A) & ~(folded + _PAST_Z)) & _HIGH_BITS
+                found = np.int64(((letters >> np.uint64(7)) * _BYTE_ONES) >> np.uint64(56))
+                ascii_letters += found
+                ascii_others += 8 - found
+                i += 8
+                continue
         b0 = np.int64(text[i])
         if b0 < 0x80:
             cp, width = b0, 1
@@ -106,6 +133,8 @@ def _script_counts(text, table, counts):
         elif cp >= 0:
             counts[OTHER_LETTER] += 1
         i += width
+    counts[_LATIN] += ascii_letters
+    counts[NO_SCRIPT] += ascii_others
 
 
 def script_letter_counts(data: bytes, counts: np.ndarray | None = None) -> np.ndarray:
@@ -138,13 +167,78 @@ def dominant_script(mix: dict[str, float]) -> str:
 
 
 @kernel()
+def _word_hashes(text, start, stop, word_byte, h, in_word, words):
+    """The FNV-1a hash of each word that ends in text[start:stop] into `words`, without a branch
+    per byte: (hash of the unfinished word, in a word, words ended)."""
+    n_ended = 0
+    for i in range(start, stop):
+        b = word_byte[text[i]]
+        is_word = b != 0
+        words[n_ended] = h
+        n_ended += np.int64(in_word and not is_word)
+        mixed = (h ^ np.uint64(b)) * _FNV_PRIME
+        h = mixed if is_word else _FNV_OFFSET
+        in_word = is_word
+    return h, in_word, n_ended
+
+
+@kernel()
+def _word_hashes_split(text, start, stop, word_byte, h, in_word, words, later):
+    """`_word_hashes` as two independent hash chains, which the core runs side by side (one chain
+    is a multiply and a select a byte, latency-bound): text[start:stop] is cut at the first word
+    boundary after its middle; the second half starts outside a word, its words go to `later`,
+    then after the first half's."""
+    middle = start + (stop - start) // 2
+    while middle < stop and word_byte[text[middle]] != 0:
+        middle += 1
+    if middle == stop:
+        return _word_hashes(text, start, stop, word_byte, h, in_word, words)
+    length = min(middle - start, stop - middle)
+    first = text[start:start + length]
+    second = text[middle:middle + length]
+    h2 = _FNV_OFFSET
+    in_word2 = False
+    n_ended = 0
+    n_later = 0
+    for k in range(length):
+        b = word_byte[first[k]]
+        is_word = b != 0
+        words[n_ended] = h
+        n_ended += np.int64(in_word and not is_word)
+        mixed = (h ^ np.uint64(b)) * _FNV_PRIME
+        h = mixed if is_word else _FNV_OFFSET
+        in_word = is_word
+        b2 = word_byte[second[k]]
+        is_word2 = b2 != 0
+        later[n_later] = h2
+        n_later += np.int64(in_word2 and not is_word2)
+        mixed2 = (h2 ^ np.uint64(b2)) * _FNV_PRIME
+        h2 = mixed2 if is_word2 else _FNV_OFFSET
+        in_word2 = is_word2
+    h, in_word, more = _word_hashes(text, start + length, middle, word_byte, h, in_word, words[n_ended:])
+    n_ended += more
+    if in_word:  # the boundary byte at `middle` ends the first half's last word
+        words[n_ended] = h
+        n_ended += 1
+    h2, in_word2, more = _word_hashes(text, middle + length, stop, word_byte, h2, in_word2, later[n_later:])
+    n_later += more
+    words[n_ended:n_ended + n_later] = later[:n_later]
+    return h2, in_word2, n_ended + n_later
+
+
+@kernel()
 def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below, state, final):
     """OPH MinHash of the multiset of word bigrams of text (ASCII letters lower-cased, words split
     at ASCII whitespace and punctuation; other bytes belong to words): the k-th occurrence of a
     bigram is its own element, so the estimate is the weighted (multiset) Jaccard similarity.
 
     Resumable: `state` (uint64: word hash, in-word flag, words, previous word, bigrams, table fill)
-    carries a word across calls; `final` ends the last word."""
+    carries a word across calls; `final` ends the last word.
+
+    The text goes in blocks of SIGN_BLOCK bytes, each in three loops, so that the per-byte loop has
+    no branch to mispredict at each word's end: (1) the FNV-1a hash of every word ending in the
+    block (a select resets the hash, a word's end appends it), (2) each bigram's hash, kept when
+    sampled, (3) the occurrence table and the bins, for the sampled bigrams only."""
     h = state[0]
     in_word = state[1] != 0
     n_words = np.int64(state[2])
@@ -155,58 +249,66 @@ def _signature_update(text, word_byte, seed, num_perm, out, table, sample_below,
     table_mask = np.uint64(table.shape[0] - 1)
     table_index_mask = table.shape[0] - 1
     bin_mask = np.uint64(num_perm - 1)
+    rows = table.reshape((table.shape[0], 1))
     n = text.shape[0]
-    for i in range(n + 1):
-        if i < n:
-            b = word_byte[text[i]]
-        elif final:
-            b = np.uint8(0)
-        else:
-            break
-        if b != 0:
-            h = (h ^ np.uint64(b)) * _FNV_PRIME
-            in_word = True
-            continue
-        if not in_word:
-            continue
-        word = h
-        h = _FNV_OFFSET
-        in_word = False
-        n_words += 1
-        if n_words == 1:
+    words = np.empty(min(n, SIGN_BLOCK) + 1, dtype=np.uint64)
+    later = np.empty(min(n, SIGN_BLOCK) // 2 + 1, dtype=np.uint64)
+    start = 0
+    while start < n or final:
+        stop = min(start + SIGN_BLOCK, n)
+        h, in_word, n_ended = _word_hashes_split(text, start, stop, word_byte, h, in_word, words, later)
+        if stop == n and final:
+            if in_word:
+                words[n_ended] = h
+                n_ended += 1
+                h = _FNV_OFFSET
+                in_word = False
+            final = False
+        first = 0
+        if n_words == 0 and n_ended > 0:
+            previous = words[0]
+            first = 1
+        n_words += n_ended
+        n_sampled = 0
+        for j in range(first, n_ended):
+            word = words[j]
+            shingle = mix64((previous * _GOLDEN_ODD) ^ word ^ seed) | np.uint64(1)
             previous = word
-            continue
-        shingle = mix64((previous * _GOLDEN_ODD) ^ word ^ seed) | np.uint64(1)
-        previous = word
-        if (shingle >> _S60) >= sample_below:  # a fixed, content-based sample of the bigrams
-            continue  # never 0, the empty slot of the occurrence table
-        # Its occurrence number: a slot packs 20 bits of the bigram's hash and a 12-bit count, so the
-        # table is small enough to stay in cache (a count saturates at 4095; a 20-bit key clash within
-        # one probe run merges two bigrams' counts: rare, and the same for every run).
-        key = np.uint32((shingle >> _S44) | np.uint64(1))
-        slot_t = np.int64(shingle & table_mask)
-        occurrence = np.uint32(1)
-        while True:
-            entry = table[slot_t]
-            if entry == 0:
-                if fill < max_fill:
-                    table[slot_t] = (key << np.uint32(12)) | np.uint32(1)
-                    fill += 1
-                break
-            if (entry >> np.uint32(12)) == key:
-                count = entry & np.uint32(0xFFF)
-                if count < np.uint32(0xFFF):
-                    count += np.uint32(1)
-                    table[slot_t] = entry + np.uint32(1)
-                occurrence = count
-                break
-            slot_t = (slot_t + 1) & table_index_mask
-        value = mix64(shingle ^ (np.uint64(occurrence) * _GOLDEN_ODD)) if occurrence > 1 else mix64(shingle)
-        bin_index = np.int64(value & bin_mask)
-        hashed = value >> _S32 | (value << _S32)
-        if hashed < out[bin_index]:
-            out[bin_index] = hashed
-        n_shingles += 1
+            words[n_sampled] = shingle  # a fixed, content-based sample of the bigrams
+            n_sampled += np.int64((shingle >> _S60) < sample_below)  # never 0, the empty slot of the table
+        for j in range(n_sampled):
+            if j + PREFETCH_AHEAD < n_sampled:  # the slot of a bigram a few ahead: its cache line comes meanwhile
+                prefetch_row(rows, np.int64(words[j + PREFETCH_AHEAD] & table_mask))
+            shingle = words[j]
+            # Its occurrence number: a slot packs 20 bits of the bigram's hash and a 12-bit count, so the
+            # table is small enough to stay in cache (a count saturates at 4095; a 20-bit key clash within
+            # one probe run merges two bigrams' counts: rare, and the same for every run).
+            key = np.uint32((shingle >> _S44) | np.uint64(1))
+            slot_t = np.int64(shingle & table_mask)
+            occurrence = np.uint32(1)
+            while True:
+                entry = table[slot_t]
+                if entry == 0:
+                    if fill < max_fill:
+                        table[slot_t] = (key << np.uint32(12)) | np.uint32(1)
+                        fill += 1
+                    break
+                if (entry >> np.uint32(12)) == key:
+                    count = entry & np.uint32(0xFFF)
+                    if count < np.uint32(0xFFF):
+                        count += np.uint32(1)
+                        table[slot_t] = entry + np.uint32(1)
+                    occurrence = count
+                    break
+                slot_t = (slot_t + 1) & table_index_mask
+            # mix64 of the shingle, salted from its second occurrence on (a select, not a branch)
+            salt = np.uint64(occurrence) * _GOLDEN_ODD if occurrence > 1 else np.uint64(0)
+            value = mix64(shingle ^ salt)
+            bin_index = np.int64(value & bin_mask)
+            hashed = value >> _S32 | (value << _S32)
+            out[bin_index] = min(hashed, out[bin_index])
+        n_shingles += n_sampled
+        start = stop
     state[0] = h
     state[1] = np.uint64(1) if in_word else np.uint64(0)
     state[2] = np.uint64(n_words)
@@ -249,22 +351,23 @@ class MinHasher:
         self._seed = np.uint64(seed ^ _SHINGLE_SALT)
         self._num_perm = num_perm
         self._state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
-        # every bigram of the text's start, for a text with no sampled one
-        self._fallback_out = np.full(num_perm, _EMPTY, dtype=np.uint64)
-        self._fallback_table = np.zeros(1 << 12, dtype=np.uint32)
-        self._fallback_state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
-        self._fallback_fed = 0
+        # The text's first FALLBACK_BYTES, kept only until a bigram is sampled (most texts: within
+        # their first lines), so the fallback signature is computed only for a text that needs it.
+        self._head: list[bytes] | None = []
+        self._head_bytes = 0
+        self._fallback: np.ndarray | None = None
 
     def update(self, data: bytes, final: bool = False) -> None:
-        text = np.frombuffer(data, dtype=np.uint8)
-        _signature_update(text, _WORD_BYTE, self._seed, self._num_perm, self._out,
+        _signature_update(np.frombuffer(data, dtype=np.uint8), _WORD_BYTE, self._seed, self._num_perm, self._out,
                           self._table, np.uint64(SAMPLE_SIXTEENTHS), self._state, final)
-        if self._fallback_fed < FALLBACK_BYTES:
-            head = text[: FALLBACK_BYTES - self._fallback_fed]
-            self._fallback_fed += head.shape[0]
-            _signature_update(head, _WORD_BYTE, self._seed, self._num_perm, self._fallback_out,
-                              self._fallback_table, np.uint64(16), self._fallback_state,
-                              final or self._fallback_fed >= FALLBACK_BYTES)
+        if self._head is None:
+            return
+        if self._state[4]:
+            self._head = None  # a bigram is sampled: the fallback will not be needed
+        elif self._head_bytes < FALLBACK_BYTES:
+            head = bytes(data[: FALLBACK_BYTES - self._head_bytes])
+            self._head.append(head)
+            self._head_bytes += len(head)
 
     def signature(self) -> np.ndarray:
         """uint64, shape (num_perm,); all 2**64-1 when the text has fewer than two words."""
@@ -272,10 +375,20 @@ class MinHasher:
         if self._state[4]:
             _densify(self._out, self._seed, self._num_perm)
             return self._out
-        if self._fallback_state[4]:
-            _densify(self._fallback_out, self._seed, self._num_perm)
-            return self._fallback_out
-        return self._out
+        if self._fallback is None:
+            self._fallback = self._fallback_signature(b"".join(self._head or ()))
+        return self._fallback if self._fallback is not None else self._out
+
+    def _fallback_signature(self, head: bytes) -> np.ndarray | None:
+        """The signature of every bigram of `head` (the text's start), None if it has none."""
+        out = np.full(self._num_perm, _EMPTY, dtype=np.uint64)
+        state = np.array([_FNV_OFFSET, 0, 0, 0, 0, 0], dtype=np.uint64)
+        _signature_update(np.frombuffer(head, dtype=np.uint8), _WORD_BYTE, self._seed, self._num_perm, out,
+                          np.zeros(1 << 12, dtype=np.uint32), np.uint64(16), state, True)
+        if not state[4]:
+            return None
+        _densify(out, self._seed, self._num_perm)
+        return out
 
 
 def is_empty_signature(signature: np.ndarray) -> bool:

@@ -20,7 +20,6 @@ import numpy as np
 
 from pipeline.kernels.cleaning import (
     _CONTROL,
-    _CONTROL_BYTES,
     _GUTENBERG_END,
     _GUTENBERG_START,
     _HTML_START,
@@ -36,12 +35,14 @@ from pipeline.kernels.cleaning import (
     NotText,
     _find_marker,
     decode_utf8,
+    normalize_newline_bytes,
 )
 from pipeline.kernels.quality import MinHasher, script_letter_counts
 
 PIECE_BYTES = 8 << 20
 _HTML_PROBE = 4096
 _BREAK = re.compile(rb"\n[ \t]*\r?\n[\s]*")
+_NOT_SPACE = re.compile(r"\S")  # a character that str.isspace() says is no whitespace (checked for all)
 
 
 def _cut_point(buffer: bytearray, size: int, at_spaces: bool) -> int:
@@ -168,6 +169,9 @@ class RawTextStats:
     controls: int = 0
     raw_end: int = 0  # input bytes up to the end of the piece last handed out (UTF-8 input only)
     utf16: bool = False
+    # (the piece last handed out, its UTF-8) when that is the piece's bytes, decoded without a
+    # replacement: the first pass hashes those bytes rather than encoding the text again
+    utf8: tuple[str, bytes] | None = field(default=None, repr=False, compare=False)
 
     def check(self) -> None:
         """Raise NotText as `clean_bytes` does for undecodable or control-heavy input."""
@@ -224,19 +228,20 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             stats.controls += len(_CONTROL.findall(text))
             stats.chars += len(text)  # clean_bytes measures UTF-16 text before normalising newlines
             text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+            stats.utf8 = None
         else:
             stats.raw_end += len(piece)
             if nul_is_binary and b"\x00" in piece:
                 raise NotText(SKIP_BINARY_NUL)
-            if b"\r" in piece:
-                piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            piece, controls = normalize_newline_bytes(piece)
             text, replaced = decode_utf8(piece)  # a BOM only counts at the input's start (above)
             stats.data_bytes += len(piece)
             stats.replaced += replaced
-            stats.controls += len(piece) - len(piece.translate(None, _CONTROL_BYTES))
+            stats.controls += controls
             if not nul_is_binary:  # NUL lines are skipped records, not the input's text
                 stats.controls -= piece.count(b"\x00")
             stats.chars += len(text)
+            stats.utf8 = (text, piece) if not replaced else None
         yield text
 
 
@@ -252,6 +257,7 @@ def _counting(blocks: Iterator[bytes], stats: RawTextStats) -> Iterator[bytes]:
         yield block
 
 
+JOIN = (-1, -1)  # GutenbergStripper.feed_spans: the "\n" between two bodies
 MAX_MARKER_LINE_CHARS = 1 << 20  # a marker line is held back until its end, up to this length
 
 
@@ -289,6 +295,14 @@ class GutenbergStripper:
         return self._at_line_start and not self._held
 
     def feed(self, text: str, final: bool = False) -> Iterator[str]:
+        """The body text in `text` (and in what was held back before it)."""
+        text, spans = self.feed_spans(text, final)
+        return (text[start:stop] if start >= 0 else "\n" for start, stop in spans)
+
+    def feed_spans(self, text: str, final: bool = False) -> tuple[str, list[tuple[int, int]]]:
+        """`feed` as (the text searched: what was held back, `text`, less what is held back now;
+        the (start, stop) of each body part in it, in order, JOIN for the "\n" between two
+        bodies). Empty parts are left out."""
         text, self._held = self._held + text, ""
         at_line_start = self._at_line_start
         if not final:
@@ -298,9 +312,9 @@ class GutenbergStripper:
         if text:
             self._at_line_start = text.endswith("\n")
         search_from = 0 if at_line_start else (text.find("\n") + 1 or len(text) + 1)
-        yield from self._strip(text, search_from)
+        return text, list(self._strip(text, search_from))
 
-    def _strip(self, text: str, search_from: int) -> Iterator[str]:
+    def _strip(self, text: str, search_from: int) -> Iterator[tuple[int, int]]:
         position = 0
         while position <= len(text):
             if not self._in_body:
@@ -310,15 +324,15 @@ class GutenbergStripper:
                 self.found_start = True
                 self._in_body = True
                 if self._bodies:
-                    yield "\n"
+                    yield JOIN
                 self._bodies += 1
                 position = start.end()
                 continue
             end = _find_marker(_GUTENBERG_END, text, max(position, search_from))
-            body = text[position: end.start() if end else len(text)]
-            self.body_chars += len(body)
-            if body:
-                yield body
+            stop = end.start() if end else len(text)
+            self.body_chars += max(stop - position, 0)
+            if stop > position:
+                yield position, stop
             if end is None:
                 return
             self._in_body = False
@@ -340,12 +354,15 @@ class TextMeasure:
         self._hasher: MinHasher | None = None
 
     def add(self, text: str) -> None:
-        data = text.encode("utf-8", "surrogatepass")
+        self.add_utf8(text.encode("utf-8", "surrogatepass"), text, 0, len(text))
+
+    def add_utf8(self, data: bytes | memoryview, text: str, start: int, stop: int) -> None:
+        """Add text[start:stop], whose UTF-8 the caller has: `data` (neither is copied)."""
         self.sha256.update(data)
-        self.chars += len(text)
+        self.chars += stop - start
         self.utf8_bytes += len(data)
         self.letters = script_letter_counts(data, self.letters)
-        self.has_text = self.has_text or not (text == "" or text.isspace())
+        self.has_text = self.has_text or _NOT_SPACE.search(text, start, stop) is not None  # not str.isspace()
         if self._signature_args[0] is not None:
             if self._hasher is None:
                 self._hasher = MinHasher(*self._signature_args)
@@ -397,19 +414,21 @@ def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool
     ranges: list[ByteRange] = []
     range_start, range_state = 0, stripper.state
     for text in pieces:
-        if stripper.found_start:
+        data = stats.utf8[1] if stats.utf8 is not None and stats.utf8[0] is text else None
+        if not keep_boilerplate:
+            searched, spans = stripper.feed_spans(text)
+            _measure_spans(body, searched, spans, data if searched is text else None)
+        if stripper.found_start:  # (after the feed: a START line in this piece spares measuring it whole)
             whole.chars += len(text)  # the bodies are kept: of the whole, only its length is needed
+        elif data is not None:
+            whole.add_utf8(data, text, 0, len(text))
         else:
             whole.add(text)
-        if not keep_boilerplate:
-            for part in stripper.feed(text):
-                body.add(part)
         if split_bytes and stats.raw_end - range_start >= split_bytes and stripper.at_line_start:
             ranges.append(ByteRange(range_start, stats.raw_end, range_state))
             range_start, range_state = stats.raw_end, stripper.state
     if not keep_boilerplate:
-        for part in stripper.feed("", final=True):
-            body.add(part)
+        _measure_spans(body, *stripper.feed_spans("", final=True), None)
     stats.check()
     if split_bytes and not stats.utf16:
         if stats.raw_end > range_start or not ranges:
@@ -422,6 +441,29 @@ def scan_text(pieces: Iterable[str], stats: RawTextStats, keep_boilerplate: bool
         raise NotText(SKIP_EMPTY)
     return TextScan(measure=kept, strip=strip, replaced_bytes=stats.replaced,
                     boilerplate_chars_removed=whole.chars - stripper.body_chars if strip else 0, ranges=ranges)
+
+
+def _measure_spans(measure: TextMeasure, text: str, spans: list[tuple[int, int]], data: bytes | None) -> None:
+    """Add the body parts `spans` of `text` (see `GutenbergStripper.feed_spans`) to `measure`,
+    their UTF-8 cut from `data` (the UTF-8 of `text`) when given."""
+    view = memoryview(data) if data is not None else None
+    for start, stop in spans:
+        if start < 0:
+            measure.add("\n")
+        elif view is None:
+            measure.add(text[start:stop])
+        else:
+            measure.add_utf8(view[_utf8_offset(text, view, start): _utf8_offset(text, view, stop)], text, start, stop)
+
+
+def _utf8_offset(text: str, data: memoryview, index: int) -> int:
+    """The byte offset in `data` (the UTF-8 of `text`) of character `index`: only the shorter side
+    is encoded (a book's header or licence, not its body)."""
+    if len(data) == len(text):  # ASCII
+        return index
+    if index <= len(text) // 2:
+        return len(text[:index].encode("utf-8", "surrogatepass"))
+    return len(data) - len(text[index:].encode("utf-8", "surrogatepass"))
 
 
 def clean_pieces(pieces: Iterable[str], strip: bool, strip_state: tuple[bool, int] = (False, 0)) -> Iterator[str]:

@@ -12,7 +12,14 @@ from pipeline.kernels.chunking import RowLayout, RowStream, chunk_tokens, pack_s
 from pipeline.kernels.cleaning import NotText, clean_bytes
 from pipeline.kernels.hashing import content_digest, short_row_targets
 from pipeline.kernels.quality import MinHasher, minhash_signature
-from pipeline.kernels.text_stream import RawTextStats, clean_pieces, cut_pieces, decoded_pieces, scan_text
+from pipeline.kernels.text_stream import (
+    RawTextStats,
+    TextMeasure,
+    clean_pieces,
+    cut_pieces,
+    decoded_pieces,
+    scan_text,
+)
 from tests.conftest import BOOKS
 
 ATOMS = [b"word ", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b"\n  \n  ", b"*** START OF THE BOOK ***\n",
@@ -21,15 +28,18 @@ ATOMS = [b"word ", b"\n", b"\r\n", b"\n\n", b"\r\n\r\n", b"\n  \n  ", b"*** STAR
 
 
 def _stream_clean(data: bytes, keep_boilerplate: bool, piece: int, block: int):
-    """(text, replaced, boilerplate removed, digest) by the two streaming passes, or the NotText reason."""
+    """(text, replaced, boilerplate removed, digest, chars, UTF-8 bytes, letters, signature) by the
+    two streaming passes, or the NotText reason."""
     blocks = [data[i:i + block] for i in range(0, len(data), block)]
     stats = RawTextStats()
     try:
-        scan = scan_text(decoded_pieces(iter(blocks), stats, piece), stats, keep_boilerplate)
+        scan = scan_text(decoded_pieces(iter(blocks), stats, piece), stats, keep_boilerplate, signature_bytes=len(data))
     except NotText as reason:
         return str(reason)
     text = "".join(clean_pieces(decoded_pieces(iter(blocks), RawTextStats(), piece), scan.strip))
-    return text, scan.replaced_bytes, scan.boilerplate_chars_removed, scan.measure.digest
+    measure = scan.measure
+    return (text, scan.replaced_bytes, scan.boilerplate_chars_removed, measure.digest, measure.chars,
+            measure.utf8_bytes, measure.letters.tolist(), measure.signature().tolist())
 
 
 def _whole_clean(data: bytes, keep_boilerplate: bool):
@@ -37,13 +47,18 @@ def _whole_clean(data: bytes, keep_boilerplate: bool):
         clean = clean_bytes(data, keep_boilerplate=keep_boilerplate)
     except NotText as reason:
         return str(reason)
-    return clean.text, clean.replaced_bytes, clean.boilerplate_chars_removed, content_digest(clean.text)
+    measure = TextMeasure(signature_bytes=len(data))
+    measure.add(clean.text)
+    return (clean.text, clean.replaced_bytes, clean.boilerplate_chars_removed, content_digest(clean.text),
+            len(clean.text), len(clean.text.encode("utf-8", "surrogatepass")), measure.letters.tolist(),
+            measure.signature().tolist())
 
 
 def test_streamed_cleaning_equals_whole_input_cleaning_on_hostile_mixes():
     """Random mixes of CRLF, lone CR, BOMs, UTF-16, invalid and split UTF-8, NUL, control bytes and
     Gutenberg markers, cut into pieces and read in blocks of every size: the same text, counts,
-    digest and skip reason as cleaning the whole input, whenever no line is longer than a piece."""
+    digest, letters, signature and skip reason as measuring the whole clean text, whenever no line is
+    longer than a piece (the first pass hashes the pieces' own bytes where it can)."""
     rng = random.Random(7)
     checked = 0
     for _ in range(700):
