@@ -304,9 +304,18 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
 def _word_end(text, position, size, classes, fold, pattern, swar_letters):
     """End (byte) of the pre-token starting at byte `position`."""
     stop = _letter_word_end(text, position, size, classes, swar_letters)
-    if stop < 0:
-        stop = _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
-    return stop
+    if stop >= 0:
+        return stop
+    if position + 1 < size:  # one ASCII punctuation mark before a space, or a newline alone: one character
+        b = text[position]
+        following = text[position + 1]
+        if b < 0x80 and following < 0x80 and b != 39:
+            if classes[following] == SPACE:
+                if classes[b] == OTHER and (pattern == GPT2 or (following != 10 and following != 13)):
+                    return position + 1
+            elif b == 10:
+                return position + 1
+    return _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
 
 
 @kernel()
