@@ -319,26 +319,6 @@ def _word_end(text, position, size, classes, fold, pattern, swar_letters):
 
 
 @kernel()
-def _word_ends_kernel(text, classes, fold, pattern, swar_letters, ends):
-    size = text.shape[0]
-    position = 0
-    count = 0
-    while position < size:
-        position = _word_end(text, position, size, classes, fold, pattern, swar_letters)
-        ends[count] = position
-        count += 1
-    return count
-
-
-def word_ends(text: np.ndarray, tables: ByteLevelTables) -> np.ndarray:
-    """Where the pre-tokens of valid UTF-8 `text` (uint8, shape (n,)) end: int64, shape (words,),
-    byte offsets (the kernel's pre-tokenizer alone, for tests and profiles)."""
-    ends = np.empty(text.shape[0], dtype=np.int64)
-    count = _word_ends_kernel(text, tables.classes, tables.fold, tables.pattern, tables.swar_letters, ends)
-    return ends[:count]
-
-
-@kernel()
 def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, initial, merge_keys,
                    merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
                    fallback, begin, limit):
