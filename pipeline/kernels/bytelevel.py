@@ -55,6 +55,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
+WINDOW_BYTES = 1 << 20  # words tokenized a kernel call (its buffers grow with it)
 AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
 
 @kernel(inline="always")
@@ -147,6 +148,14 @@ def _letter_run_end(text, i, n, classes):
 
 
 @kernel(inline="always")
+def _letters_end(text, i, n, classes, swar_letters):
+    """End of the run of letters starting at byte i (eight ASCII bytes at a time with `swar_letters`)."""
+    if swar_letters:
+        return _letter_run_end(text, i, n, classes)
+    return _run(text, i, n, classes, LETTER)[0]
+
+
+@kernel(inline="always")
 def _letter_word_end(text, i, n, classes, swar_letters):
     """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
     (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
@@ -156,79 +165,72 @@ def _letter_word_end(text, i, n, classes, swar_letters):
         b = text[i + 1]
         i += 1
     if b < 0x80 and classes[b] == LETTER:
-        if swar_letters:
-            return _letter_run_end(text, i + 1, n, classes)
-        return _run(text, i + 1, n, classes, LETTER)[0]
+        return _letters_end(text, i + 1, n, classes, swar_letters)
     return -1
 
 
 @kernel()
-def _gpt2_end(text, i, n, classes, fold):
-    """End (byte) of the GPT-2 regex match at byte i (leftmost-first alternatives)."""
-    length = _contraction(text, i, n, fold, False)
-    if length:
-        return i + length
+def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
+    """End (byte) of the regex match at byte i (GPT2_PATTERN or LLAMA3_PATTERN: their leftmost-first
+    alternatives written out), for any word; the first character and the next are classified once.
+
+    GPT-2: a contraction; ` ?` then a run of one class (letters, numbers or others); else whitespace,
+    `\\s+(?!\\S)` leaving the run's last character to the next word, `\\s+` when it is alone or ends
+    the text. Llama-3: a case-insensitive contraction; one character that is neither a newline, a
+    letter nor a number then letters (or letters alone); up to three numbers; ` ?` then others then
+    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace."""
+    llama = pattern == LLAMA3
+    if text[i] == 39:
+        length = _contraction(text, i, n, fold, llama)
+        if length:
+            return i + length
     cp, width = _char(text, i, n)
     c = classes[cp]
-    if cp == 32 and i + 1 < n:  # ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
-        nxt, _ = _char(text, i + 1, n)
+    if c == LETTER:
+        return _letters_end(text, i + width, n, classes, swar_letters)
+    j = i + width
+    nxt = np.int64(-1)
+    kind = np.uint8(255)
+    next_width = 0
+    if j < n:
+        nxt, next_width = _char(text, j, n)
         kind = classes[nxt]
-        if kind != SPACE:
-            return _run(text, i + 1, n, classes, kind)[0]
-    if c != SPACE:
-        return _run(text, i, n, classes, c)[0]
-    end, chars, last = _run(text, i, n, classes, SPACE)
-    if end == n or chars == 1:  # `\s+(?!\S)` to the end, or a single `\s+`
+    if llama:
+        if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
+            return _letters_end(text, j + next_width, n, classes, swar_letters)
+        if c == NUMBER:  # `\\p{N}{1,3}`
+            end = j
+            for _ in range(2):
+                if end >= n:
+                    break
+                nxt, w = _char(text, end, n)
+                if classes[nxt] != NUMBER:
+                    break
+                end += w
+            return end
+        if c == OTHER or (cp == 32 and kind == OTHER):  # ` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`
+            end = _run(text, j, n, classes, OTHER)[0]
+            while end < n and (text[end] == 10 or text[end] == 13):
+                end += 1
+            return end
+    else:
+        if cp == 32 and j < n and kind != SPACE:  # ` ?\\p{L}+`, ` ?\\p{N}+`, ` ?[^\\s\\p{L}\\p{N}]+`
+            return _run(text, j, n, classes, kind)[0]
+        if c != SPACE:
+            return _run(text, j, n, classes, c)[0]
+    if kind != SPACE:  # whitespace alone (or a newline alone in Llama-3's `\\s*[\\r\\n]+`)
+        return j
+    end, chars, last = _run(text, j, n, classes, SPACE)
+    if llama:
+        last_newline = -1
+        for m in range(i, end):
+            if text[m] == 10 or text[m] == 13:
+                last_newline = m
+        if last_newline >= 0:  # `\\s*[\\r\\n]+`
+            return last_newline + 1
+    if end == n:  # `\\s+(?!\\S)` to the end
         return end
-    return last  # `\s+(?!\S)` backs off one so the last space joins the next word
-
-
-@kernel()
-def _llama3_end(text, i, n, classes, fold):
-    """End (byte) of the Llama-3 / cl100k regex match at byte i."""
-    length = _contraction(text, i, n, fold, True)
-    if length:
-        return i + length
-    cp, width = _char(text, i, n)
-    c = classes[cp]
-    if c == LETTER:  # `[^\r\n\p{L}\p{N}]?\p{L}+` without its optional first char
-        return _run(text, i, n, classes, LETTER)[0]
-    if c != NUMBER and cp != 10 and cp != 13 and i + width < n:
-        nxt, _ = _char(text, i + width, n)
-        if classes[nxt] == LETTER:
-            return _run(text, i + width, n, classes, LETTER)[0]
-    if c == NUMBER:  # `\p{N}{1,3}`
-        end = i + width
-        for _ in range(2):
-            if end >= n:
-                break
-            nxt, w = _char(text, end, n)
-            if classes[nxt] != NUMBER:
-                break
-            end += w
-        return end
-    start = -1
-    if cp == 32 and i + 1 < n:
-        nxt, _ = _char(text, i + 1, n)
-        if classes[nxt] == OTHER:
-            start = i + 1
-    if start < 0 and c == OTHER:
-        start = i
-    if start >= 0:  # ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-        end = _run(text, start, n, classes, OTHER)[0]
-        while end < n and (text[end] == 10 or text[end] == 13):
-            end += 1
-        return end
-    end, chars, last = _run(text, i, n, classes, SPACE)  # c is whitespace
-    last_newline = -1
-    for m in range(i, end):
-        if text[m] == 10 or text[m] == 13:
-            last_newline = m
-    if last_newline >= 0:  # `\s*[\r\n]+`
-        return last_newline + 1
-    if end == n or chars == 1:
-        return end
-    return last
+    return last  # `\\s+(?!\\S)` backs off one so the last space joins the next word
 
 
 @kernel(inline="always")
@@ -302,20 +304,29 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
 def _word_end(text, position, size, classes, fold, pattern, swar_letters):
     """End (byte) of the pre-token starting at byte `position`."""
     stop = _letter_word_end(text, position, size, classes, swar_letters)
-    if stop < 0:
-        if pattern == GPT2:
-            stop = _gpt2_end(text, position, size, classes, fold)
-        else:
-            stop = _llama3_end(text, position, size, classes, fold)
-    return stop
+    if stop >= 0:
+        return stop
+    if position + 1 < size:  # one ASCII punctuation mark before a space, or a newline alone: one character
+        b = text[position]
+        following = text[position + 1]
+        if b < 0x80 and following < 0x80 and b != 39:
+            if classes[following] == SPACE:
+                if classes[b] == OTHER and (pattern == GPT2 or (following != 10 and following != 13)):
+                    return position + 1
+            elif b == 10:
+                return position + 1
+    return _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
 
 
 @kernel()
 def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, initial, merge_keys,
                    merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
-                   fallback):
-    """Pre-tokenize and BPE valid UTF-8 text; returns (n_out, n_fallback).
+                   fallback, begin, limit):
+    """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
+    (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
+    ended: the regexes look only forward, so their matches from there are those of the whole text.
     fallback[k] = (byte start, byte stop, position in out) of a word left to the real model.
+    out needs room for limit - begin + MAX_KERNEL_WORD ids (the last word may end past limit).
 
     A word of up to 8 bytes that is one token is found in `singles` (small, so it stays in the CPU's
     cache); any other word of up to WORD_BYTES bytes is looked up in the word cache (one cache line),
@@ -334,12 +345,12 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
     size = text.shape[0]
     shift = set_shift(records)
     single_shift = set_shift(singles) - np.uint64(1)
-    found_end = 0  # where the words found so far end
+    found_end = begin  # where the words found so far end
     n_found = 0  # words found
     n_done = 0  # words tokenized
-    position = 0  # where the next word to tokenize starts
+    position = begin  # where the next word to tokenize starts
     while True:
-        while n_found - n_done < AHEAD and found_end < size:
+        while n_found - n_done < AHEAD and found_end < limit:
             stop = _word_end(text, found_end, size, classes, fold, pattern, swar_letters)
             n = stop - found_end
             found = np.int64(-1)
@@ -400,7 +411,7 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
             done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out)
         if done < 0:
             if n_fallback == fallback.shape[0]:
-                return n_out, -1
+                return n_out, -1, position
             fallback[n_fallback, 0] = start
             fallback[n_fallback, 1] = stop
             fallback[n_fallback, 2] = n_out
@@ -409,7 +420,7 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
         if row >= 0 and done - n_out <= MAX_IDS:
             remember(records, row, k0, k1, k2, n, out, n_out, done - n_out)
         n_out = done
-    return n_out, n_fallback
+    return n_out, n_fallback, position
 
 
 @dataclass(frozen=True)
@@ -477,8 +488,8 @@ def _fill_merges(pair_keys, pair_values, keys, values):
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
 
 
-def encode_bytes(text: np.ndarray, tables: ByteLevelTables,
-                 cache: ByteLevelCache) -> tuple[np.ndarray, np.ndarray]:
+def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache,
+                 window: int = WINDOW_BYTES) -> tuple[np.ndarray, np.ndarray]:
     """Byte-level BPE of valid UTF-8 bytes; the words the tables cannot vouch for are left to the caller.
 
     Args:
@@ -486,6 +497,8 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables,
             read only, never past its end (it may be a view of memory that is not ours to write).
         tables: the tokenizer's tables.
         cache: tokenized words remembered between calls (updated in place; never changes the ids).
+        window: bytes of words tokenized a kernel call (its buffers are about 4 bytes a byte: a long
+            text is done in windows, each going on where the last one's last word ended).
 
     Returns:
         (ids: int32 (m,), fallback: int64 (k, 3)): each fallback word's byte start and stop in
@@ -493,16 +506,32 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables,
     """
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1 byte, got {window}")
     if not text.flags.c_contiguous:
         text = np.ascontiguousarray(text)
-    out = np.empty(text.shape[0] + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
-    fallback = np.empty((text.shape[0] // 64 + 16, 3), dtype=np.int64)
+    size = text.shape[0]
+    span = min(size, window)
+    out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
+    fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
     args = (text, tables.classes, tables.swar_letters, tables.fold, tables.pattern, tables.ignore_merges,
             tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts,
             tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles,
             cache.records, out)
-    n_out, n_fallback = _encode_kernel(*args, fallback)
-    if n_fallback < 0:  # more fallback words than room: again with room for one per byte
-        fallback = np.empty((text.shape[0] + 1, 3), dtype=np.int64)
-        n_out, n_fallback = _encode_kernel(*args, fallback)
-    return out[:n_out], fallback[:n_fallback]
+    id_parts, fallback_parts = [], []
+    begin, n_ids = 0, 0
+    while begin < size or not id_parts:
+        limit = min(size, begin + window)
+        n_out, n_fallback, end = _encode_kernel(*args, fallback, begin, limit)
+        if n_fallback < 0:  # more fallback words than room: again with room for one per byte
+            fallback = np.empty((span + 1, 3), dtype=np.int64)
+            n_out, n_fallback, end = _encode_kernel(*args, fallback, begin, limit)
+        if end >= size and not id_parts:  # one window: no copy
+            return out[:n_out], fallback[:n_fallback]
+        id_parts.append(out[:n_out].copy())
+        found = fallback[:n_fallback].copy()
+        found[:, 2] += n_ids
+        fallback_parts.append(found)
+        n_ids += n_out
+        begin = end
+    return np.concatenate(id_parts), np.concatenate(fallback_parts)

@@ -36,6 +36,7 @@ from pipeline.kernels.bytelevel import (
     OTHER,
     PATTERNS,
     SPACE,
+    WINDOW_BYTES,
     ByteLevelCache,
     ByteLevelTables,
     encode_bytes,
@@ -64,6 +65,7 @@ def _byte_chars() -> dict[int, str]:
 BYTE_CHARS = _byte_chars()
 CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
 _TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
+_SPACE = np.array([32], dtype=np.uint8)
 
 
 def _utf8_reader():
@@ -278,15 +280,16 @@ class ByteLevelFastTokenizer:
         self.tables = _tables(tokenizer_json)
         self.prefix_space = pre_tokenizer_shape(config)[1]
         self.cache = ByteLevelCache.empty()
+        self.window = WINDOW_BYTES  # bytes of words a kernel call tokenizes (its buffers grow with it)
 
     def encode(self, text: str) -> np.ndarray:
-        """Content ids of `text`, int32, shape (n,)."""
-        if self.prefix_space and text and not text.startswith(" "):
-            text = " " + text
+        """Content ids of `text` (any length: the kernel bounds its own buffers), int32, shape (n,)."""
         try:
             data = utf8_view(text)  # strict: a lone surrogate is not UTF-8
         except UnicodeEncodeError:
-            return self._real(text)
+            return self._real(" " + text if self.prefix_space and not text.startswith(" ") else text)
+        if self.prefix_space and data.shape[0] and data[0] != 32:  # bytes, not `" " + text`: a new str has
+            data = np.concatenate((_SPACE, data))  # no UTF-8 kept, and encoding it again costs more than a copy
         return self._encode_valid(data)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
@@ -304,7 +307,7 @@ class ByteLevelFastTokenizer:
 
     def _encode_valid(self, text: np.ndarray) -> np.ndarray:
         """Ids of valid UTF-8 `text` (uint8, shape (n,), the prefix space already in)."""
-        ids, fallback = encode_bytes(text, self.tables, self.cache)
+        ids, fallback = encode_bytes(text, self.tables, self.cache, self.window)
         if fallback.shape[0] == 0:
             return ids
         parts, previous = [], 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import unicodedata
 from collections.abc import Iterator
 
@@ -23,6 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.kernels.sentences import sentence_breaks
+from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
 from pipeline.tokenizer.families import SENTENCEPIECE, CutRule, cut_rule, family_of
 from pipeline.tokenizer.fast import FastTokenizer
 
@@ -166,8 +168,10 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
     rule = cuts_of(tokenizer)
     out: list[np.ndarray] = []
     if isinstance(tokenizer, FastTokenizer):
+        # the byte-level kernel bounds its own buffers and reads the str's kept UTF-8 (a slice has none)
+        size = sys.maxsize if tokenizer.family == BYTE_LEVEL else FAST_SLICE_CHARS
         for segment in segments:
-            parts = [tokenizer.encode(part) for part in _pieces(segment, rule, FAST_SLICE_CHARS)]
+            parts = [tokenizer.encode(part) for part in _pieces(segment, rule, size)]
             out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
         return out
     batch: list[str] = []

@@ -6,6 +6,7 @@ slice of every shared book, the hostile text, and random strings weighted to the
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from pathlib import Path
@@ -16,8 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.kernels.bytelevel import GPT2_PATTERN, LETTER, NUMBER, OTHER, SPACE, ByteLevelCache
-from pipeline.tokenizer.bytelevel_fast import _cached_classes
+from pipeline.kernels.bytelevel import (
+    GPT2_PATTERN,
+    LETTER,
+    LLAMA3_PATTERN,
+    NUMBER,
+    OTHER,
+    SPACE,
+    ByteLevelCache,
+)
+from pipeline.tokenizer.bytelevel_fast import BYTE_CHARS, _cached_classes
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
 from tests.conftest import BOOKS
 from tests.tokenizer.test_fast import HOSTILE
@@ -42,7 +51,11 @@ def pair(name: str) -> tuple[Tokenizer, FastTokenizer]:
 
 
 def assert_same(name: str, text: str) -> None:
-    real, fast = pair(name)
+    assert_same_with(pair(name)[1], name, text)
+
+
+def assert_same_with(fast: FastTokenizer, name: str, text: str) -> None:
+    real = pair(name)[0]
     expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
     got = fast.encode(text)
     if not np.array_equal(got, expected):
@@ -273,3 +286,81 @@ def test_a_word_at_the_very_end_of_the_text_reads_no_byte_past_it():
             np.testing.assert_array_equal(ids, real.encode(data.decode(), add_special_tokens=False).ids)
     finally:
         libc.mprotect(ctypes.c_void_p(base + page), page, 3)  # PROT_READ | PROT_WRITE, before the map is freed
+
+
+# What the pre-tokenizer's dispatch decides from a word's first two characters: ASCII and other
+# punctuation, every kind of whitespace and newline, next to letters (ASCII or not), digits and
+# apostrophes (contractions come before every other alternative), in runs and alone.
+_BOUNDARY_PARTS = [*"!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~", "'", "'s", "'S", "'ll", "'Re", "''", "\u2019", "\u2019s",
+                   "\u201c", "\u201d", "\u2014", "\u2026", "\u00ab", "\u00a1", "\u0301", " ", "  ", "\t", " \t", "\n",
+                   "\n\n", "\r", "\r\n", " \n", "\n ", "\u3000", "\u00a0", "\x0b", "\x0c", "\x85", "\u2028", "a", "I",
+                   "the", "Word", "\u00e9", "\u00df", "\u5b57", "\u0436\u0438", "\U0001D4B3", "1", "12", "1234",
+                   "\u0663", "\u00bd"]
+
+
+@st.composite
+def boundary_text(draw) -> str:
+    return "".join(draw(st.lists(st.sampled_from(_BOUNDARY_PARTS), max_size=30)))
+
+
+@functools.lru_cache(maxsize=2)
+def _word_end_marking(pattern: str) -> tuple[Tokenizer, FastTokenizer]:
+    """A byte-level BPE of the pattern whose ids show every word end: no merges, and each byte has
+    a second id as a word's last symbol (`end_of_word_suffix`), so the ids are equal only when the
+    words are (ids of real models can hide a wrong cut where no merge crosses it, as `\\r` `a`)."""
+    from tokenizers import Regex, models, pre_tokenizers
+
+    chars = list(BYTE_CHARS.values())
+    vocab = {**{c: i for i, c in enumerate(chars)}, **{c + "</w>": 256 + i for i, c in enumerate(chars)}}
+    real = Tokenizer(models.BPE(vocab=vocab, merges=[], end_of_word_suffix="</w>"))
+    if pattern == GPT2_PATTERN:
+        real.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        real.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return real, FastTokenizer(real, real.to_str())
+
+
+def _assert_same_words(pattern: str, text: str) -> None:
+    real, fast = _word_end_marking(pattern)
+    expected = real.encode(text, add_special_tokens=False).ids
+    if fast.encode(text).tolist() != expected:
+        raise AssertionError(f"{text!r}: words {[w for w, _ in real.pre_tokenizer.pre_tokenize_str(text)]} "
+                             f"ids {expected} got {fast.encode(text).tolist()}")
+
+
+# One character of each kind the dispatch tells apart: ASCII and other letters (and contraction
+# letters), numbers, punctuation, apostrophes, a combining mark, spaces, tab, newlines, other whitespace.
+_REPRESENTATIVES = "asZ\u00e9\u5b571\u0663,.'\u2019\u201c\u0301 \t\n\r\u3000\x85\x0b"
+
+
+@pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN], ids=["gpt2", "llama3"])
+def test_every_three_characters_are_cut_as_the_regex_cuts(pattern):
+    """Every string of three representative characters (20^3): the kernel's words are the real
+    pre-tokenizer's (`_word_end_marking`)."""
+    for chars in itertools.product(_REPRESENTATIVES, repeat=3):
+        _assert_same_words(pattern, "".join(chars))
+
+
+@pytest.mark.parametrize("name", ["roberta", "llama3"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=boundary_text())
+def test_punctuation_whitespace_and_their_neighbours_are_cut_as_the_regex_cuts(name, text):
+    """Longer runs of them (GPT-2 and Llama-3 patterns): the real pre-tokenizer's words and ids."""
+    _assert_same_words(GPT2_PATTERN if name == "roberta" else LLAMA3_PATTERN, text)
+    assert_same(name, text)
+
+
+@pytest.mark.parametrize("name", ["roberta", "llama3"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.lists(st.one_of(boundary_text(), st.sampled_from(["ab" * 150, " " * 300, "\u00e9" * 140])),
+                     max_size=4).map("".join), window=st.integers(1, 48))
+def test_a_text_done_in_windows_gives_the_ids_of_the_whole(name, text, window):
+    """A long text is tokenized a window of bytes a kernel call, each call going on where the last
+    one's last word ended (words may run past a window's end; words the real model takes, over
+    MAX_KERNEL_WORD bytes, land in any window): the ids are those of the whole text."""
+    real, _ = pair(name)
+    fast = FastTokenizer(real, tokenizer_json(name))
+    fast._impl.window = window
+    assert_same_with(fast, name, text)
