@@ -236,9 +236,15 @@ def _cache_watcher(cache, *, every: float = 0.005):
 
     peak, missing, watched, done = [0], [], [], threading.Event()
 
+    def size(path) -> int:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:  # evicted between the listing and the stat: the watcher must not die
+            return 0
+
     def watch() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], sum(p.stat().st_size for p in cache.glob("*/*.arrow") if p.exists()))
+            peak[0] = max(peak[0], sum(size(p) for p in cache.glob("*/*.arrow")))
             missing.extend(p for p in watched if not os.path.exists(p))
             time.sleep(every)
 
