@@ -278,11 +278,10 @@ def schema_table(schema: pa.Schema) -> str:
     return "| column | dtype | shape | holds |\n|---|---|---|---|\n" + "\n".join(rows)
 
 
-def _special_table(tokenizer_json: str, tok: dict) -> str:
+def _special_table(tokenizer_json: str, names: dict) -> str:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_str(tokenizer_json)
-    names = special_tokens(tokenizer_json, tok)
     rows = [f"| `{name}` | {md_code(names[name], in_table=True)} | {tokenizer.token_to_id(names[name])} |"
             for name in ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token") if name in names]
     extra = names["additional_special_tokens"]
@@ -357,6 +356,9 @@ def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str
     if isinstance(tokenizer_json, bytes):
         tokenizer_json = tokenizer_json.decode("utf-8")
     config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
+    names = special_tokens(tokenizer_json, tok)
+    row_layout = " ".join((md_code(names["cls_token"]), "content", md_code(names["sep_token"]),
+                           md_code(names["pad_token"]) + "..."))
     sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]), in_table=True)} | {e[m.TOKENS]:,} | "
                         f"{e[m.KEY_ROWS]:,} |" for e in manifest[m.KEY_INPUTS][:200])
     skipped = "\n".join(f"- {md_code(posixpath.basename(s[m.KEY_PATH]))}: {md_code(s[m.KEY_REASON])}"
@@ -373,7 +375,7 @@ def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str
 Masked-language-model pretraining data made with MaskBeam {md_code(manifest[m.KEY_PACKAGE_VERSION])}:
 {counts[m.DOCUMENTS]:,} documents from {counts[m.FILES_READ]:,} files ({counts[m.FILES_SKIPPED]:,} skipped),
 {counts[m.TOKENS]:,} tokens in {counts[m.ROWS]:,} rows of {config[o.MAX_SEQ_LENGTH]} tokens
-(`[CLS]` content `[SEP]` `[PAD]`...; packing `{config[o.PACKING]}`).
+({row_layout}; packing `{config[o.PACKING]}`).
 
 - tokenizer: {md_code(tok[m.KEY_NAME_OR_PATH])} (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids),
   included: `{m.TOKENIZER_FILE}`, `{m.TOKENIZER_CONFIG_FILE}`, `{m.SPECIAL_TOKENS_MAP_FILE}`
@@ -394,7 +396,7 @@ Every row has {config[o.MAX_SEQ_LENGTH]} positions; splits: {splits}.
 The tokenizer the rows were made with, with the configs that name its special tokens (the ids the
 rows use):
 
-{_special_table(tokenizer_json, tok)}
+{_special_table(tokenizer_json, names)}
 
 ## Load
 
