@@ -257,7 +257,7 @@ def md_code(text: object, *, in_table: bool = False) -> str:
 
 # What each column holds, for the card's schema table.
 COLUMN_NOTES = {
-    INPUT_IDS: "token ids: the [CLS]-like token, content, the [SEP]-like token, then padding; static: masks applied",
+    INPUT_IDS: "token ids: the [CLS]-like token, content, the [SEP]-like token, then padding",
     ATTENTION_MASK: "1 on tokens, 0 on padding",
     LABELS: f"the original id at each masked position, {IGNORE_INDEX} elsewhere",
     MASK_SEED: "the row's 64-bit seed: MaskBeam's mask of epoch e is a pure function of (mask_seed, e)",
@@ -267,6 +267,9 @@ MASKBEAM_INSTALL = 'pip install "maskbeam[train] @ git+<MaskBeam repository URL>
 
 def schema_table(schema: pa.Schema) -> str:
     """The card's table of columns: name, dtype, shape per row, meaning."""
+    notes = dict(COLUMN_NOTES)
+    if LABELS in schema.names:
+        notes[INPUT_IDS] += ", with the masks applied"
     rows = []
     for column in schema:
         kind = column.type
@@ -274,7 +277,7 @@ def schema_table(schema: pa.Schema) -> str:
             dtype, shape = kind.value_type, f"[{kind.list_size}]"
         else:
             dtype, shape = kind, "scalar"
-        rows.append(f"| `{column.name}` | {dtype} | {shape} | {COLUMN_NOTES.get(column.name, '')} |")
+        rows.append(f"| `{column.name}` | {dtype} | {shape} | {notes.get(column.name, '')} |")
     return "| column | dtype | shape | holds |\n|---|---|---|---|\n" + "\n".join(rows)
 
 

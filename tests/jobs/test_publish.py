@@ -75,6 +75,14 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, s
     assert published[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] == "bert-base-uncased" and "`bert-base-uncased`" in text
     assert published[m.KEY_TOKENIZER][m.KEY_SHA256] == source[m.KEY_TOKENIZER][m.KEY_SHA256]
     assert published[m.KEY_SPLITS] == source[m.KEY_SPLITS] and published[m.KEY_COUNTS] == source[m.KEY_COUNTS]
+    # the tokenizer travels with the data, its special tokens named (tests/jobs/test_handoff.py trains on it)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    ids = published[m.KEY_TOKENIZER][m.KEY_SPECIAL_IDS]
+    assert (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id) == \
+        (ids["cls"], ids["sep"], ids["pad"], ids["mask"]) == (101, 102, 0, 103)
+    assert "| `input_ids` | int16 | [128] |" in text and "`[CLS]` content `[SEP]` `[PAD]`..." in text
 
 
 def test_an_empty_split_is_left_out_of_the_hub_layout(small_books, tmp_path):
