@@ -99,6 +99,10 @@ KEY_SPECIAL_IDS = "special_ids"
 KEY_VOCAB_SIZE = "vocab_size"
 KEY_NAME_OR_PATH = "name_or_path"
 TOKENIZER_FILE = "tokenizer.json"  # a copy of the tokenizer travels with the data
+# Beside it, what `transformers.AutoTokenizer` reads to name the special tokens (made from the manifest).
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+TOKENIZER_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
 
 
 # Bounds a manifest must respect before any consumer sizes an allocation by its numbers.

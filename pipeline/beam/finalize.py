@@ -15,6 +15,7 @@ from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.folders import delete_folder
 from pipeline.beam.sharding import ShardResult
 from pipeline.beam.unit_results import UnitResult
+from pipeline.tokenizer.transformers_files import transformers_files
 from schemas import manifest as m
 from schemas.shard import shard_features
 
@@ -99,8 +100,8 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
 def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
                     tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str,
                     near_duplicates: list[dict] | None = None) -> dict:
-    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer,
-    then manifest.json; drop temp parts."""
+    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer
+    with the configs `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts."""
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
     for split in m.SPLITS:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
@@ -110,6 +111,8 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
         write_text(posixpath.join(folder, m.STATE_FILE), m.dumps(state))
     write_text(posixpath.join(config.output, m.DATASET_DICT_FILE), m.dumps(m.dataset_dict()))
     write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
+    for name, text in transformers_files(tokenizer_json, tokenizer_info, config.max_seq_length).items():
+        write_text(posixpath.join(config.output, name), text)
     manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
     delete_folder(posixpath.join(config.output, m.TEMP_DIR))  # on object stores too (a prefix)

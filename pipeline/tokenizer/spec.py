@@ -115,9 +115,14 @@ def check_tokenizer_json(raw: str) -> dict:
     return config
 
 
+def unk_token(config: dict) -> str:
+    """The unknown token of a tokenizer.json: its model's `unk_token`, else `[UNK]` (whether the
+    tokenizer holds it or not)."""
+    return (config.get("model") or {}).get("unk_token") or "[UNK]"
+
+
 def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
-    token = (config.get("model") or {}).get("unk_token") or "[UNK]"
-    found = tokenizer.token_to_id(token)
+    found = tokenizer.token_to_id(unk_token(config))
     return -1 if found is None else found
 
 
