@@ -156,7 +156,130 @@ def test_the_regex_rule_answers_only_with_unsafe_regex(pattern):
 
 
 @pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a|aa)*b", r"(a*)*", r"(x+x+)+y", r"(a|b){2,}", r"(.)\1",
-                                     r"\k<n>", r"a**", r"(?(1)a|b)", r"(?:a?b?)+"])
+                                     r"\k<n>", r"a**", r"(?(1)a|b)", r"(?:a?b?)+",
+                                     r"\Q(?:a|aa)+b\E"])  # Oniguruma has no \Q...\E quoting
 def test_nested_repetition_and_backreferences_are_refused(pattern):
     with pytest.raises(UnsafeRegex):
         check_regex(pattern)
+
+
+# Each of these runs `(?:a|aa)+b` to Oniguruma (extended mode drops whitespace and `#` comments up to
+# a line feed; options hold to the end of their group): exponential on a run of `a` with no `b`.
+EXTENDED_BACKTRACKING = [
+    "(?x)(?:a|aa) +b", "(?x)(?:a|aa)\t+b", "(?x)(?:a|aa)\r\n\f +b", "(?x)(?:a|aa)#comment)(\n+b",
+    "(?x)(?:a|aa)(?#c) +b", "(?x:(?:a|aa) +b)", "(?ix)(?:a|aa) +b", "(?x-i)(?:a|aa) +b", "(?x)(?:(?:a|aa) +b)",
+    "(?:(?x)(?:a|aa) +b)", "(?-x)(?x)(?:a|aa) +b", "(?:a|aa)(?#c)+b", "(?C)(?:a|aa)+b", "(?L:(?:a|aa)+b)",
+    "(?y{g})(?:a|aa)+b", "(?W)(?:a|aa)+b", "(?x)(?:a|aa) {2,}b",
+]
+# ... and these do not: the space is text (extended mode off, or scoped to a group that closed), a
+# brace with a space inside is text, a class keeps its characters.
+EXTENDED_SAFE = ["(?i-x)(?:a|aa) +b", "(?x)(?-x)(?:a|aa) +b", "(?:(?x))(?:a|aa) +b", "(?x:a)(?:a|aa) +b",
+                 "(?x)(?:a|aa){2, }b", "(?x)[ #]+b", "(?x)a\\ +b"]
+RUN_OF_A = "a" * 60 + "c"  # (?:a|aa)+b: about 1.6**60 ways; Oniguruma gives up after 10 million retries
+
+
+def _engine_panics(pattern: str) -> bool:
+    try:
+        pre_tokenizers.Split(Regex(pattern), "isolated").pre_tokenize_str(RUN_OF_A)
+    except BaseException as error:  # noqa: BLE001 - pyo3's PanicException is a BaseException
+        if type(error).__name__ == "PanicException":
+            return True
+        raise
+    return False
+
+
+@pytest.mark.parametrize("pattern", EXTENDED_BACKTRACKING)
+def test_extended_mode_and_option_groups_are_read_as_the_engine_reads_them(pattern):
+    """`(?x)(?:a|aa) +b` passed: the rule read the space as text, the engine drops it."""
+    assert _engine_panics(pattern)
+    with pytest.raises(UnsafeRegex, match="nested repetition"):
+        check_regex(pattern)
+
+
+@pytest.mark.parametrize("pattern", EXTENDED_SAFE)
+def test_what_extended_mode_leaves_as_text_still_passes(pattern):
+    assert not _engine_panics(pattern)
+    check_regex(pattern)
+
+
+def test_every_whitespace_the_engine_drops_is_dropped_by_the_rule():
+    """Every character the engine skips in extended mode (and after a `#` comment, every character that
+    ends one) is one the rule skips too: no quantifier can reach a group behind the rule's back."""
+    candidates = [chr(c) for c in range(0x3001) if chr(c).isspace()] + ["\x0b", "\x1c", "\u200b", "\ufeff"]
+    for c in candidates:
+        for pattern in (f"(?x)(?:a|aa){c}+b", f"(?x)(?:a|aa)#{c}+b"):
+            if _engine_panics(pattern):
+                with pytest.raises(UnsafeRegex):
+                    check_regex(pattern)
+
+
+_X_PIECES = ["(?x)", "(?-x)", "(?x:", "(?i:", "(?:", ")", " ", "#", "\n", "\\ ", "[ ]", "(?#)", "a", "|", "+",
+             "\\Q", "\\E", "{2, }", "{2}"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_X_PIECES), max_size=8), st.lists(st.sampled_from(_X_PIECES[:14]), max_size=3))
+def test_the_rule_refuses_whatever_the_engine_backtracks_on(before, between):
+    """Differential, with the engine as the oracle: `(?:a|aa)` followed by option groups, comments and
+    whitespace, then `+b`, inside any prefix: where Oniguruma backtracks past its limit (it joined
+    the `+` to the group), the rule refused the pattern."""
+    pattern = "".join(before) + "(?:a|aa)" + "".join(between) + "+b"
+    try:
+        Regex(pattern)
+    except Exception:  # noqa: BLE001 - not a pattern the engine compiles: nothing runs
+        return
+    if _engine_panics(pattern):
+        with pytest.raises(UnsafeRegex):
+            check_regex(pattern)
+
+
+def _tokenizer_with_split(tmp_path, pattern: str):
+    """The sample BERT tokenizer with a Split pre-tokenizer of `pattern` before its own."""
+    config = json.loads((SAMPLE_TOKENIZER / "tokenizer.json").read_text())
+    split = json.loads(pre_tokenizers.Split(Regex(pattern), "isolated").__getstate__())
+    config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [split, config["pre_tokenizer"]]}
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.slow
+def test_a_panic_of_the_tokenizer_is_one_line_naming_the_input_and_the_tokenizer(tmp_path):
+    """A pattern the rule accepts (adjacent quantifiers: polynomial, not exponential) can still exhaust
+    Oniguruma's retry limit on one text, and `tokenizers` then panics: the job printed a pyo3
+    PanicException with its backtrace. Now: one line naming the input and the tokenizer, exit 1."""
+    import os
+    import subprocess
+
+    from tests.conftest import REPO
+
+    tokenizer = _tokenizer_with_split(tmp_path, r"a*a*a*a*a*a*$")
+    books = tmp_path / "books"
+    books.mkdir()
+    text = (SAMPLE_BOOKS / "drama__doctor_faustus.txt").read_text(encoding="utf-8-sig")[20_000:22_000]
+    (books / "crafted.txt").write_text(text + " " + "a" * 2000 + "c and more words.\n", encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "jobs.preprocess", "--input", str(books), "--output",
+                           str(tmp_path / "out"), "--tokenizer", str(tokenizer), "--tokenizer_backend", "hf",
+                           "--max_seq_length", "32", "--min_tokens", "4"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "PanicException" not in proc.stderr, proc.stderr[-3000:]
+    failed = [line for line in proc.stderr.splitlines() if "the run failed" in line]
+    assert len(failed) == 1, proc.stderr[-3000:]
+    assert str(books / "crafted.txt") in failed[0] and str(tokenizer) in failed[0], failed[0]
+    assert "panicked: Onig: Regex search error: retry-limit-in-match over" in failed[0], failed[0]
+
+
+def test_the_hf_backend_names_a_panic():
+    """`encode_segments` (the hf backend's one call into `tokenizers`) raises TokenizerPanic, an
+    Exception, where `tokenizers` panics."""
+    from pipeline.tokenizer.encode import tokenize_text
+    from pipeline.tokenizer.errors import TokenizerPanic
+
+    tok = Tokenizer.from_file(str(SAMPLE_TOKENIZER / "tokenizer.json"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"a*a*a*a*a*a*$"), "isolated"),
+                                                 tok.pre_tokenizer])
+    with pytest.raises(TokenizerPanic, match="retry-limit-in-match over"):
+        tokenize_text(tok, "some words " + "a" * 2000 + "c")
