@@ -5,6 +5,7 @@ serialises them or runs their regexes; real byte-level BPE tokenizers (GPT-2, Ll
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -283,3 +284,42 @@ def test_the_hf_backend_names_a_panic():
                                                  tok.pre_tokenizer])
     with pytest.raises(TokenizerPanic, match="retry-limit-in-match over"):
         tokenize_text(tok, "some words " + "a" * 2000 + "c")
+
+
+@pytest.mark.parametrize("normalizer, probe", [
+    (normalizers.Replace("e", "e" * 12_000), "'e'"),  # the finding: 1.48 GB for a 174 KB book
+    (normalizers.Replace(Regex("[aeiou]"), "x" * 400), "'a'"),  # a class: its members are probed
+    (normalizers.Replace(Regex(r"\p{Ll}"), "x" * 400), "'a'"),  # a property: the sample holds letters
+    (normalizers.Replace("qz", "q" * 2_000), "'qz'"),  # a multi-character pattern: probed whole
+    (normalizers.Sequence([normalizers.Lowercase()] + [normalizers.Replace("e", "eeee")] * 3), "'E'"),  # 64x
+])
+def test_a_normalizer_that_expands_text_is_refused(tmp_path, normalizer, probe):
+    """Every check passed a normalizer that makes 12,000 characters of one; refused now at load,
+    naming the probe that grew, before any text is tokenized (the job stops at its first line)."""
+    from tests.conftest import run_preprocess
+
+    config = json.loads((SAMPLE_TOKENIZER / "tokenizer.json").read_text())
+    config["normalizer"] = json.loads(normalizer.__getstate__())
+    with pytest.raises(TokenizerError, match=f"normalizer makes .* characters of {re.escape(probe)}") as error:
+        TokenizerSpec.from_json(json.dumps(config))
+    assert "over the 32x accepted" in str(error.value)
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(config))
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "book.txt").write_text("the tree was green. " * 50)
+    with pytest.raises(SystemExit) as exit_code:
+        run_preprocess([books], tmp_path / "out", tokenizer=folder)
+    assert exit_code.value.code == 2 and not (tmp_path / "out").exists()
+
+
+def test_real_normalizers_grow_little():
+    """NFKC (18 characters for U+FDFA), BERT's (spaces around CJK), a bounded Replace: accepted."""
+    from pipeline.tokenizer.normalizer_growth import check_growth
+
+    for normalizer, expected in ((normalizers.NFKC(), 18), (normalizers.BertNormalizer(), 3),
+                                 (normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                        normalizers.Replace(" ", "\u2581")]), 2),
+                                 (normalizers.Replace("e", "e" * 20), 20)):
+        assert check_growth(normalizer.normalize_str, json.loads(normalizer.__getstate__())) == expected
