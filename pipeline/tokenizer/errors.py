@@ -10,7 +10,17 @@ class UnsupportedTokenizer(ValueError):
 class TokenizerPanic(RuntimeError):
     """The tokenizer's Rust code panicked (pyo3's PanicException, a BaseException that `except
     Exception` lets through with a Rust backtrace), e.g. Oniguruma's `retry-limit-in-match over` on a
-    pattern that backtracks too much on one text; the message says what it said."""
+    pattern that backtracks too much on one text; the message says what it said, and which tokenizer."""
+
+    def __init__(self, said: str, tokenizer: str | None = None) -> None:
+        self.said, self.tokenizer = said, tokenizer
+        name = f"the tokenizer {tokenizer}" if tokenizer else "the tokenizer"
+        super().__init__(f"{name} panicked: {said} (a regex of its backtracks past Oniguruma's limit on this "
+                         f"text, or another failure inside `tokenizers`): remove or fix the input, or use "
+                         f"another tokenizer")
+
+    def __reduce__(self):
+        return TokenizerPanic, (self.said, self.tokenizer)
 
 
 def is_panic(error: BaseException) -> bool:
@@ -19,10 +29,8 @@ def is_panic(error: BaseException) -> bool:
 
 
 def panic_error(error: BaseException, tokenizer: str | None = None) -> TokenizerPanic:
-    """The TokenizerPanic for a PanicException (or one already converted), naming `tokenizer`."""
-    said = str(error).splitlines()[0] if str(error) else "no message"
-    said = said.removeprefix("the tokenizer panicked: ")
-    name = f"the tokenizer {tokenizer}" if tokenizer else "the tokenizer"
-    return TokenizerPanic(f"{name} panicked: {said} (a regex of its backtracks past Oniguruma's limit on this "
-                          f"text, or another failure inside `tokenizers`): remove or fix the input, or use "
-                          f"another tokenizer")
+    """The TokenizerPanic for a PanicException (or for one already converted), naming `tokenizer`."""
+    if isinstance(error, TokenizerPanic):
+        return TokenizerPanic(error.said, tokenizer)
+    lines = str(error).splitlines()
+    return TokenizerPanic(lines[0] if lines else "no message", tokenizer)

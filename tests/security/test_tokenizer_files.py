@@ -271,19 +271,23 @@ def test_a_panic_of_the_tokenizer_is_one_line_naming_the_input_and_the_tokenizer
     assert len(failed) == 1, proc.stderr[-3000:]
     assert str(books / "crafted.txt") in failed[0] and str(tokenizer) in failed[0], failed[0]
     assert "panicked: Onig: Regex search error: retry-limit-in-match over" in failed[0], failed[0]
+    assert failed[0].count("panicked") == 1, failed[0]
 
 
 def test_the_hf_backend_names_a_panic():
     """`encode_segments` (the hf backend's one call into `tokenizers`) raises TokenizerPanic, an
     Exception, where `tokenizers` panics."""
+    import pickle
+
     from pipeline.tokenizer.encode import tokenize_text
     from pipeline.tokenizer.errors import TokenizerPanic
 
     tok = Tokenizer.from_file(str(SAMPLE_TOKENIZER / "tokenizer.json"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"a*a*a*a*a*a*$"), "isolated"),
                                                  tok.pre_tokenizer])
-    with pytest.raises(TokenizerPanic, match="retry-limit-in-match over"):
+    with pytest.raises(TokenizerPanic, match="retry-limit-in-match over") as error:
         tokenize_text(tok, "some words " + "a" * 2000 + "c")
+    assert str(pickle.loads(pickle.dumps(error.value))) == str(error.value)
 
 
 @pytest.mark.parametrize("normalizer, probe", [
