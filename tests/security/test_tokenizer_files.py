@@ -267,6 +267,7 @@ def test_a_panic_of_the_tokenizer_is_one_line_naming_the_input_and_the_tokenizer
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "PanicException" not in proc.stderr, proc.stderr[-3000:]
+    assert "panicked at" not in proc.stderr and "stack backtrace" not in proc.stderr, proc.stderr[-3000:]
     failed = [line for line in proc.stderr.splitlines() if "the run failed" in line]
     assert len(failed) == 1, proc.stderr[-3000:]
     assert str(books / "crafted.txt") in failed[0] and str(tokenizer) in failed[0], failed[0]
@@ -327,3 +328,22 @@ def test_real_normalizers_grow_little():
                                                         normalizers.Replace(" ", "\u2581")]), 2),
                                  (normalizers.Replace("e", "e" * 20), 20)):
         assert check_growth(normalizer.normalize_str, json.loads(normalizer.__getstate__())) == expected
+
+
+RUST_PANIC_REPORT = """\
+thread '<unnamed>' (5533) panicked at /root/.cargo/registry/src/onig-6.5.3/src/lib.rs:647:23:
+Onig: Regex search error: retry-limit-in-match over
+stack backtrace:
+   0: __rustc::rust_begin_unwind
+   1: <onig::Regex>::search_with_encoding::<&str>
+             at /tmp/python-build/Objects/call.c:299:12
+note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.
+"""
+
+
+def test_the_workers_rust_panic_report_stays_in_their_log():
+    """Rust's panic hook prints its report (with RUST_BACKTRACE=1, 20 lines and more) on the worker's
+    stderr: the console shows the job's one line instead, the workers' log file keeps the report."""
+    from pipeline.console.logs import worker_lines
+
+    assert worker_lines(RUST_PANIC_REPORT + "a library's warning\n") == ["a library's warning"]
