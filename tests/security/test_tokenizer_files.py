@@ -347,3 +347,15 @@ def test_the_workers_rust_panic_report_stays_in_their_log():
     from pipeline.console.logs import worker_lines
 
     assert worker_lines(RUST_PANIC_REPORT + "a library's warning\n") == ["a library's warning"]
+
+
+def test_a_normalizer_that_panics_on_a_probe_is_refused_in_one_line():
+    """A polynomial pattern (accepted by the regex rule) that gives up on a prepended run of `a`:
+    `tokenizers` panics on the load-time probe; a TokenizerError, not a PanicException with a
+    Rust backtrace, comes out."""
+    config = json.loads((SAMPLE_TOKENIZER / "tokenizer.json").read_text())
+    normalizer = normalizers.Sequence([normalizers.Prepend("a" * 60 + "c"),
+                                       normalizers.Replace(Regex("a*a*a*a*a*a*$"), "x")])
+    config["normalizer"] = json.loads(normalizer.__getstate__())
+    with pytest.raises(TokenizerError, match="normalizer: the tokenizer panicked: .*retry-limit-in-match over"):
+        TokenizerSpec.from_json(json.dumps(config))
