@@ -49,7 +49,7 @@ def run(argv: list[str] | None = None) -> dict:
     try:
         manifest = load_manifest(args.dir)
         spec = (TokenizerSpec.from_json(resolve_tokenizer_json(args.tokenizer)) if args.tokenizer
-                else tokenizer_spec(args.dir))
+                else tokenizer_spec(args.dir, manifest))
     except (OSError, ValueError, KeyError) as error:
         parser.error(str(error))
     if spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:

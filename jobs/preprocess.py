@@ -180,7 +180,7 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     anything is written), then run the pipeline.
 
     With `command_line` (as `main` calls it): set up the console logging from --log_level, keep the
-    worker processes' own stderr off the console, and let Ctrl-C/SIGTERM stop the workers and exit 130
+    worker processes' own stderr off the console, and let Ctrl-C/SIGTERM stop the workers and exit 130/143
     with a one-line message.
 
     Returns:
@@ -260,7 +260,7 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
                               terminal=terminal, quiet=quiet)
     except Interrupted as stop:
         exit_interrupted(f"interrupted ({stop}) after {stop.done} of {stop.total} inputs; rerun the same "
-                         f"command with --resume to continue")
+                         f"command with --resume to continue", stop.signum)
     except Exception as error:
         if not quiet:
             raise

@@ -38,6 +38,7 @@ from pipeline.beam.units import (
 )
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.planning import balanced_bins
+from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
@@ -127,6 +128,13 @@ class _TokenizerFn(_CountingFn):
                                if self._config.tokenizer_backend == BACKEND_FAST else tokenizer)
         return self._built
 
+    def _failed(self, source: str, error: BaseException) -> WorkFailed:
+        """The WorkFailed naming the input for what tokenizing it raised, and the tokenizer too when
+        its Rust code panicked (pyo3's PanicException, a BaseException: uncaught, a Rust backtrace)."""
+        if is_panic(error) or isinstance(error, TokenizerPanic):
+            return WorkFailed(f"input {source}", panic_error(error, self._config.tokenizer))
+        return WorkFailed(f"input {source}", error)
+
 
 class _ProcessUnitFn(_TokenizerFn):
     def process(self, unit: WorkUnit):
@@ -136,7 +144,11 @@ class _ProcessUnitFn(_TokenizerFn):
         try:
             outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
         except Exception as error:
-            raise WorkFailed(f"input {unit.source}", error) from error
+            raise self._failed(unit.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
             yield self._count(outcome, clock)
             return
@@ -150,7 +162,11 @@ class _TokenizeRangeFn(_TokenizerFn):
         try:
             tokens = tokenize_range(task, tokenizer, self._layout, self._config, self._temp_dir)
         except Exception as error:
-            raise WorkFailed(f"input {task.source}", error) from error
+            raise self._failed(task.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(task.source, error) from None
         yield task.unit.source, tokens
 
 
