@@ -166,7 +166,8 @@ def test_kill_9_with_the_defaults_then_resume_continues(data128, full_run, tmp_p
     from jobs.train import run
     from pipeline.consumers.checkpoints import load_checkpoint
 
-    defaults = [a for a in _KILL_ARGS if a not in ("--save_every", "10")]
+    at = _KILL_ARGS.index("--save_every")
+    defaults = _KILL_ARGS[:at] + _KILL_ARGS[at + 2:]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     losses = lambda rows: [(r["step"], r["loss"]) for r in rows if "loss" in r]  # noqa: E731
     expected = losses(_metrics(full_run))
