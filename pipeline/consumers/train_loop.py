@@ -151,6 +151,7 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], re
     data: TrainData = load_data(cfg, ranks)
     _stop_at_start(ranks, stop, argv, resuming)
     model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config).to(device)
+    model.train()  # from_pretrained gives a model in eval mode: no dropout until an evaluation switched it back
     torch.manual_seed(cfg.seed + ranks.rank)  # dropout differs by rank; the weights are rank 0's (DDP broadcasts)
     loss_module = MaskedLMLoss(model)
     if ranks.distributed:
