@@ -70,10 +70,11 @@ def parse(argv: list[str] | None) -> TrainConfig:
     for name in ("data", "output"):
         if not getattr(cfg, name):
             p.error(f"--{name} is required")
-    for name in ("batch_size", "grad_accum", "epochs"):
+    for name in ("batch_size", "grad_accum", "epochs", "save_total_limit"):
         if getattr(cfg, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("max_steps", "warmup_steps", "eval_every", "eval_batches", "save_every", "num_workers", "log_every"):
+    for name in ("max_steps", "warmup_steps", "eval_every", "eval_rows", "save_every", "save_minutes", "num_workers",
+                 "log_every"):
         value = getattr(cfg, name)
         if value is not None and value < 0 or name == "max_steps" and value == 0:
             p.error(f"--{name} must be {'>= 1' if name == 'max_steps' else '>= 0'}, got {value}")
@@ -125,8 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     try:
         run(argv)
-    except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written
-        print("jobs.train: interrupted twice, stopped without saving (the last checkpoint, if any, is intact)",
+    except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written, or one before the handlers
+        from pipeline.consumers.distributed import StopRequests
+
+        what = "interrupted twice" if StopRequests.received else "interrupted while starting"
+        print(f"jobs.train: {what}, stopped without saving (the last checkpoint, if any, is intact)",
               file=sys.stderr)
         raise SystemExit(130) from None
 

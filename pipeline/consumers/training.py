@@ -44,7 +44,8 @@ class TrainConfig:
     grad_accum: int = _opt(1, "micro-batches per optimizer step on each rank (a step sees batch_size x grad_accum"
                               " x ranks rows)")
     lr: float = _opt(5e-4, "peak learning rate")
-    weight_decay: float = _opt(0.01, "AdamW weight decay")
+    weight_decay: float = _opt(0.01, "AdamW weight decay, on the weights only (not biases or LayerNorm, as in "
+                                          "HF Trainer)")
     warmup_steps: int = _opt(100, "steps of linear warmup; longer than the run: clipped to a tenth of the run, "
                                   "with a warning")
     schedule: str = _opt("linear", "decay to 0 after the warmup", choices=("linear", "cosine"))
@@ -52,8 +53,14 @@ class TrainConfig:
     epochs: int = _opt(1, "epochs to run when --max_steps is not given")
     clip: float = _opt(1.0, "gradient norm clipping")
     eval_every: int = _opt(0, "steps between evaluations (0: only before and after training)")
-    eval_batches: int = _opt(50, "validation batches per evaluation, shared by the ranks (0: the whole split)")
-    save_every: int = _opt(0, "steps between checkpoints (0: only at the end and when interrupted)")
+    eval_rows: int = _opt(2048, "validation rows per evaluation: a fixed sample spread over the whole split, the "
+                                "same rows and loss whatever --batch_size, the ranks or a resume (0: the whole split)")
+    save_every: int = _opt(500, "steps between checkpoints (0: by --save_minutes only); one is also saved at the end "
+                                "and when interrupted")
+    save_minutes: float = _opt(30.0, "minutes between checkpoints, whichever of this and --save_every comes first "
+                                     "(0: by --save_every only)")
+    save_total_limit: int = _opt(1, "checkpoints kept: checkpoint.pt (the latest) and the N-1 before it as "
+                                    "checkpoint-STEP.pt")
     seed: int = _opt(0, "seed of the initialisation, dropout and sample order")
     num_workers: int = _opt(0, "DataLoader worker processes per rank")
     compile: bool = _opt(False, "torch.compile the loss (the first steps compile)")
@@ -136,12 +143,18 @@ def mlm_loss(model, batch: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]], list[float]] = lambda x: x) -> dict:
+def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]], list[float]] = lambda x: x,
+             should_stop: Callable[[], bool] = lambda: False) -> dict | None:
     """MLM loss and top-1 accuracy over the target positions of `batches` (this rank's share);
-    `reduce` sums the totals over the ranks. {} when there was no target (nothing measured)."""
+    `reduce` sums the totals over the ranks. {} when there was no target (nothing measured); None when
+    `should_stop` turned true on any rank (a stop request: the evaluation is abandoned at once, each
+    rank after its current batch)."""
     model.eval()
-    loss_sum, correct, targets = 0.0, 0, 0
+    loss_sum, correct, targets, stopped = 0.0, 0, 0, False
     for batch in batches:
+        if should_stop():
+            stopped = True
+            break
         batch = {k: v.to(device, non_blocking=True).long() for k, v in batch.items()}
         with autocast(device):
             logits, labels = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
@@ -149,10 +162,27 @@ def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]
         correct += (logits.argmax(-1) == labels).sum().item()
         targets += int(labels.numel())
     model.train()
-    loss_sum, correct, targets = reduce([loss_sum, float(correct), float(targets)])
+    loss_sum, correct, targets, stopped = reduce([loss_sum, float(correct), float(targets), float(stopped)])
+    if stopped:
+        return None
     if not targets:
         return {}
     return {"eval_loss": loss_sum / targets, "eval_accuracy": correct / targets, "eval_targets": int(targets)}
+
+
+def decay_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups as HF `Trainer` makes them: weight decay on the weights, none on the
+    biases and the normalisation layers' parameters (LayerNorm, RMSNorm, whatever their class)."""
+    exempt = set()
+    for module in model.modules():
+        kind = type(module).__name__.lower()
+        norm = isinstance(module, torch.nn.LayerNorm) or kind.endswith(("layernorm", "rmsnorm"))
+        for name, parameter in module.named_parameters(recurse=False):
+            if norm or name == "bias" or name.endswith("_bias"):
+                exempt.add(id(parameter))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for _, p in named if id(p) not in exempt], "weight_decay": weight_decay},
+            {"params": [p for _, p in named if id(p) in exempt], "weight_decay": 0.0}]
 
 
 def autocast(device: torch.device):
