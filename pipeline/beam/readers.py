@@ -15,6 +15,7 @@ from pipeline.beam.inputs.byte_ranges import range_source, starts_utf16
 from pipeline.beam.inputs.compression import COMPRESSED_SUFFIXES, is_compressed
 from pipeline.beam.inputs.hf import hf_revision, load_hf_dataset
 from pipeline.beam.inputs.listing import GLOB_CHARS, InputError, list_local
+from pipeline.console.preflight import no_input_message
 
 FORMAT_TEXT = "text"
 FORMAT_JSONL = "jsonl"
@@ -139,9 +140,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
         except Exception as error:  # Beam raises BeamIOError and others for bad patterns
             raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
         if not entries:
-            what = "is a folder holding no file" if "://" not in pattern and os.path.isdir(pattern) else \
-                "matches no file"
-            raise InputError(f"--input {pattern!r} {what}")
+            raise InputError(no_input_message(pattern))
         for path, size, modified, refused in entries:
             found[path] = (size, modified, refused)
     return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified, refused=refused)
