@@ -31,6 +31,9 @@ BACKEND_FAST = "fast"
 BACKEND_HF = "hf"
 TOKENIZER_BACKENDS = (BACKEND_AUTO, BACKEND_FAST, BACKEND_HF)
 
+# jobs.train_tokenizer --kind
+TOKENIZER_KINDS = ("wordpiece", "bpe")
+
 # jobs.train: --arch, --config (sizes of a new model) and --read_mode (how rows leave the shards)
 ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
 MODEL_SIZE_NAMES = ("tiny", "mini", "small", "base")
