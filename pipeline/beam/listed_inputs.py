@@ -13,7 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.arrow_io import read_text
 from pipeline.beam.output_folder import is_maskbeam_output
-from pipeline.beam.readers import WorkUnit, expand_inputs, outside
+from pipeline.beam.readers import InputError, WorkUnit, expand_inputs, outside
 from pipeline.console.formatting import plural, printable
 from schemas import manifest as m
 
@@ -56,11 +56,12 @@ def _output_folders(units: list[WorkUnit]) -> set[str]:
 
 
 def _without_outputs(units: list[WorkUnit], left_out: dict[str, int]) -> list[WorkUnit]:
+    """`units` less those in a MaskBeam output among them; counts each output's files into `left_out`."""
     for folder in sorted(_output_folders(units), key=len):
         if any(folder.startswith(outer.rstrip("/") + "/") for outer in left_out):
             continue  # inside an output already left out
         kept = outside(units, folder)
-        left_out[folder] = left_out.get(folder, 0) + len(units) - len(kept)
+        left_out[folder] = len(units) - len(kept)
         units = kept
     return units
 
@@ -71,11 +72,19 @@ def list_inputs(patterns: list[str], output: str) -> ListedInputs:
     workers list them (transforms.ListInputs), so the launcher and the workers find the same units.
 
     Raises:
-        InputError: naming the first pattern that matches no file.
+        InputError: naming the first pattern that matches no file, or only files of MaskBeam outputs.
     """
     found: dict[str, WorkUnit] = {}
     left_out: dict[str, int] = {}
     for pattern in patterns:
-        for unit in _without_outputs(outside(expand_inputs([pattern]), output), left_out):
+        listed = outside(expand_inputs([pattern]), output)
+        outputs: dict[str, int] = {}
+        kept = _without_outputs(listed, outputs)
+        if listed and not kept:
+            raise InputError(f"--input {pattern!r} names only files of MaskBeam outputs ("
+                             f"{', '.join(sorted(outputs))}), which are no training text: give the books' folder")
+        for folder, files in outputs.items():
+            left_out[folder] = max(left_out.get(folder, 0), files)  # two patterns may name the same output
+        for unit in kept:
             found.setdefault(unit.source, unit)
     return ListedInputs(units=[found[source] for source in sorted(found)], left_out=left_out)

@@ -151,3 +151,13 @@ def test_no_input_with_text_is_an_error_that_writes_nothing(tmp_path):
     done = _train("--input", str(folder), "--output", str(tmp_path / "tok"))
     assert done.returncode == 1 and "no input has text to train on (2 inputs read, all skipped)" in done.stderr
     assert "paper.pdf" in done.stderr and not (tmp_path / "tok").exists()
+
+
+def test_an_input_that_is_only_a_maskbeam_output_is_refused(tmp_path, one_book, capsys):
+    from jobs.train_tokenizer import run
+
+    with pytest.raises(SystemExit) as refused:
+        run(["--input", str(one_book), "--output", str(tmp_path / "tok")])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and f"--input '{one_book}' names only files of MaskBeam outputs" in err, err
+    assert not (tmp_path / "tok").exists()
