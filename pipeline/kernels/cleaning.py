@@ -46,16 +46,16 @@ SKIP_BINARY_UNDECODABLE = "not text: binary (over half the bytes are not UTF-8)"
 SKIP_BINARY_CONTROL = "not text: binary (over 1% control characters)"
 
 _UNPACK = "unpack it and give the folder as --input"
-_COMPRESSED_NAME = "compressed data under a name without its suffix: rename it to end in {}, which is read"
+_COMPRESSED_NAME = "data inside compressed data (compressed twice): decompress it once, e.g. `{} -d FILE`"
 # (magic bytes at the start, the skip reason): formats a folder of books often holds besides text.
 _FORMATS = (
     (b"%PDF-", "not text: a PDF document (extract the text first, e.g. `pdftotext FILE.pdf FILE.txt`)"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "not text: a Microsoft Office document (.doc, .xls, .ppt): save it as "
                                           "plain text first"),
     (b"{\\rtf", "not text: an RTF document: save it as plain text first"),
-    (b"\x1f\x8b", "not text: gzip " + _COMPRESSED_NAME.format(".gz")),
-    (b"\xfd7zXZ\x00", "not text: xz " + _COMPRESSED_NAME.format(".xz")),
-    (b"\x28\xb5\x2f\xfd", "not text: zstd " + _COMPRESSED_NAME.format(".zst")),
+    (b"\x1f\x8b", "not text: gzip " + _COMPRESSED_NAME.format("gzip")),
+    (b"\xfd7zXZ\x00", "not text: xz " + _COMPRESSED_NAME.format("xz")),
+    (b"\x28\xb5\x2f\xfd", "not text: zstd " + _COMPRESSED_NAME.format("zstd")),
     (b"7z\xbc\xaf\x27\x1c", f"not text: a 7z archive: {_UNPACK}"),
     (b"Rar!\x1a\x07", f"not text: a RAR archive: {_UNPACK}"),
     (b"PAR1", "not text: a Parquet file: name it .parquet (its --text_column is read)"),
@@ -71,7 +71,8 @@ _BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
 def binary_format(head: bytes) -> str | None:
     """The skip reason of an input whose first bytes (4 KiB or more read, decompressed) are those of
     a known binary format (PDF, zip and what is built on it: EPUB, .docx and OpenDocument; other
-    archives, office files, images, compressed data under a wrong name), naming it and what to do;
+    archives, office files, images; compressed data once decompressed: compressed twice), naming it
+    and what to do;
     None for anything else (text, or binary the later checks catch)."""
     if head.startswith(_ZIP_STARTS):
         if head[30:38] == b"mimetype" and b"application/epub+zip" in head[38:90]:
@@ -83,7 +84,7 @@ def binary_format(head: bytes) -> str | None:
             return "not text: a Word document (.docx, a zip archive): save it as plain text first"
         return f"not text: a zip archive: {_UNPACK}"
     if _BZIP2.match(head):
-        return "not text: bzip2 " + _COMPRESSED_NAME.format(".bz2")
+        return "not text: bzip2 " + _COMPRESSED_NAME.format("bzip2")
     if len(head) >= 262 and head[257:262] == b"ustar":
         return f"not text: a tar archive: {_UNPACK}"
     for magic, reason in _FORMATS:

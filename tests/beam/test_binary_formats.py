@@ -4,14 +4,17 @@ and `clean_bytes`; compressed inputs are read and judged by what they hold."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import json
+import lzma
 import tarfile
 import zipfile
 
 import pytest
 
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.readers import expand_inputs, split_large_inputs
 from pipeline.beam.streams import UnitReader
 from pipeline.kernels.cleaning import NotText, clean_bytes
 
@@ -50,9 +53,9 @@ FILES = {
     "old.doc": (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 600, "a Microsoft Office document"),
     "books.tar": (_tar(), "a tar archive: unpack it"),
     "cover.png": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 100, "a PNG image"),
-    "book.txt": (gzip.compress(BOOK.encode()), "gzip compressed data under a name without its suffix: rename it "
-                                               "to end in .gz"),
     "paper.pdf.gz": (gzip.compress(PDF), "a PDF document"),  # decompressed, then judged by its content
+    "twice.txt.gz": (gzip.compress(gzip.compress(BOOK.encode())), "gzip data inside compressed data (compressed "
+                                                                 "twice): decompress it once"),
 }
 
 
@@ -74,7 +77,7 @@ def test_each_format_is_named_with_what_to_do(folder):
         assert reasons[name].startswith("not text: ") and expected in reasons[name], (name, reasons[name])
 
 
-@pytest.mark.parametrize("name", [n for n in FILES if not n.endswith(".gz")])
+@pytest.mark.parametrize("name", [n for n in FILES if not n.endswith(".gz")])  # clean_bytes reads raw bytes
 def test_clean_bytes_gives_the_same_reasons(folder, name):
     unit = next(u for u in expand_inputs([str(folder / name)]))
     with pytest.raises(NotText) as error:
@@ -85,3 +88,17 @@ def test_clean_bytes_gives_the_same_reasons(folder, name):
 def test_text_that_merely_starts_like_a_format_is_read():
     for text in ("PK is what the team called it.\n" * 50, "GIF8 of them came back.\n" * 50, "BZh1 was the code.\n" * 50):
         assert clean_bytes(text.encode()).text.startswith(text[:10])
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress])
+def test_compressed_data_under_a_plain_name_is_read_and_never_split(tmp_path, compress):
+    """A `book.txt` (or `.jsonl`) that is gzip (bzip2, xz) was skipped as binary: it is read as what
+    its first bytes say it is, and never cut into byte ranges (offsets in compressed bytes mean nothing)."""
+    (tmp_path / "book.txt").write_bytes(compress(BOOK.encode()))
+    (tmp_path / "rows.jsonl").write_bytes(compress("".join(json.dumps({"text": BOOK}) + "\n" for _ in range(3)).encode()))
+    for unit in expand_inputs([str(tmp_path)]):
+        reader = UnitReader(unit, "text", keep_boilerplate=True)
+        assert reader.scan().skip_reason is None, unit.source
+        texts = ["".join(pieces) for _, pieces in reader.documents()]
+        assert texts == [BOOK] * (3 if unit.source.endswith(".jsonl") else 1), unit.source  # as the plain file
+        assert split_large_inputs([unit], split_bytes=64) == [unit]  # neither split nor marked for ranges
