@@ -161,3 +161,19 @@ def test_an_input_that_is_only_a_maskbeam_output_is_refused(tmp_path, one_book, 
     err = capsys.readouterr().err
     assert refused.value.code == 2 and f"--input '{one_book}' names only files of MaskBeam outputs" in err, err
     assert not (tmp_path / "tok").exists()
+
+
+@pytest.mark.parametrize("named", ["../victim.txt", "/tmp/victim.txt", "sub/../../victim.txt", ".."])
+def test_a_crafted_run_file_never_deletes_outside_the_folder(tmp_path, capsys, named):
+    from jobs.train_tokenizer import run
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / m.TOKENIZER_RUN_FILE).write_text(json.dumps({m.KEY_TOKENIZER_RUN: 1, m.KEY_PACKAGE_VERSION: "0",
+                                                           m.KEY_FILES: ["tokenizer.json", named]}))
+    with pytest.raises(SystemExit):
+        run(["--input", str(SAMPLE_BOOKS), "--output", str(folder), "--overwrite", "--vocab_size", "300"])
+    assert "is not a train_tokenizer output" in capsys.readouterr().err
+    assert victim.read_text() == "keep" and (folder / m.TOKENIZER_RUN_FILE).exists()
