@@ -34,6 +34,16 @@ def reason_kind(reason: str) -> str:
     return reason
 
 
+def count_by_kind(reasons: list[str]) -> dict[str, int]:
+    """How many skip reasons of each kind (see reason_kind), sorted by kind: the manifest's
+    FILES_SKIPPED_BY_REASON and every job's skip report."""
+    by_kind: dict[str, int] = {}
+    for reason in reasons:
+        kind = reason_kind(reason)
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    return dict(sorted(by_kind.items()))
+
+
 def boilerplate_share(counts: dict[str, int]) -> float:
     """Share of an input's characters cut as Project Gutenberg header and licence."""
     removed = counts.get(m.BOILERPLATE_CHARS_REMOVED, 0)
@@ -66,11 +76,7 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
     skipped = [{m.KEY_PATH: u.source, m.KEY_SIZE: u.size, m.KEY_REASON: u.skip_reason, **_quality(u)}
                for u in sorted(units, key=lambda u: u.source) if u.skip_reason is not None]
-    by_reason: dict[str, int] = {}
-    for entry in skipped:
-        kind = reason_kind(entry[m.KEY_REASON])
-        by_reason[kind] = by_reason.get(kind, 0) + 1
-    counts[m.FILES_SKIPPED_BY_REASON] = dict(sorted(by_reason.items()))
+    counts[m.FILES_SKIPPED_BY_REASON] = count_by_kind([entry[m.KEY_REASON] for entry in skipped])
     inputs = [
         {m.KEY_PATH: u.source, m.KEY_SIZE: u.size, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),

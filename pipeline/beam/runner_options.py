@@ -13,8 +13,11 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterable
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.console.arguments import unrecognized
 
 LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -228,20 +231,20 @@ def beam_flags(beam_args: list[str]) -> set[str]:
     return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
 
 
-def check_beam_options(beam_args: list[str]) -> None:
+def check_beam_options(beam_args: list[str], job_flags: Iterable[str] = ()) -> None:
     """Refuse, before anything is written, what Beam would take only at run time (or warn about and
     ignore): an unknown flag, a value its option does not accept, a runner Beam does not know.
+    An unknown flag is named with the closest of Beam's flags and `job_flags` (the job's own, without
+    dashes: `--mlm_probabilty` is the job's `--mlm_probability` mistyped, not a Beam option).
 
     Raises:
-        ValueError: naming the flag or runner (and the closest known runner name).
+        ValueError: naming the flag or runner (and the closest known flag or runner name).
     """
     parser = _options_parser(beam_args)
     known = {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known]
     if unknown:
-        close = [difflib.get_close_matches(arg.split("=")[0].lstrip("-"), known, n=1) for arg in unknown]
-        hints = [f"{arg} (did you mean --{match[0]}?)" if match else arg for arg, match in zip(unknown, close)]
-        raise ValueError(f"unrecognized arguments: {' '.join(hints)}")
+        raise ValueError(unrecognized(unknown, known | set(job_flags)))
     try:
         parsed, _ = parser.parse_known_args(beam_args)
     except argparse.ArgumentError as error:

@@ -22,9 +22,10 @@ from apache_beam.transforms.combiners import ToListCombineFn
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.duplicates import mark_duplicates
 from pipeline.beam.finalize import finalize_output
+from pipeline.beam.listed_inputs import list_inputs
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
+from pipeline.beam.readers import WorkUnit, split_large_inputs
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.beam.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_results import UnitResult
@@ -347,7 +348,7 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
 
 
 def _list_pattern(pattern: str, split_bytes: int, output: str) -> list[tuple[str, WorkUnit]]:
-    units = split_large_inputs(outside(expand_inputs([pattern]), output), split_bytes)
+    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes)
     return [(unit.source, unit) for unit in units]
 
 

@@ -57,6 +57,10 @@ class PublishError(RuntimeError):
     """A publishing problem with a message that says what to do; never contains the token."""
 
 
+class FolderTaken(PublishError):
+    """The --dry_run folder holds something: refused before anything is read or written."""
+
+
 def check_repo_id(repo_id: str) -> None:
     if not _REPO_ID.match(repo_id) or ".." in repo_id or repo_id.endswith((".git", "-", ".")):
         raise PublishError(f"--repo_id must look like USER/NAME (letters, digits, '-', '_', '.'), got {repo_id!r}")
@@ -186,16 +190,59 @@ class UploadFolder:
     files: tuple[str, ...]  # paths relative to `path`, exactly what is uploaded
 
 
+# What a dry run writes at the top of its folder besides DRY_RUN_FOLDERS (the tokenizer files included):
+# all that `overwrite` deletes of an earlier dry run.
+DRY_RUN_FILES = (CARD_FILE, m.MANIFEST_FILE, *m.TOKENIZER_FILES)
+DRY_RUN_FOLDERS = ("data", "arrow")
+
+
+def _earlier_dry_run(root: Path, overwrite: bool) -> bool:
+    """Whether `root` holds an earlier dry run to replace (False: it is absent or empty). A non-empty
+    folder is refused unless `overwrite` and it holds our card and manifest.
+
+    Raises:
+        FolderTaken: naming the folder and what to do.
+    """
+    if not root.exists() or not any(root.iterdir()):
+        return False
+    manifest = root / m.MANIFEST_FILE
+    ours = (root / CARD_FILE).is_file() and manifest.is_file() and m.looks_like_own_manifest(manifest.read_bytes())
+    if not ours:
+        raise FolderTaken(f"--dry_run {str(root)!r} exists, is not empty and is not an earlier dry run (no MaskBeam "
+                           f"{m.MANIFEST_FILE} and {CARD_FILE}): choose another folder; --overwrite replaces only "
+                           "a dry run")
+    if not overwrite:
+        raise FolderTaken(f"--dry_run {str(root)!r} exists and is not empty (an earlier dry run); pass --overwrite "
+                           "to replace it, or choose another folder")
+    return True
+
+
+def _clear_dry_run(root: Path) -> None:
+    """Delete what a dry run wrote in `root` (DRY_RUN_FOLDERS, DRY_RUN_FILES); anything else stays."""
+    for name in DRY_RUN_FOLDERS:
+        if (root / name).is_dir() and not (root / name).is_symlink():
+            shutil.rmtree(root / name)
+    for name in DRY_RUN_FILES:
+        if (root / name).is_file() or (root / name).is_symlink():
+            (root / name).unlink()
+
+
 def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str = "parquet",
-                        license_id: str = "other") -> UploadFolder:
+                        license_id: str = "other", overwrite: bool = False) -> UploadFolder:
     """Write the exact Hub layout of a preprocess output (local or on an object store) into `folder`
-    (which must not exist or be empty): what --dry_run shows."""
+    (which must not exist or be empty, unless `overwrite` replaces an earlier dry run there): what
+    --dry_run shows.
+
+    Raises:
+        PublishError: for a non-empty folder (see `overwrite`), or an output that cannot be published.
+    """
+    root = Path(folder)
+    earlier = _earlier_dry_run(root, overwrite)  # refused before any shard is read
     manifest = public_manifest(load_manifest(directory))
     files, data_files = layout(directory, manifest, fmt)
-    root = Path(folder)
-    if root.exists() and any(root.iterdir()):
-        raise PublishError(f"{folder!r} exists and is not empty")
     tokenizer = tokenizer_files(directory, manifest)
+    if earlier:
+        _clear_dry_run(root)
     for data_file in files:
         data_file.write(root / data_file.name)
     (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
