@@ -281,7 +281,7 @@ class UnitReader:
             yield from hf_values(unit.hf_name, unit.hf_split, unit.revision, unit.start, unit.stop, column)
         elif unit.format == FORMAT_PARQUET:
             with _open(unit.source) as handle:
-                yield from parquet_values(handle, column)
+                yield from parquet_values(handle, column, skip)
         else:
             yield from self._jsonl_values(column, skip, out)
 
