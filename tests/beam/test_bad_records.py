@@ -96,8 +96,11 @@ def test_a_parquet_value_that_is_not_utf8_is_one_skipped_record(tmp_path, worker
 
 # -- fuzz: every record processed or skipped with a reason, never a dead run --------------------------
 
-ANY_CHAR = st.characters(blacklist_categories=())  # surrogates (Cs) included
-TEXT = st.lists(st.one_of(st.sampled_from(GOOD.split()), st.text(ANY_CHAR, max_size=4)), max_size=8).map(" ".join)
+ANY_CHAR = st.characters(blacklist_categories=())  # surrogates (Cs) included, but rarely drawn
+SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, blacklist_categories=())
+TEXT = st.lists(st.one_of(st.sampled_from(GOOD.split()), st.text(ANY_CHAR, max_size=4), SURROGATE,
+                          st.sampled_from(["\x00", "\ufffd", "\u2028", "\r", "\x85", "\U0001F600"])),
+                max_size=8).map(" ".join)
 SCALAR = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=10**30), st.floats(), TEXT)
 VALUE = st.recursive(SCALAR, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
                                                                                          max_size=3), max_leaves=6)
