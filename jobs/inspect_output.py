@@ -15,7 +15,7 @@ import sys
 from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.console.formatting import printable
 from pipeline.consumers.inspection import SAMPLE_ROWS, check_rows, decode_row, mask_statistics, read_split_rows
-from pipeline.consumers.outputs import load_manifest, masking_rule, tokenizer_spec
+from pipeline.consumers.outputs import ShardMismatch, load_manifest, masking_rule, tokenizer_spec
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
@@ -65,7 +65,11 @@ def run(argv: list[str] | None = None) -> dict:
         _say(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
 
     rule = masking_rule(manifest)
-    rows = read_split_rows(args.dir, args.split, manifest, rule, args.epoch, max_rows=args.sample_rows)
+    try:
+        rows = read_split_rows(args.dir, args.split, manifest, rule, args.epoch, max_rows=args.sample_rows)
+    except ShardMismatch as error:
+        _say(f"inspect_output: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
     stats = mask_statistics(rows, rule)
     problems = check_rows(rows, rule, stats, config)
     for problem in problems:

@@ -90,6 +90,8 @@ KEY_UNK_FRACTION = "unk_fraction"  # per input: share of [UNK] among its content
 KEY_SCRIPTS = "scripts"  # per input: share of its letters per Unicode script
 KEY_DOMINANT_SCRIPT = "dominant_script"
 RUN_FILE = "run.json"  # the config of a run in progress, in TEMP_DIR (what --resume compares)
+# In TEMP_DIR: the manifest a run that made no rows would have written (no manifest marks it failed).
+NO_ROWS_FILE = "no_rows.json"
 KEY_MASK_COUNTS_EPOCH = "mask_counts_epoch"
 KEY_NEVER_SELECTED = "never_selected_ids"
 KEY_NEVER_REPLACEMENT = "never_replacement_ids"

@@ -1,6 +1,7 @@
 """Write the `datasets` side files and the manifest from what the workers reported.
 
-The manifest is written last: its presence marks a complete output.
+The manifest is written last: its presence marks a complete output. A run that made no rows writes
+none of them (`no_rows`): its would-be manifest goes to the temp folder, which stays.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pipeline import __version__
 from pipeline.beam.arrow_io import write_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.folders import delete_folder
+from pipeline.beam.no_rows import made_rows
 from pipeline.beam.sharding import ShardResult
 from pipeline.beam.unit_results import UnitResult
 from pipeline.tokenizer.transformers_files import transformers_files
@@ -107,7 +109,13 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
                     tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str,
                     near_duplicates: list[dict] | None = None) -> dict:
     """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer
-    with the configs `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts."""
+    with the configs `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts. A run
+    that made no rows only writes its manifest to the temp folder (NO_ROWS_FILE) and keeps that folder:
+    the run failed, its folder can be continued."""
+    manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
+    if not made_rows(manifest):
+        write_text(posixpath.join(config.output, m.TEMP_DIR, m.NO_ROWS_FILE), m.dumps(manifest))
+        return manifest
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
     for split in m.SPLITS:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
@@ -119,7 +127,6 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
     write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
     for name, text in transformers_files(tokenizer_json, tokenizer_info, config.max_seq_length).items():
         write_text(posixpath.join(config.output, name), text)
-    manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
     delete_folder(posixpath.join(config.output, m.TEMP_DIR))  # on object stores too (a prefix)
     return manifest

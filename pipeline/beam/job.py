@@ -12,13 +12,14 @@ import time
 from dataclasses import dataclass
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.listed_inputs import list_inputs
 from pipeline.beam.no_rows import check_made_rows
-from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
+from pipeline.beam.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress, input_name
 from pipeline.beam.readers import (
     FORMAT_HF,
@@ -92,8 +93,9 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
             return None
         _log.info(reuse_line(config.output, units))
     else:
-        prepare_output(config.output, overwrite)
+        prepare_output(config.output, overwrite, record)
         start_run(config.output, record)
+    forget_no_rows(config.output)
     return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
 
 
@@ -133,18 +135,26 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
                                 terminal=terminal)
         result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
         wall = time.perf_counter() - started
-        manifest = json.loads(read_text(posixpath.join(config.output, m.MANIFEST_FILE)))
+        manifest = _read_run_manifest(config.output)
         progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
         if workers is not None:
             workers.report(_log, failed=False)
     stages = stage_seconds(result)
-    warn_large_boilerplate(config.output)  # warnings before the summary: the summary ends the run
+    warn_large_boilerplate(manifest)  # warnings before the summary: the summary ends the run
     _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
               ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
         _log.info(line)
     check_made_rows(manifest)
     return result
+
+
+def _read_run_manifest(output: str) -> dict:
+    """The finished run's manifest: the output's, or the record a run that made no rows leaves."""
+    path = posixpath.join(output, m.MANIFEST_FILE)
+    if not FileSystems.exists(path) and FileSystems.exists(posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)):
+        path = posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)
+    return json.loads(read_text(path))
 
 
 def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,

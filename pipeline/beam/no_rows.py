@@ -1,5 +1,9 @@
 """A run that makes no rows is an error, not an empty dataset: every input was skipped, and the
-reasons say why (an empty folder, the wrong --text_column, binary files, ...)."""
+reasons say why (an empty folder, the wrong --text_column, binary files, ...).
+
+Such a run writes no manifest (whose presence marks a complete output): what it found stays in
+its temp folder (NO_ROWS_FILE, beside the run file), so `--resume` or a plain retry continues the
+folder, and `validate` or a loader never takes it for a dataset."""
 
 from __future__ import annotations
 
@@ -10,14 +14,17 @@ class NoRowsError(ValueError):
     """The run made no rows; the message (one line) lists the skip reasons with their counts."""
 
 
+def made_rows(manifest: dict) -> bool:
+    return any(manifest[m.KEY_SPLITS][split][m.KEY_ROWS] for split in manifest[m.KEY_SPLITS])
+
+
 def check_made_rows(manifest: dict) -> None:
     """Raise NoRowsError when a finished run's manifest holds no rows.
 
     Raises:
         NoRowsError: naming each skip reason and how many inputs it skipped (and a few paths).
     """
-    rows = sum(manifest[m.KEY_SPLITS][split][m.KEY_ROWS] for split in manifest[m.KEY_SPLITS])
-    if rows:
+    if made_rows(manifest):
         return
     skipped = manifest.get(m.KEY_SKIPPED, [])
     reasons: dict[str, list[str]] = {}
@@ -28,4 +35,5 @@ def check_made_rows(manifest: dict) -> None:
     kept = len(manifest.get(m.KEY_INPUTS, []))
     raise NoRowsError(f"the run made no rows: {len(skipped)} input(s) skipped"
                       + (f", {kept} too short for a row (--min_tokens)" if kept else "")
-                      + (f": {listed}" if listed else ""))
+                      + (f": {listed}" if listed else "")
+                      + "; no manifest was written: fix the inputs or options and rerun into the same --output")

@@ -87,7 +87,8 @@ def scan_for_ranges(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, 
     reader = UnitReader(unit, config.text_column, config.keep_boilerplate, split_bytes=unit.split_bytes)
     result, scan = scan_unit(reader, config, clock)
     if result.skip_reason is None and scan.skip_reason is None and len(scan.ranges) < 2:
-        result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
+        result = check_unchanged(unit, tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir,
+                                                     clock))
     if result.skip_reason is not None or scan.skip_reason is not None or len(scan.ranges) < 2:
         save_result(temp_dir, unit, result)
         return result

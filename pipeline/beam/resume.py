@@ -40,6 +40,15 @@ def _differences(old: dict, new: dict) -> list[str]:
     return diffs
 
 
+def run_differences(output: str, record: dict) -> list[str]:
+    """How the unfinished run in `output` differs from `record` (empty: the same run).
+
+    Raises:
+        ResumeMismatch: its run file is not a MaskBeam run file.
+    """
+    return _differences(_read_run_record(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE)), record)
+
+
 def start_run(output: str, record: dict) -> None:
     """Record the config of a fresh run in its temp folder."""
     write_text(posixpath.join(output, m.TEMP_DIR, m.RUN_FILE), json.dumps(record, sort_keys=True))

@@ -60,6 +60,7 @@ __all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "input_changed",
            "UNREADABLE"]
 
 CACHE_CHARS = 32 << 20
+CHANGED = "unreadable: changed while being read"
 SKIP_NO_DOCUMENTS = "empty: no documents"
 
 
@@ -89,8 +90,10 @@ def _open(path: str):
 
 def input_changed(unit: WorkUnit) -> str | None:
     """Why a file is not the one listed (its size or modification time differ, or it is gone), or
-    None. A file read twice (two passes, or a scan and its ranges) must be the same both times,
-    else its rows would carry the first version's content key."""
+    None; asked after every read of it. A file read twice (two passes, or a scan and its ranges)
+    must be the same both times, else its rows would carry the first version's content key; a file
+    read once must be the one listed, else its tokens are those of more (or fewer) bytes than the
+    manifest records."""
     if unit.format == FORMAT_HF or unit.refused:
         return None
     path = unit.file
@@ -104,12 +107,15 @@ def input_changed(unit: WorkUnit) -> str | None:
                 raise FileNotFoundError(path)
             size, modified = meta[0].size_in_bytes, float(meta[0].last_updated_in_seconds or 0.0)
     except (OSError, ValueError) as error:
-        return f"unreadable: changed while being read ({type(error).__name__}: {error})"
-    want_size = unit.size if not unit.path else None  # a byte range's size is the range's
-    if (want_size is not None and size != want_size) or (unit.modified and modified != unit.modified):
-        return (f"unreadable: changed while being read (now {size:,} bytes, modified {modified:.0f}; "
-                f"listed {unit.size:,} bytes, modified {unit.modified:.0f})")
-    return None
+        return f"{CHANGED}: {type(error).__name__}: {error}"
+    listed = unit.size if not unit.path else None  # a byte range's size is the range's
+    if listed is not None and size != listed:
+        change = f"{'grew' if size > listed else 'shrank'} from {listed:,} to {size:,} bytes"
+    elif unit.modified and modified != unit.modified:
+        change = f"modified at {modified:.3f}, listed as modified at {unit.modified:.3f}"
+    else:
+        return None
+    return f"{CHANGED}: {change} since it was listed"
 
 
 def raw_blocks(unit: WorkUnit, sizes: ReadSizes = ReadSizes()) -> Iterator[bytes]:
@@ -179,11 +185,6 @@ class UnitReader:
         self.piece_bytes = min(piece_bytes or self.sizes.piece_bytes, split_bytes or PIECE_BYTES)
         self._cache: list[str] | None = None
         self.scanned: UnitScan | None = None
-
-    @property
-    def read_twice(self) -> bool:
-        """Whether the second pass read the input again (nothing was kept from the first)."""
-        return self._cache is None
 
     @property
     def _is_text(self) -> bool:
@@ -294,7 +295,7 @@ class UnitReader:
             yield from hf_values(unit.hf_name, unit.hf_split, unit.revision, unit.start, unit.stop, column)
         elif unit.format == FORMAT_PARQUET:
             with _open(unit.source) as handle:
-                yield from parquet_values(handle, column)
+                yield from parquet_values(handle, column, skip)
         else:
             yield from self._jsonl_values(column, skip, out)
 

@@ -71,12 +71,13 @@ def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtyp
     if result.skip_reason is not None or scan.skip_reason is not None:
         return result
     result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
-    return check_unchanged(unit, result) if reader.read_twice else result
+    return check_unchanged(unit, result)
 
 
 def check_unchanged(unit: WorkUnit, result: UnitResult) -> UnitResult:
-    """The result, or (when the input changed while it was read twice) the input skipped with the
-    reason: its rows would mix two versions or carry the old version's content key."""
+    """The result, or (when the input is not the one listed: it changed or grew while it was read,
+    once or twice) the input skipped with the reason: its rows would mix two versions, carry the
+    old version's content key, or hold tokens of more bytes than the manifest records."""
     changed = input_changed(unit)
     if changed is None or result.skip_reason is not None:
         return result

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.consumers.outputs import check_ids, shard_entries, verify_shard
+from pipeline.consumers.outputs import check_id_rows, check_no_nulls, shard_entries, verify_shard
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -49,14 +49,17 @@ def read_split_rows(directory: str, split: str, manifest: dict, rule: MaskingRul
         if enough():
             break
         verify_shard(path, entry)
+        first_row = 0
         for batch in open_batches(path):
             if enough():
                 break
+            third = LABELS if static else MASK_SEED
+            check_no_nulls(path, {INPUT_IDS: batch.column(INPUT_IDS), third: batch.column(third)}, first_row)
             stored = fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len)
-            check_ids(f"{path}: {INPUT_IDS}", stored, rule.vocab_size)
+            check_id_rows(path, INPUT_IDS, stored, rule.vocab_size, first_row)
             if static:
                 stored_labels = fixed_list_to_numpy(batch.column(LABELS), seq_len)
-                check_ids(f"{path}: {LABELS}", stored_labels[stored_labels != IGNORE_INDEX], rule.vocab_size)
+                check_id_rows(path, LABELS, stored_labels, rule.vocab_size, first_row, IGNORE_INDEX)
                 ids.append(stored)
                 labels.append(stored_labels)
                 original.append(np.where(stored_labels != IGNORE_INDEX, stored_labels, stored))
@@ -65,6 +68,7 @@ def read_split_rows(directory: str, split: str, manifest: dict, rule: MaskingRul
                 ids.append(masked)
                 labels.append(batch_labels)
                 original.append(stored)
+            first_row += batch.num_rows
     if not ids:
         empty = np.zeros((0, seq_len), dtype=np.int32)
         return MaskedRows(ids=empty, labels=empty, original=empty)

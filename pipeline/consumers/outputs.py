@@ -12,6 +12,10 @@ import hashlib
 import os
 import stat
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from pipeline.kernels.masking import MaskingRule
 from pipeline.storage import filesystem
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -120,6 +124,53 @@ def check_ids(where: str, values, vocab_size: int) -> None:
     bincount) needs before it is touched. `values`: an integer numpy array."""
     if values.size and (int(values.min()) < 0 or int(values.max()) >= vocab_size):
         raise ShardMismatch(f"{where}: ids outside [0, {vocab_size}): [{int(values.min())}, {int(values.max())}]")
+
+
+def first_outside(values: np.ndarray, vocab_size: int, ignore: int | None = None) -> tuple[int, int] | None:
+    """(row, position) of the first value of `values` (shape (n, L)) outside [0, vocab_size) and not
+    `ignore`, or None: two reductions when every value lies inside, the search only when one does not."""
+    if not values.size or (int(values.min()) >= 0 and int(values.max()) < vocab_size):
+        return None
+    bad = (values < 0) | (values >= vocab_size)
+    if ignore is not None:
+        bad &= values != ignore
+    if not bad.any():
+        return None
+    row, position = np.argwhere(bad)[0]
+    return int(row), int(position)
+
+
+def outside_error(path: str, row: int, column: str, value: int, position: int, vocab_size: int) -> ShardMismatch:
+    return ShardMismatch(f"{path}: row {row}: {column} holds {value} at position {position}, outside the "
+                         f"vocabulary [0, {vocab_size}) (the shard is not one MaskBeam wrote for this tokenizer)")
+
+
+def check_id_rows(path: str, column: str, values: np.ndarray, vocab_size: int, first_row: int = 0,
+                  ignore: int | None = None) -> None:
+    """Raise ShardMismatch naming the shard, the row and the value unless every id of `values`
+    (shape (n, L): rows first_row.. of the shard at `path`) lies in [0, vocab_size), `ignore`
+    (IGNORE_INDEX for labels) excepted: what an embedding, a loss's targets, a table indexed by id
+    or a bincount needs before it is touched."""
+    found = first_outside(values, vocab_size, ignore)
+    if found is not None:
+        row, position = found
+        raise outside_error(path, first_row + row, column, int(values[row, position]), position, vocab_size)
+
+
+def check_no_nulls(path: str, columns: dict, first_row: int = 0) -> None:
+    """Raise ShardMismatch naming the shard, the column and the first row holding a null (a row, or
+    a value inside a fixed-size list): MaskBeam writes none, and a reader would see whatever bytes
+    lie under it. `columns`: {name: pyarrow Array or ChunkedArray}."""
+    for name, column in columns.items():
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        nulls = pc.is_null(array).to_numpy(zero_copy_only=False)
+        if isinstance(array.type, pa.FixedSizeListType) and array.values.null_count:
+            width = array.type.list_size
+            inner = pc.is_null(array.values).to_numpy(zero_copy_only=False)
+            nulls = nulls | inner[array.offset * width: (array.offset + len(array)) * width].reshape(-1, width).any(1)
+        if nulls.any():
+            raise ShardMismatch(f"{path}: row {first_row + int(np.argmax(nulls))}: {name} is null "
+                                "(the shard is not one MaskBeam wrote)")
 
 
 def masking_rule(manifest: dict) -> MaskingRule:

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import check_ids, load_manifest, masking_rule, tokenizer_spec, verified_shard_paths
+from pipeline.consumers.outputs import (
+    check_id_rows,
+    check_no_nulls,
+    load_manifest,
+    masking_rule,
+    tokenizer_spec,
+    verified_shard_paths,
+)
 from pipeline.storage.arrow_files import fixed_list_to_numpy, read_table
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m
@@ -47,15 +54,18 @@ def collect(directory: str, split: str = m.TRAIN) -> tuple[dict, SplitStats]:
     stats = SplitStats(token_counts=np.zeros(rule.vocab_size, dtype=np.int64))
     for path in verified_shard_paths(directory, manifest, split):
         table: pa.Table = read_table(path)
-        eligible = 0
+        eligible = first_row = 0
         for batch in table.to_batches():
+            read = [INPUT_IDS, ATTENTION_MASK] + ([LABELS] if static else [])
+            check_no_nulls(path, {name: batch.column(name) for name in read}, first_row)
             ids = fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len)
             attention = fixed_list_to_numpy(batch.column(ATTENTION_MASK), seq_len)
-            check_ids(f"{path}: {INPUT_IDS}", ids, rule.vocab_size)
+            check_id_rows(path, INPUT_IDS, ids, rule.vocab_size, first_row)
             if static:
                 labels = fixed_list_to_numpy(batch.column(LABELS), seq_len)
-                check_ids(f"{path}: {LABELS}", labels[labels != IGNORE_INDEX], rule.vocab_size)
+                check_id_rows(path, LABELS, labels, rule.vocab_size, first_row, IGNORE_INDEX)
                 ids = np.where(labels != IGNORE_INDEX, labels, ids)
+            first_row += batch.num_rows
             lengths = attention.sum(axis=1)
             stats.lengths.append(lengths - 2)
             stats.padding += int(attention.size - lengths.sum())

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import check_regular_file, load_manifest, masking_rule, shard_entries, tokenizer_spec
+from pipeline.consumers.outputs import (
+    ShardMismatch,
+    check_id_rows,
+    check_no_nulls,
+    check_regular_file,
+    load_manifest,
+    masking_rule,
+    shard_entries,
+    tokenizer_spec,
+)
 from pipeline.kernels.masking import DRAW_BITS, MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy
@@ -101,15 +110,18 @@ def check_shard(path: str, data: bytes, entry: dict, manifest: dict, rule: Maski
         raise ValidationError(f"{path}: {table.num_rows} rows, the manifest says {entry[m.KEY_ROWS]}")
     if table.num_rows == 0:
         return
-    ids = fixed_list_to_numpy(table.column(INPUT_IDS), seq_len)
+    try:
+        check_no_nulls(path, {name: table.column(name) for name in table.column_names})
+        ids = fixed_list_to_numpy(table.column(INPUT_IDS), seq_len)
+        check_id_rows(path, INPUT_IDS, ids, rule.vocab_size)
+        if static:
+            labels = fixed_list_to_numpy(table.column(LABELS), seq_len)
+            check_id_rows(path, LABELS, labels, rule.vocab_size, ignore=IGNORE_INDEX)
+    except ShardMismatch as error:
+        raise ValidationError(str(error)) from None
     attention = fixed_list_to_numpy(table.column(ATTENTION_MASK), seq_len)
-    if ids.min() < 0 or ids.max() >= rule.vocab_size:
-        raise ValidationError(f"{path}: ids outside [0, {rule.vocab_size}): [{ids.min()}, {ids.max()}]")
     if static:
-        labels = fixed_list_to_numpy(table.column(LABELS), seq_len)
         selected = labels != IGNORE_INDEX
-        if (labels[selected] < 0).any() or (labels[selected] >= rule.vocab_size).any():
-            raise ValidationError(f"{path}: labels outside the vocabulary")
         original = np.where(selected, labels, ids)
         masked, stored = ids, labels
     else:

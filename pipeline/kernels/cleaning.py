@@ -21,6 +21,8 @@ _HTML_START = re.compile(rb"^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<\?xml)"
 _GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE | re.IGNORECASE)
 _GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+# A str's surrogate code points are lone ones (a valid pair is one code point): not Unicode text.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _IS_CONTROL = np.zeros(256, dtype=np.uint8)
@@ -44,6 +46,7 @@ SKIP_HTML = "not text: an HTML/XML page"
 SKIP_BINARY_NUL = "not text: binary (NUL bytes)"
 SKIP_BINARY_UNDECODABLE = "not text: binary (over half the bytes are not UTF-8)"
 SKIP_BINARY_CONTROL = "not text: binary (over 1% control characters)"
+SKIP_SURROGATE = "not text: holds a lone surrogate (not valid Unicode; no tokenizer takes it)"
 
 _UNPACK = "unpack it and give the folder as --input"
 _COMPRESSED_NAME = "data inside compressed data (compressed twice): decompress it once, e.g. `{} -d FILE`"
@@ -260,8 +263,11 @@ def clean_text(text: str, replaced_bytes: int = 0, keep_boilerplate: bool = Fals
     """Normalise newlines and strip Gutenberg boilerplate from decoded text.
 
     Raises:
-        NotText: when nothing but whitespace is left.
+        NotText: when nothing but whitespace is left, or the text holds a lone surrogate (a JSON
+            record's `"\\ud800"`: decoded bytes never do).
     """
+    if not text.isascii() and _SURROGATE.search(text):
+        raise NotText(SKIP_SURROGATE)
     text = normalize_newlines(text)
     removed = 0
     if not keep_boilerplate:

@@ -74,6 +74,47 @@ def _check_id_space(ids: list) -> None:
                              f"{highest + 1 - distinct:,} unused ids (at most {allowed:,} allowed)")
 
 
+def _token_ids(config: dict):
+    """(token, id) of every token a tokenizer.json names: its model's vocabulary and its added tokens."""
+    vocab = config["model"].get("vocab")
+    if isinstance(vocab, dict):
+        yield from vocab.items()
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids are positions
+        for i, entry in enumerate(vocab):
+            if isinstance(entry, list) and entry and isinstance(entry[0], str):
+                yield entry[0], i
+    for token in config.get("added_tokens") or []:
+        if isinstance(token, dict) and isinstance(token.get("content"), str):
+            yield token["content"], token.get("id")
+
+
+def _check_role_ids(config: dict) -> None:
+    """Each special role ([CLS], [SEP], [PAD], [MASK]: the first candidate spelling the file holds)
+    needs an id no other token has. `tokenizers` keeps one token per id when it loads and saves a
+    file, so a clash ([MASK] = [PAD]) came out as a role with no token, or two roles on one id."""
+    role_of: dict[str, str] = {}
+    names = {token for token, _ in _token_ids(config)}
+    for role, candidates in SPECIAL_CANDIDATES.items():
+        for token in candidates:
+            if token in names:
+                role_of[token] = role
+                break
+    holders: dict[object, set[str]] = {}
+    for token, token_id in _token_ids(config):
+        if token in role_of:
+            holders.setdefault(token_id, set())
+    for token, token_id in _token_ids(config):
+        if token_id in holders:
+            holders[token_id].add(token)
+    for token_id, tokens in holders.items():
+        if len(tokens) > 1:
+            named = " and ".join(f"{token!r}" + (f" (its {role_of[token]} token)" if token in role_of else "")
+                                 for token in sorted(tokens, key=lambda t: (t not in role_of, t)))
+            raise TokenizerError(f"tokenizer gives id {token_id!r} to {named}: masked-LM rows need a [CLS]-, "
+                                 "[SEP]-, [PAD]- and [MASK]-like token each with an id of its own; give each its "
+                                 "own id in the tokenizer.json")
+
+
 def _regexes(node, where: str = ""):
     """(where, pattern) of every `{"Regex": pattern}` in a tokenizer.json (Split pre-tokenizers,
     Replace normalizers, ...)."""
@@ -107,6 +148,7 @@ def check_tokenizer_json(raw: str) -> dict:
         raise TokenizerError(f"valid JSON but not a tokenizer.json: it has no \"model\" object (found: {keys}); "
                              "give the tokenizer.json that `tokenizers` or `transformers` saves")
     _check_id_space(_ids_in(config))
+    _check_role_ids(config)
     for where, pattern in _regexes(config):
         if not isinstance(pattern, str):
             raise TokenizerError(f"tokenizer {where}: a regex must be a string, got {type(pattern).__name__}")
@@ -202,6 +244,12 @@ class TokenizerSpec:
             raise TokenizerError(f"tokenizer has {' and '.join(missing)}: masked-LM rows need a [CLS]-, [SEP]-, "
                                  f"[PAD]- and [MASK]-like special token; add the missing ones to the tokenizer "
                                  f"(tokenizer.add_special_tokens) or use an encoder's tokenizer")
+        shared = {i: [role for role in ids if ids[role] == i] for i in ids.values()}
+        for token_id, roles in shared.items():
+            if len(roles) > 1:  # what the file names apart, the loaded tokenizer maps to one id
+                raise TokenizerError(f"tokenizer maps its {' and '.join(roles)} tokens to one id, {token_id}: "
+                                     "masked-LM rows need an id of its own for each; give each its own id in the "
+                                     "tokenizer.json")
         special = sorted(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
         special = sorted(set(special) | set(ids.values()))
         vocab = tokenizer.get_vocab(with_added_tokens=True)

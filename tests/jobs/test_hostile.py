@@ -139,3 +139,45 @@ def test_a_run_that_makes_no_rows_exits_non_zero_naming_the_reasons(tmp_path, ca
     assert exit_.value.code not in (0, None)
     assert "the run made no rows: 2 input(s) skipped" in err, err[-3000:]
     assert "empty: no text after cleaning" in err and "fields found: 'id', 'body'" in err
+
+
+def test_a_run_that_makes_no_rows_leaves_no_manifest_and_a_folder_a_retry_continues(tmp_path, capfd):
+    """It wrote manifest.json: `validate` said OK (2 shards, 0 rows), --resume said complete (exit 0),
+    a plain retry was refused; its summary told to raise --validation_fraction 0.05 "e.g. 0.05"."""
+    from jobs.preprocess import main
+    from jobs.validate import run as validate
+    from tests.conftest import TOKENIZER_DIR
+
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "records.jsonl").write_text("".join(json.dumps({"id": i, "body": f"words of record {i}"}) + "\n"
+                                             for i in range(40)))
+    out = tmp_path / "out"
+    argv = ["--input", str(d), "--output", str(out), "--tokenizer", str(TOKENIZER_DIR), "--min_tokens", "2",
+            "--validation_fraction", "0.05"]
+
+    def preprocess(*extra: str) -> tuple[int, str]:
+        try:
+            main(argv + list(extra))
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code or 0
+        return code, capfd.readouterr().err
+
+    code, err = preprocess()
+    assert code == 1 and "the run made no rows" in err and "no manifest was written" in err, err[-2000:]
+    assert "raise it" not in err and "drew none" not in err, err[-2000:]
+    assert "none written (no rows)" in err, err[-2000:]
+    assert not (out / m.MANIFEST_FILE).exists() and (out / m.TEMP_DIR / m.NO_ROWS_FILE).is_file()
+    assert not (out / m.DATASET_DICT_FILE).exists()
+    assert validate([str(out)]) == 1 and "INVALID" in capfd.readouterr().err
+    for extra in (["--resume"], []):  # --resume and a plain retry of the same command: the same failure
+        code, err = preprocess(*extra)
+        assert code == 1 and "the run made no rows" in err and "nothing to do" not in err, (extra, err[-2000:])
+        assert "--resume to continue it" not in err, err[-2000:]
+        assert not (out / m.MANIFEST_FILE).exists()
+    code, err = preprocess("--text_column", "body")  # the fix: a plain retry into the same folder
+    assert code == 0, err[-2000:]
+    assert "starting over" in err and not (out / m.TEMP_DIR).exists()
+    assert validate([str(out)]) == 0
+    assert load_manifest(str(out))[m.KEY_COUNTS][m.DOCUMENTS] == 40

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from unittest import mock
@@ -22,7 +24,7 @@ from pipeline.consumers.publish import PublishError, publish_streaming
 from pipeline.storage.arrow_files import fixed_list_to_numpy
 from schemas import manifest as m
 from schemas.shard import INPUT_IDS, LABELS
-from tests.conftest import run_preprocess
+from tests.conftest import REPO, run_preprocess
 from tests.schemas.test_manifest import valid
 from tests.security.conftest import FLAGS, SECRET, copy_output, describe, read_manifest, write_manifest
 
@@ -343,3 +345,105 @@ def test_every_consumer_refuses_a_tokenizer_swapped_in_the_output(tiny, tmp_path
         train(["--data", str(out), "--output", str(tmp_path / "model"), "--max_steps", "1"])
     assert not (tmp_path / "model" / m.TOKENIZER_FILE).exists()
     assert not (tmp_path / "r.html").exists()
+
+
+VOCAB = 30_522  # the tiny output's tokenizer (bert-base-uncased)
+
+
+def _forge_every_row(out: Path, column: str, value: int, position: int = 2) -> None:
+    """Every row of the first train shard holds `value` in `column` at `position`; checksums consistent."""
+    def change(table):
+        columns = {name: fixed_list_to_numpy(table.column(name), 32).copy() for name in (INPUT_IDS, LABELS)}
+        columns[column][:, position] = value
+        return pa.table({INPUT_IDS: fixed_list_array(columns[INPUT_IDS]), "attention_mask": table.column("attention_mask"),
+                         LABELS: fixed_list_array(columns[LABELS])})
+
+    _rewrite_shard(out, change)
+
+
+def _one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip() and " INFO " not in line and " WARNING " not in line]
+    assert len(lines) == 1 and "Traceback" not in text, text[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(("column", "value"), [(INPUT_IDS, 32_000), (LABELS, VOCAB)])
+def test_static_ids_or_labels_outside_the_vocabulary_are_one_line_naming_the_shard_and_row(tiny, tmp_path, capsys,
+                                                                                          column, value):
+    """Issue 36 item 9: a static shard of ids 32,000 (or labels 30,522) in a 30,522-id vocabulary, the
+    manifest re-hashed, made jobs.train die deep in torch (`IndexError: index out of range in self`,
+    `Target 30522 is out of bounds`); the static read path checked no range."""
+    from jobs.inspect_output import run as inspect
+    from jobs.report import run as report
+    from jobs.train import run as train
+    from jobs.validate import run as validate
+
+    out = copy_output(tiny, tmp_path / "out")
+    _forge_every_row(out, column, value)
+    shard = re.escape(str(out / m.TRAIN / SHARD0))
+    named = re.compile(rf"{shard}: row (\d+): {column} holds {value} at position 2, outside the vocabulary "
+                       rf"\[0, {VOCAB}\)")
+    capsys.readouterr()
+    args = ["--data", str(out), "--config", "tiny", "--max_steps", "2", "--batch_size", "4"]
+    with pytest.raises(SystemExit) as exit_:
+        train([*args, "--output", str(tmp_path / "run")])
+    message = str(exit_.value.code)
+    assert "\n" not in message and named.search(message), message
+    # Raised in a DataLoader worker: one line too, and the process ends (its workers, which ignore
+    # SIGTERM, were left waiting for indices and the interpreter's exit waited on them forever).
+    done = subprocess.run([sys.executable, "-m", "jobs.train", *args, "--output", str(tmp_path / "workers"),
+                           "--num_workers", "1"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last.startswith("jobs.train: ") and named.search(last), done.stderr[-3000:]
+    assert validate([str(out)]) == 1
+    assert re.search(rf"^INVALID: {shard}: row 0: {column} holds {value}", _one_line(capsys.readouterr().err))
+    with pytest.raises(SystemExit) as exit_:
+        inspect([str(out)])
+    assert exit_.value.code == 1 and named.search(_one_line(capsys.readouterr().err))
+    with pytest.raises(SystemExit) as exit_:
+        report([str(out), "--html", str(tmp_path / "report.html")])
+    assert exit_.value.code == 1 and named.search(_one_line(capsys.readouterr().err))
+
+
+def _dynamic_with_null_seed(tiny, out: Path) -> None:
+    """The tiny output as dynamic output (its original ids, a seed per row) whose first train shard's
+    row 5 has a null mask_seed; manifest consistent."""
+    copy_output(tiny, out)
+    for split in m.SPLITS:
+        for shard in sorted((out / split).glob("*.arrow")):
+            table = pa.ipc.open_stream(shard.read_bytes()).read_all()
+            ids, labels = (fixed_list_to_numpy(table.column(name), 32) for name in (INPUT_IDS, LABELS))
+            seeds = [int(i) for i in range(table.num_rows)]
+            if split == m.TRAIN and shard.name == SHARD0:
+                seeds[5] = None
+            dynamic = pa.table({INPUT_IDS: fixed_list_array(np.where(labels != -100, labels, ids).astype(ids.dtype)),
+                                "attention_mask": table.column("attention_mask"),
+                                "mask_seed": pa.array(seeds, pa.uint64())})
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, dynamic.schema) as writer:
+                writer.write_table(dynamic)
+            shard.write_bytes(sink.getvalue().to_pybytes())
+    manifest = read_manifest(out)
+    manifest[m.KEY_CONFIG]["masking"] = "dynamic"
+    for split in m.SPLITS:
+        for entry, shard in zip(manifest[m.KEY_SPLITS][split][m.KEY_SHARDS], sorted((out / split).glob("*.arrow"))):
+            describe(entry, shard.read_bytes())
+    write_manifest(out, manifest)
+
+
+def test_a_null_mask_seed_is_one_line_naming_the_shard_and_row(tiny, tmp_path, capsys):
+    """Issue 36 item 9: `validate` printed a TypeError traceback (`seeds must be uint64`), and
+    inspect_output one of ArrowInvalid."""
+    from jobs.inspect_output import run as inspect
+    from jobs.validate import run as validate
+
+    out = tmp_path / "out"
+    _dynamic_with_null_seed(tiny, out)
+    named = f"{out / m.TRAIN / SHARD0}: row 5: mask_seed is null"
+    capsys.readouterr()
+    assert validate([str(out)]) == 1
+    assert _one_line(capsys.readouterr().err) == f"INVALID: {named} (the shard is not one MaskBeam wrote)"
+    with pytest.raises(SystemExit) as exit_:
+        inspect([str(out)])
+    assert exit_.value.code == 1 and named in _one_line(capsys.readouterr().err)

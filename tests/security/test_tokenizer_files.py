@@ -17,6 +17,7 @@ from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec, build_tokenizer
+from tests.conftest import REPO
 
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -67,6 +68,26 @@ def test_large_gaps_in_the_ids_are_refused(tmp_path):
     config = _wordpiece()
     config["model"]["vocab"]["near"] = 900  # a small gap stays allowed (existing files have a few)
     assert TokenizerSpec.from_json(json.dumps(config)).vocab_size == 901
+
+
+ROBERTA = REPO / "tests" / "data" / "tokenizers" / "roberta.json"
+
+
+@pytest.mark.parametrize(("family", "moved", "onto"), [("roberta", "<mask>", "<pad>"), ("wordpiece", "[MASK]", "[PAD]"),
+                                                       ("roberta", "</s>", "<s>"), ("wordpiece", "[PAD]", "hello")])
+def test_two_roles_on_one_id_are_refused_naming_the_clash(tmp_path, family, moved, onto):
+    """Issue 36 item 10: `<mask>` given `<pad>`'s id was refused with "tokenizer has no pad token" (the
+    load-and-save of resolve keeps one token per id); `[MASK]` on `[PAD]`'s id was accepted, every
+    [MASK] a [PAD]."""
+    config = json.loads(ROBERTA.read_text()) if family == "roberta" else _wordpiece()
+    ids = {t["content"]: t["id"] for t in config.get("added_tokens", [])} | config["model"]["vocab"]
+    config["model"]["vocab"][moved] = ids[onto]
+    for token in config.get("added_tokens", []):
+        if token["content"] == moved:
+            token["id"] = ids[onto]
+    message = _refused(config, tmp_path, rf"tokenizer gives id {ids[onto]} to ")
+    assert f"{moved!r} (its " in message and f"{onto!r}" in message, message
+    assert "no pad token" not in message and "no cls token" not in message, message
 
 
 @pytest.mark.parametrize("where", ["pre_tokenizer", "normalizer"])

@@ -1,22 +1,30 @@
 """JSON Lines: the text field of each record of a `.jsonl` file (or of a byte range of one).
 
-A bad line is a record skipped with its reason (not JSON, no such field, NUL bytes, too long),
-never the whole file; a file none of whose records has the field says which fields it found.
+A bad line is a record skipped with its reason (not JSON, nested too deep, a number too long to
+read, no such field, NUL bytes, too long), never the whole file; a file none of whose records has
+the field says which fields it found.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator
 
 MAX_LINE_BYTES = 64 << 20  # a longer line is skipped as a record, never held whole
 MAX_FIELDS_NAMED = 8
 SKIP_NUL = "line holds NUL bytes"
 SKIP_NOT_JSON = "line is not valid JSON"
+SKIP_TOO_DEEP = "record nested too deeply to read"
 
 
 def long_line_reason(max_line_bytes: int) -> str:
     return f"line longer than {max_line_bytes:,} bytes"
+
+
+def long_number_reason() -> str:
+    """Python refuses to read an integer of more digits than its limit (a ValueError, not a JSON error)."""
+    return f"record holds an integer of more than {sys.get_int_max_str_digits():,} digits"
 
 
 def missing_field_reason(column: str) -> str:
@@ -55,6 +63,12 @@ def jsonl_values(pieces: Iterable[str], column: str, skip: Callable[[str], None]
                 record = json.loads(line)
             except json.JSONDecodeError:
                 skip(SKIP_NOT_JSON)
+                continue
+            except ValueError as error:  # not a JSONDecodeError: an integer past Python's digit limit
+                skip(long_number_reason() if "integer" in str(error) else SKIP_NOT_JSON)
+                continue
+            except RecursionError:
+                skip(SKIP_TOO_DEEP)
                 continue
             if not isinstance(record, dict) or column not in record:
                 if fields is not None:

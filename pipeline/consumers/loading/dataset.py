@@ -15,14 +15,14 @@ from torch.utils.data import Dataset
 
 from pipeline.consumers.loading.open_shards import OpenShards
 from pipeline.consumers.loading.split_files import ManifestMismatch, SplitFiles
-from pipeline.consumers.outputs import load_manifest, masking_rule
+from pipeline.consumers.outputs import first_outside, load_manifest, masking_rule, outside_error
 from pipeline.kernels.masking import MaskingRule, mask_rows
 from pipeline.storage.shard_cache import ShardCache
 from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard
 from pipeline.storage.shard_windows import ShardWindows
 from schemas import manifest as m
 from schemas import options as o
-from schemas.shard import ATTENTION_MASK, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
+from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED, MASKING_STATIC
 
 
 class MlmShardDataset(Dataset):
@@ -144,11 +144,25 @@ class MlmShardDataset(Dataset):
             outs = [np.empty((0, self.seq_len), dtype=np.int32), np.empty((0, self.seq_len), dtype=np.int8),
                     np.empty((0, self.seq_len), dtype=np.int32) if self.static else np.empty(0, dtype=np.uint64)]
         ids, attention, third = outs
+        self._check_vocabulary(ids, INPUT_IDS, None, shard_of, in_shard)
+        if self.static:
+            self._check_vocabulary(third, LABELS, IGNORE_INDEX, shard_of, in_shard)
         if self.static:
             labels = third
         else:
             ids, labels, _ = mask_rows(ids, third, epoch, self.rule)
         return {INPUT_IDS: ids, ATTENTION_MASK: attention, LABELS: labels}
+
+    def _check_vocabulary(self, values: np.ndarray, column: str, ignore: int | None, shard_of: np.ndarray,
+                          in_shard: np.ndarray) -> None:
+        """Every id of the batch inside the vocabulary, before an embedding or a loss indexes by it
+        (the shard's checksum only says it is the manifest's; a forged manifest describes a forged
+        shard): ShardMismatch naming the shard, the row and the value."""
+        found = first_outside(values, self.vocab_size, ignore)
+        if found is not None:
+            row, position = found
+            raise outside_error(self.paths[int(shard_of[row])], int(in_shard[row]), column,
+                                int(values[row, position]), position, self.vocab_size)
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         batch = self.__getitems__([index])

@@ -25,9 +25,22 @@ class ResumableLoader(DataLoader):
         self.widen_batches = widen
 
     def __iter__(self):
-        for batch in super().__iter__():
-            self.sampler.advance(_batch_rows(batch))
-            yield widen(batch) if self.widen_batches else batch
+        batches = super().__iter__()
+        try:
+            for batch in batches:
+                self.sampler.advance(_batch_rows(batch))
+                yield widen(batch) if self.widen_batches else batch
+        except Exception as error:
+            # A batch that failed (a bad shard row, raised in a worker) leaves the workers waiting for
+            # indices, and they ignore SIGTERM (`ignore_stop_signals`): the interpreter's exit would wait
+            # on them forever. Stop them now, as the iterator does when it is collected.
+            shutdown = getattr(batches, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            plain = _unwrapped(error)
+            if plain is error:
+                raise
+            raise plain from error
         self.sampler.complete()  # run to its end: rows dropped by drop_last count as consumed too
 
     def state_dict(self) -> dict:
@@ -35,6 +48,20 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
+
+
+def _unwrapped(error: Exception) -> Exception:
+    """An error raised in a DataLoader worker arrives with the worker's traceback in its message
+    (torch's ExceptionWrapper): the same error with the original one-line message (the traceback
+    stays in the chained error, for --log_level DEBUG); any other error as it is."""
+    text = str(error)
+    if "\nOriginal Traceback" not in text:
+        return error
+    last = text.rstrip().rsplit("\n", 1)[-1]
+    try:
+        return type(error)(last.split(": ", 1)[1] if ": " in last else last)
+    except Exception:  # noqa: BLE001 - an error type that cannot be built from a message: left as torch made it
+        return error
 
 
 def widen(batch: dict) -> dict:
