@@ -25,9 +25,11 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.sentences import sentence_breaks
 from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
+from pipeline.tokenizer.content import SpecialGuard, special_ids_of
 from pipeline.tokenizer.derived_cuts import cut_rule
 from pipeline.tokenizer.families import CutRule
 from pipeline.tokenizer.fast import FastTokenizer
+from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 
 AnyTokenizer = Tokenizer | FastTokenizer
 
@@ -77,20 +79,32 @@ def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
     """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`)."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    return _whole_json_cuts(tokenizer)
+    return _facts(tokenizer)[1]
 
 
-_WHOLE_JSON_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
+def guard_of(tokenizer: AnyTokenizer) -> SpecialGuard:
+    """The check that no special id comes from the text (content.py)."""
+    return _facts(tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer)[2]
 
 
-def _whole_json_cuts(tokenizer: Tokenizer) -> CutRule:
-    """The cut rule from the tokenizer's whole JSON (its vocabulary and added tokens decide some
-    cuts), once per tokenizer object (the object is kept, so its id is never reused for another)."""
-    found = _WHOLE_JSON_CUTS.get(id(tokenizer))
+_FACTS: dict[int, tuple[Tokenizer, CutRule, SpecialGuard]] = {}
+
+
+def _facts(tokenizer: Tokenizer) -> tuple[Tokenizer, CutRule, SpecialGuard]:
+    """(tokenizer, cut rule, special guard) from the tokenizer's whole JSON (its vocabulary and added
+    tokens decide some cuts), once per tokenizer object (the object is kept, so its id is never
+    reused for another)."""
+    found = _FACTS.get(id(tokenizer))
     if found is None:
-        found = (tokenizer, cut_rule(json.loads(tokenizer.to_str())))
-        _WHOLE_JSON_CUTS[id(tokenizer)] = found
-    return found[1]
+        config = json.loads(tokenizer.to_str())
+        model = config.get("model") or {}
+        unk = model.get("unk_id") if model.get("type") == "Unigram" else tokenizer.token_to_id(
+            model.get("unk_token") or "[UNK]")
+        names = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+        guard = SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
+        found = (tokenizer, cut_rule(config), guard)
+        _FACTS[id(tokenizer)] = found
+    return found
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:
@@ -159,8 +173,12 @@ def _pieces(text: str, rule: CutRule, size: int) -> Iterator[str]:
 
 
 def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.ndarray]:
-    """The ids of each segment (each starting and ending at allowed cuts), int32 arrays."""
+    """The ids of each segment (each starting and ending at allowed cuts), int32 arrays.
+
+    Raises:
+        SpecialIdFromText: a special id came out of the text (content.py)."""
     rule = cuts_of(tokenizer)
+    guard = guard_of(tokenizer)
     out: list[np.ndarray] = []
     if isinstance(tokenizer, FastTokenizer):
         # the byte-level kernel bounds its own buffers and reads the str's kept UTF-8 (a slice has none)
@@ -168,6 +186,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
         for segment in segments:
             parts = [tokenizer.encode(part) for part in _pieces(segment, rule, size)]
             out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
+            guard.check(out[-1])
         return out
     batch: list[str] = []
     owners: list[int] = []
@@ -177,6 +196,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
     def flush() -> None:
         for owner, encoding in zip(owners, tokenizer.encode_batch_fast(batch, add_special_tokens=False)):
             results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
+            guard.check(results[owner][-1])
         batch.clear()
         owners.clear()
 

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.masking import MaskingRule
+from pipeline.tokenizer.content import content_tokenizer_json
 from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
 from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP, UNIT_TOKEN
@@ -116,7 +117,11 @@ def check_tokenizer_json(raw: str) -> dict:
 
 
 def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
-    token = (config.get("model") or {}).get("unk_token") or "[UNK]"
+    model = config.get("model") or {}
+    if model.get("type") == "Unigram":  # Unigram names its unknown piece by id
+        unk = model.get("unk_id")
+        return unk if isinstance(unk, int) and not isinstance(unk, bool) else -1
+    token = model.get("unk_token") or "[UNK]"
     found = tokenizer.token_to_id(token)
     return -1 if found is None else found
 
@@ -226,7 +231,8 @@ class TokenizerSpec:
 
 def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     """The worker-side Tokenizer. Special-token strings inside the text ("[SEP]" in a book) are
-    tokenized as plain text, so raw input can never forge a row boundary or a mask."""
-    tokenizer = Tokenizer.from_str(spec.json)
+    tokenized as plain text, so raw input can never forge a row boundary or a mask; a Unigram
+    model's special pieces are out of its lattice (`content.content_tokenizer_json`)."""
+    tokenizer = Tokenizer.from_str(content_tokenizer_json(spec.json, set(spec.special_ids)))
     tokenizer.encode_special_tokens = True
     return tokenizer
