@@ -34,7 +34,7 @@ from functools import lru_cache
 from tokenizers import Tokenizer
 
 from pipeline.kernels.bytelevel import PATTERNS
-from pipeline.tokenizer.bytelevel_fast import BYTE_CHARS, GPT2_PATTERN
+from pipeline.tokenizer.bytelevel_fast import BYTE_CHARS, GPT2_PATTERN, is_no_op_normalizer
 from pipeline.tokenizer.families import (
     LLAMA3_CUTS,
     NO_CUTS,
@@ -80,7 +80,7 @@ def _normalizer_problem(config: dict) -> tuple[str | None, str]:
 
 def _normalize(config: dict):
     """The tokenizer's normalizer as a function of a string."""
-    if not config.get("normalizer"):
+    if is_no_op_normalizer(config.get("normalizer")):
         return lambda text: text
     return _normalizer_of(json.dumps(config["normalizer"], sort_keys=True))
 
@@ -227,7 +227,7 @@ def derived_cuts(config: dict) -> tuple[CutRule, str]:
     rule = _added_token_filter(config, rule, normalize)
     if not rule.before:
         return NO_CUTS, f"{how}, but its cut characters are changed or straddled (normalizer, added tokens)"
-    if rule.after_visible and config.get("normalizer"):
+    if rule.after_visible and not is_no_op_normalizer(config.get("normalizer")):
         invisible = _invisible(json.dumps(config["normalizer"], sort_keys=True))
         rule = CutRule(rule.before, rule.after_visible, rule.drop, rule.left, rule.right, invisible)
     return rule, how

@@ -73,18 +73,27 @@ def _check_id_space(ids: list) -> None:
                              f"{highest + 1 - distinct:,} unused ids (at most {allowed:,} allowed)")
 
 
-def _regexes(node, where: str = ""):
-    """(where, pattern) of every `{"Regex": pattern}` in a tokenizer.json (Split pre-tokenizers,
-    Replace normalizers, ...)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "Regex":
-                yield where or "tokenizer", value
-            else:
-                yield from _regexes(value, f"{where}.{key}" if where else key)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _regexes(value, f"{where}[{i}]")
+_PATTERN_PLACES = ("normalizer", "pre_tokenizer", "decoder")  # where a tokenizer.json holds regexes
+
+
+def _regexes(config: dict):
+    """(where, pattern) of every regex a tokenizer.json holds: the `{"Regex": pattern}` of a `pattern`
+    (Split pre-tokenizers, Replace normalizers and decoders) inside the normalizer, pre-tokenizer and
+    decoder, at any depth of their Sequences. Nowhere else: a vocabulary may hold the token `Regex`."""
+
+    def walk(node, where: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, dict) and "Regex" in value:
+                    yield f"{where}.pattern", value["Regex"]
+                else:
+                    yield from walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from walk(value, f"{where}[{i}]")
+
+    for place in _PATTERN_PLACES:
+        yield from walk(config.get(place), place)
 
 
 def check_tokenizer_json(raw: str) -> dict:
