@@ -76,35 +76,38 @@ def iter_paragraphs(text: str) -> Iterator[str]:
 
 
 def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
-    """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`)."""
+    """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`): from
+    its whole JSON (its vocabulary and added tokens decide some cuts), once per tokenizer object."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    return _facts(tokenizer)[1]
+    return _once(_CUTS, tokenizer, lambda: cut_rule(json.loads(tokenizer.to_str())))
 
 
 def guard_of(tokenizer: AnyTokenizer) -> SpecialGuard:
-    """The check that no special id comes from the text (content.py)."""
-    return _facts(tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer)[2]
+    """The check that no special id comes from the text (content.py), once per tokenizer object."""
+    real = tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer
 
-
-_FACTS: dict[int, tuple[Tokenizer, CutRule, SpecialGuard]] = {}
-
-
-def _facts(tokenizer: Tokenizer) -> tuple[Tokenizer, CutRule, SpecialGuard]:
-    """(tokenizer, cut rule, special guard) from the tokenizer's whole JSON (its vocabulary and added
-    tokens decide some cuts), once per tokenizer object (the object is kept, so its id is never
-    reused for another)."""
-    found = _FACTS.get(id(tokenizer))
-    if found is None:
-        config = json.loads(tokenizer.to_str())
+    def make() -> SpecialGuard:
+        config = json.loads(real.to_str())
         model = config.get("model") or {}
-        unk = model.get("unk_id") if model.get("type") == "Unigram" else tokenizer.token_to_id(
+        unk = model.get("unk_id") if model.get("type") == "Unigram" else real.token_to_id(
             model.get("unk_token") or "[UNK]")
-        names = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
-        guard = SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
-        found = (tokenizer, cut_rule(config), guard)
-        _FACTS[id(tokenizer)] = found
-    return found
+        names = {i: t.content for i, t in real.get_added_tokens_decoder().items()}
+        return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
+
+    return _once(_GUARDS, real, make)
+
+
+_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
+_GUARDS: dict[int, tuple[Tokenizer, SpecialGuard]] = {}
+
+
+def _once(found: dict, tokenizer: Tokenizer, make):
+    """make() once per tokenizer object (the object is kept, so its id is never reused for another)."""
+    entry = found.get(id(tokenizer))
+    if entry is None:
+        entry = found[id(tokenizer)] = (tokenizer, make())
+    return entry[1]
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:

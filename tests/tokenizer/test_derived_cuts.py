@@ -25,7 +25,7 @@ from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
 from schemas.shard import id_dtype_for_vocab
-from tests.conftest import BOOKS, TOKENIZER_DIR
+from tests.conftest import BOOKS, TOKENIZER_DIR, run_preprocess
 from tests.tokenizer.test_bytelevel import tokenizer_json
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
@@ -138,3 +138,30 @@ def test_a_document_past_the_carry_bound_is_skipped_with_the_reason(tmp_path, mo
                           id_dtype_for_vocab(spec.vocab_size), config, str(tmp_path / "work"))
     assert result.skip_reason is not None and "4,000 characters" in result.skip_reason
     assert result.counts[m.TOKENS] == 0 and not result.parts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_beam_job_counts_the_tokens_of_the_whole_cleaned_document(tmp_path, caplog, name):
+    """The job through Beam (`auto` picks hf), and the one log line where no cut is proven."""
+    raw = CASES[name]()
+    tokenizer_path = tmp_path / "tokenizer.json"
+    tokenizer_path.write_text(raw, encoding="utf-8")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "book.txt").write_text(_text(), encoding="utf-8")
+    out = tmp_path / "out"
+    with caplog.at_level("INFO"):
+        run_preprocess([folder], out, "--max_seq_length", "64", "--min_tokens", "1", "--split_bytes", "4096",
+                       tokenizer=tokenizer_path)
+    unit = expand_inputs([str(folder / "book.txt")])[0]
+    reader = UnitReader(unit, "text", False)
+    reader.scan()
+    (_, pieces), = list(reader.documents())
+    reference = Tokenizer.from_str(raw)
+    reference.encode_special_tokens = True
+    expected = len(reference.encode("".join(pieces), add_special_tokens=False).ids)
+    manifest = json.loads((out / m.MANIFEST_FILE).read_text())
+    assert manifest[m.KEY_COUNTS][m.TOKENS] == expected
+    whole = [r.getMessage() for r in caplog.records if "no place where its text may be cut" in r.getMessage()]
+    assert len(whole) == (1 if no_cut_reason(raw) else 0), whole
