@@ -18,7 +18,7 @@ whole text. `cut_rule_and_reason` gives the rule and says how it was proven (or 
     split further (one that adds a prefix space keeps only the cuts at spaces);
   - with no pre-tokenizer (or a regex-less ByteLevel, which maps bytes to characters), the model: a
     character that is a token alone and that no longer vocabulary entry or merge contains can never
-    be merged with a neighbour (BPE without subword affixes or dropout, Unigram);
+    be merged with a neighbour (BPE without subword affixes, dropout or ignore_merges, Unigram);
   - no added token can straddle a cut: one containing a cut character (or, when matched on normalized
     text, the normalized form of one) removes that character; one that strips whitespace around it
     removes the whitespace characters.
@@ -165,7 +165,8 @@ def _vocabulary_rule(config: dict, normalize) -> tuple[CutRule | None, str]:
     model = config.get("model") or {}
     kind = model.get("type")
     if kind == "BPE":
-        if model.get("dropout") or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        if (model.get("dropout") or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")
+                or model.get("ignore_merges")):  # a part that is a vocabulary entry would skip the merges
             return None, ""
         vocab = set(model.get("vocab") or {})
         merges = [m.split(" ", 1) if isinstance(m, str) else m for m in model.get("merges") or []]

@@ -109,6 +109,9 @@ def test_the_rules_are_those_proven():
     assert cut_rule_and_reason(json.loads(_bert_with_new_york()))[0].before == ""  # "new york" holds a space
     rule, how = cut_rule_and_reason(json.loads(_bpe_without_pre_tokenizer()))
     assert "\n" in rule.before and " " not in rule.before and "vocabulary" in how  # no merge holds a newline
+    config = json.loads(_bpe_without_pre_tokenizer())
+    config["model"]["ignore_merges"] = True  # a part that is a vocabulary entry would skip the merges
+    assert cut_rule_and_reason(config)[0].before == ""
     assert " " not in cut_rule_and_reason(json.loads(_bytelevel_without_regex()))[0].before
     assert cut_rule_and_reason(json.loads(Tokenizer.from_file(str(TOKENIZER_DIR / "tokenizer.json")).to_str())
                                )[0].before == " \t\n\r"
