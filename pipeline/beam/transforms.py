@@ -22,9 +22,10 @@ from apache_beam.transforms.combiners import ToListCombineFn
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.duplicates import mark_duplicates
 from pipeline.beam.finalize import finalize_output
+from pipeline.beam.listed_inputs import list_inputs
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
+from pipeline.beam.readers import WorkUnit, split_large_inputs
 from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
 from pipeline.beam.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_results import UnitResult
@@ -39,6 +40,7 @@ from pipeline.beam.units import (
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.planning import balanced_bins
 from pipeline.tokenizer.derived_cuts import no_cut_reason
+from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
@@ -128,6 +130,13 @@ class _TokenizerFn(_CountingFn):
                                if self._config.tokenizer_backend == BACKEND_FAST else tokenizer)
         return self._built
 
+    def _failed(self, source: str, error: BaseException) -> WorkFailed:
+        """The WorkFailed naming the input for what tokenizing it raised, and the tokenizer too when
+        its Rust code panicked (pyo3's PanicException, a BaseException: uncaught, a Rust backtrace)."""
+        if is_panic(error) or isinstance(error, TokenizerPanic):
+            return WorkFailed(f"input {source}", panic_error(error, self._config.tokenizer))
+        return WorkFailed(f"input {source}", error)
+
 
 class _ProcessUnitFn(_TokenizerFn):
     def process(self, unit: WorkUnit):
@@ -137,7 +146,11 @@ class _ProcessUnitFn(_TokenizerFn):
         try:
             outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
         except Exception as error:
-            raise WorkFailed(f"input {unit.source}", error) from error
+            raise self._failed(unit.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
             yield self._count(outcome, clock)
             return
@@ -151,7 +164,11 @@ class _TokenizeRangeFn(_TokenizerFn):
         try:
             tokens = tokenize_range(task, tokenizer, self._layout, self._config, self._temp_dir)
         except Exception as error:
-            raise WorkFailed(f"input {task.source}", error) from error
+            raise self._failed(task.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(task.source, error) from None
         yield task.unit.source, tokens
 
 
@@ -332,7 +349,7 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
 
 
 def _list_pattern(pattern: str, split_bytes: int, output: str, split_text: bool = True) -> list[tuple[str, WorkUnit]]:
-    units = split_large_inputs(outside(expand_inputs([pattern]), output), split_bytes, split_text)
+    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes, split_text)
     return [(unit.source, unit) for unit in units]
 
 

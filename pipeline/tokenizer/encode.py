@@ -27,6 +27,7 @@ from pipeline.kernels.sentences import sentence_breaks
 from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
 from pipeline.tokenizer.content import SpecialGuard, special_ids_of
 from pipeline.tokenizer.derived_cuts import cut_rule
+from pipeline.tokenizer.errors import is_panic, panic_error
 from pipeline.tokenizer.families import CutRule
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
@@ -197,7 +198,13 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
     results: list[list[np.ndarray]] = [[] for _ in segments]
 
     def flush() -> None:
-        for owner, encoding in zip(owners, tokenizer.encode_batch_fast(batch, add_special_tokens=False)):
+        try:
+            encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        except BaseException as error:  # a Rust panic is a BaseException: one named error instead
+            if is_panic(error):
+                raise panic_error(error) from None
+            raise
+        for owner, encoding in zip(owners, encodings):
             results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
             guard.check(results[owner][-1])
         batch.clear()
