@@ -45,6 +45,8 @@ from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.console import Interrupted, on_interrupt, quiet_worker_output, run_interruptible
 from pipeline.console.formatting import human_bytes, plural
 from pipeline.console.logs import WorkerOutput
+from pipeline.tokenizer.derived_cuts import no_cut_reason
+from pipeline.tokenizer.encode import MAX_CARRY_CHARS
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -82,7 +84,12 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     inputs = list_inputs(list(config.inputs), config.output)
     inputs.log(_log)
     listed = inputs.units
-    units = split_large_inputs(listed, config.split_bytes)
+    whole = no_cut_reason(spec.json)
+    if whole is not None:
+        _log.info("tokenizer: no place where its text may be cut is proven (%s): each document is encoded whole "
+                  "(up to %s characters) and large text inputs are not split into byte ranges", whole,
+                  f"{MAX_CARRY_CHARS:,}")
+    units = split_large_inputs(listed, config.split_bytes, split_text=whole is None)
     _log_splitting(units, config.split_bytes)
     if config.hf_dataset:
         config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))

@@ -56,12 +56,13 @@ class WorkUnit:
         return f"{self.source}|{self.size}|{self.modified}" + (f"|{self.revision}" if self.revision else "")
 
 
-def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit]:
+def split_large_inputs(units: list[WorkUnit], split_bytes: int, split_text: bool = True) -> list[WorkUnit]:
     """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
     into byte ranges here (a line belongs to the range holding its first byte); a text file is
-    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py).
-    Compressed files cannot be split (a suffix or a signature says so): one worker streams each; nor
-    can UTF-16 ones (two-byte newlines)."""
+    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py),
+    unless `split_text` is False (a tokenizer whose text has no proven cut: each range would read
+    to the document's end). Compressed files cannot be split (a suffix or a signature says so): one
+    worker streams each; nor can UTF-16 ones (two-byte newlines)."""
     out = []
     for unit in units:
         if (is_compressed(unit.source) or unit.size <= split_bytes or unit.refused
@@ -69,7 +70,7 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
                 or (unit.format == FORMAT_JSONL and starts_utf16(unit.source)) or compressed_content(unit.source)):
             out.append(unit)
         elif unit.format == FORMAT_TEXT:
-            out.append(dataclasses.replace(unit, split_bytes=split_bytes))
+            out.append(dataclasses.replace(unit, split_bytes=split_bytes) if split_text else unit)
         else:
             for start in range(0, unit.size, split_bytes):
                 stop = min(start + split_bytes, unit.size)

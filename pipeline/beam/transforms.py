@@ -39,6 +39,7 @@ from pipeline.beam.units import (
 )
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.planning import balanced_bins
+from pipeline.tokenizer.derived_cuts import no_cut_reason
 from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -347,8 +348,8 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
     }
 
 
-def _list_pattern(pattern: str, split_bytes: int, output: str) -> list[tuple[str, WorkUnit]]:
-    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes)
+def _list_pattern(pattern: str, split_bytes: int, output: str, split_text: bool = True) -> list[tuple[str, WorkUnit]]:
+    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes, split_text)
     return [(unit.source, unit) for unit in units]
 
 
@@ -357,17 +358,19 @@ class ListInputs(beam.PTransform):
     graph (a graph carrying 100,000 listed files is megabytes; Dataflow refuses about 10 MB). A file
     two patterns match is one unit; large files are split or marked for splitting."""
 
-    def __init__(self, patterns: list[str], split_bytes: int, output: str) -> None:
+    def __init__(self, patterns: list[str], split_bytes: int, output: str, split_text: bool = True) -> None:
         super().__init__()
         self._patterns = sorted(set(patterns))
         self._split_bytes = split_bytes
         self._output = output
+        self._split_text = split_text
 
     def expand(self, root):
         return (root
                 | "Patterns" >> beam.Create(self._patterns)
                 | "SpreadPatterns" >> beam.Reshuffle()
-                | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output)
+                | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output,
+                                             split_text=self._split_text)
                 | "OncePerFile" >> beam.CombinePerKey(min)
                 | "Units" >> beam.Values())
 
@@ -393,8 +396,9 @@ class Preprocess(beam.PTransform):
         temp_dir = posixpath.join(self._config.output, m.TEMP_DIR)
         sources = []
         if self._patterns:
+            split_text = no_cut_reason(self._spec.json) is None  # no proven cut: text inputs stay whole
             sources.append(root | "ListInputs" >> ListInputs(self._patterns, self._config.split_bytes,
-                                                                 self._config.output))
+                                                                 self._config.output, split_text))
         if self._units:
             sources.append(root | "ListedUnits" >> beam.Create(self._units))
         units = sources[0] if len(sources) == 1 else tuple(sources) | "AllUnits" >> beam.Flatten()

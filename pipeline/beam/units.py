@@ -21,6 +21,7 @@ from pipeline.kernels.quality import MinHasher, script_shares
 from pipeline.tokenizer.encode import (
     AnyTokenizer,
     DocumentEncoder,
+    DocumentTooLong,
     nonzero_lengths,
     tokenize_sentences,
     tokenize_text,
@@ -135,6 +136,9 @@ def tokenize_unit(reader: UnitReader, result: UnitResult, tokenizer: AnyTokenize
     signature = MinHasher(reader.scanned.joined_bytes, seed=SIGNATURE_SEED) if not result.signature else None
     try:
         _write_rows(reader, tokenizer, layout, id_dtype, config, writer, signature, counts)
+    except DocumentTooLong as error:  # an input, not a failure: skipped with the reason
+        writer.abort()
+        return _gated(result, str(error))
     except BaseException:
         writer.abort()
         raise

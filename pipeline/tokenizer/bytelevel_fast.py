@@ -1,9 +1,9 @@
 """The fast path of the byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3 and OLMo style).
 
 `bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
-no normalizer; a `ByteLevel` pre-tokenizer with its regex (any `add_prefix_space`), or a
-`Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted) followed by a regex-less
-`ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
+no normalizer (or an empty `Sequence` of them); a `ByteLevel` pre-tokenizer with its regex (any
+`add_prefix_space`), or a `Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted)
+followed by a regex-less `ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
 `continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id, hence `[UNK]` or
 byte fallback, goes to the real model word by word); no added tokens but special ones (which the
 job encodes as plain text).
@@ -133,10 +133,18 @@ def claims(config: dict) -> bool:
     return model.get("type") == "BPE" and '"ByteLevel"' in json.dumps(config.get("pre_tokenizer"))
 
 
+def is_no_op_normalizer(normalizer: dict | None) -> bool:
+    """None, or a Sequence of no normalizers (nested Sequences of none included): text unchanged."""
+    if normalizer is None:
+        return True
+    return normalizer.get("type") == "Sequence" and all(
+        isinstance(child, dict) and is_no_op_normalizer(child) for child in normalizer.get("normalizers") or [])
+
+
 def bytelevel_support(config: dict) -> list[str]:
     """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
     problems = []
-    if config.get("normalizer") is not None:
+    if not is_no_op_normalizer(config.get("normalizer")):
         problems.append(f"normalizer {config['normalizer'].get('type')} (only none)")
     problems += pre_tokenizer_shape(config)[2]
     model = config.get("model") or {}

@@ -2,14 +2,14 @@
 `encode(whole document, add_special_tokens=False)`, whatever backend and whatever pieces the
 document arrives in.
 
-Text is only ever cut where the tokenizer's family guarantees its pre-tokenizer cuts (its
-`families.CutRule`): a piece is encoded up to its last such cut and the rest is held back and
-put before the next piece (`DocumentEncoder`). With sentence packing, sentences end at the cut
-that follows a sentence end or paragraph break (`sentence_breaks`, blank lines); for whitespace-
-splitting tokenizers that is the whitespace itself, for byte-level BPE and SentencePiece the
-whitespace goes with the next sentence (it is that sentence's first token's marker). Sentence
-ends are found only where the text that decides them is present, so a piece end is never a
-sentence end.
+Text is only ever cut where the tokenizer is proven to cut (its `families.CutRule`, from
+`derived_cuts`; where nothing is proven, nowhere: the document is encoded whole): a piece is
+encoded up to its last such cut and the rest is held back and put before the next piece
+(`DocumentEncoder`). With sentence packing, sentences end at the cut that follows a sentence end
+or paragraph break (`sentence_breaks`, blank lines); for whitespace-splitting tokenizers that is
+the whitespace itself, for byte-level BPE and SentencePiece the whitespace goes with the next
+sentence (it is that sentence's first token's marker). Sentence ends are found only where the
+text that decides them is present, so a piece end is never a sentence end.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.sentences import sentence_breaks
 from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
+from pipeline.tokenizer.content import SpecialGuard, special_ids_of
+from pipeline.tokenizer.derived_cuts import cut_rule
 from pipeline.tokenizer.errors import is_panic, panic_error
-from pipeline.tokenizer.families import SENTENCEPIECE, CutRule, cut_rule, family_of
+from pipeline.tokenizer.families import CutRule
 from pipeline.tokenizer.fast import FastTokenizer
+from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 
 AnyTokenizer = Tokenizer | FastTokenizer
 
@@ -39,8 +42,13 @@ MAX_PIECE_CHARS = 20_000  # the real tokenizer gets pieces of about this size (c
 ENCODE_BATCH = 2048
 ENCODE_CHARS = 1 << 20
 FAST_SLICE_CHARS = 1 << 20  # the fast tokenizer's buffers are a few times its input: bound them
+MAX_CARRY_CHARS = 64 << 20  # text held back waiting for a cut: a longer document is skipped (DocumentTooLong)
 PARTIAL_CHARS = 1 << 16  # a sentence in progress longer than this is encoded up to a resume point
 _EMPTY = np.zeros(0, dtype=np.int32)
+
+
+class DocumentTooLong(ValueError):
+    """A document ran past MAX_CARRY_CHARS characters without a place where its text may be cut."""
 
 
 def _split_long(piece: str) -> Iterator[str]:
@@ -68,35 +76,39 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
-def _state(component) -> dict | None:
-    return None if component is None else json.loads(component.__getstate__())
-
-
 def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
-    """Where a tokenizer's text may be cut (its family's rule), from its model type, pre-tokenizer
-    and normalizer (a few microseconds: not the whole JSON)."""
+    """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`): from
+    its whole JSON (its vocabulary and added tokens decide some cuts), once per tokenizer object."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    model = tokenizer.model
-    config = {"model": {"type": type(model).__name__, "byte_fallback": bool(getattr(model, "byte_fallback", False))},
-              "pre_tokenizer": _state(tokenizer.pre_tokenizer), "normalizer": _state(tokenizer.normalizer)}
-    family = family_of(config)
-    if family is not None and family.name == SENTENCEPIECE:  # its cuts depend on the vocabulary: whole JSON
-        return _whole_json_cuts(tokenizer)
-    return cut_rule(config)
+    return _once(_CUTS, tokenizer, lambda: cut_rule(json.loads(tokenizer.to_str())))
 
 
-_WHOLE_JSON_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
+def guard_of(tokenizer: AnyTokenizer) -> SpecialGuard:
+    """The check that no special id comes from the text (content.py), once per tokenizer object."""
+    real = tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer
+
+    def make() -> SpecialGuard:
+        config = json.loads(real.to_str())
+        model = config.get("model") or {}
+        unk = model.get("unk_id") if model.get("type") == "Unigram" else real.token_to_id(
+            model.get("unk_token") or "[UNK]")
+        names = {i: t.content for i, t in real.get_added_tokens_decoder().items()}
+        return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
+
+    return _once(_GUARDS, real, make)
 
 
-def _whole_json_cuts(tokenizer: Tokenizer) -> CutRule:
-    """The cut rule from the tokenizer's whole JSON, once per tokenizer object (the object is kept,
-    so its id is never reused for another)."""
-    found = _WHOLE_JSON_CUTS.get(id(tokenizer))
-    if found is None:
-        found = (tokenizer, cut_rule(json.loads(tokenizer.to_str())))
-        _WHOLE_JSON_CUTS[id(tokenizer)] = found
-    return found[1]
+_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
+_GUARDS: dict[int, tuple[Tokenizer, SpecialGuard]] = {}
+
+
+def _once(found: dict, tokenizer: Tokenizer, make):
+    """make() once per tokenizer object (the object is kept, so its id is never reused for another)."""
+    entry = found.get(id(tokenizer))
+    if entry is None:
+        entry = found[id(tokenizer)] = (tokenizer, make())
+    return entry[1]
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:
@@ -165,8 +177,12 @@ def _pieces(text: str, rule: CutRule, size: int) -> Iterator[str]:
 
 
 def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.ndarray]:
-    """The ids of each segment (each starting and ending at allowed cuts), int32 arrays."""
+    """The ids of each segment (each starting and ending at allowed cuts), int32 arrays.
+
+    Raises:
+        SpecialIdFromText: a special id came out of the text (content.py)."""
     rule = cuts_of(tokenizer)
+    guard = guard_of(tokenizer)
     out: list[np.ndarray] = []
     if isinstance(tokenizer, FastTokenizer):
         # the byte-level kernel bounds its own buffers and reads the str's kept UTF-8 (a slice has none)
@@ -174,6 +190,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
         for segment in segments:
             parts = [tokenizer.encode(part) for part in _pieces(segment, rule, size)]
             out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
+            guard.check(out[-1])
         return out
     batch: list[str] = []
     owners: list[int] = []
@@ -189,6 +206,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
             raise
         for owner, encoding in zip(owners, encodings):
             results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
+            guard.check(results[owner][-1])
         batch.clear()
         owners.clear()
 
@@ -255,10 +273,21 @@ class DocumentEncoder:
             cut = last_cut(buffer, self.rule)
             if cut < 0:
                 self._carry = buffer
+                self._check_carry()
                 return _EMPTY, None
             self._carry = buffer[cut + self.rule.skip:]
+            self._check_carry()
             return tokenize_text(self.tokenizer, buffer[:cut]), None
-        return self._sentences(buffer, final=False)
+        out = self._sentences(buffer, final=False)
+        self._check_carry()
+        return out
+
+    def _check_carry(self) -> None:
+        if len(self._carry) > MAX_CARRY_CHARS:
+            where = (f"at {self.rule.before!r}" if self.rule.before else "anywhere (no cut is proven: it is "
+                     "encoded whole)")
+            raise DocumentTooLong(f"a document runs past {MAX_CARRY_CHARS:,} characters where the tokenizer may "
+                                  f"cut its text only {where}: split it into smaller documents")
 
     def finish(self, last_sentence: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """The ids (and sentence lengths) of what is held back, at the end of the document."""

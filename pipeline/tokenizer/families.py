@@ -36,13 +36,16 @@ class CutRule:
     punctuation or symbol: never whitespace, a control or format character). With `left`/`right`
     the characters just before and just after the cut character must be among them. With `drop`
     the cut character belongs to neither part (the right part starts after it): a tokenizer that
-    prefixes every text with its word marker encodes the dropped space as that prefix."""
+    prefixes every text with its word marker encodes the dropped space as that prefix. `invisible`:
+    characters that count as not visible although their category is (a normalizer turns them into
+    nothing or into something ending in whitespace)."""
 
     before: str
     after_visible: bool
     drop: bool = False
     left: str | None = None
     right: str | None = None
+    invisible: frozenset[str] = frozenset()
 
     def allows(self, text: str, position: int) -> bool:
         """Whether text may be cut before text[position] (0 < position < len(text))."""
@@ -53,6 +56,8 @@ class CutRule:
             return position + 1 < len(text) and previous in self.left and text[position + 1] in self.right
         if not self.after_visible:
             return True
+        if previous in self.invisible:
+            return False
         if "!" <= previous <= "~":
             return True
         return previous > "\x7f" and _visible(previous)
@@ -153,8 +158,10 @@ def support(config: dict) -> tuple[Family | None, list[str]]:
     return family, family.support(config)
 
 
-def cut_rule(config: dict) -> CutRule:
-    """Where a tokenizer's text may be cut: its family's rule, else cuts before a space after a
-    visible character (right for every whitespace-splitting pre-tokenizer; not proven for others)."""
-    family = family_of(config)
-    return family.cuts(config, json.dumps(config, ensure_ascii=False)) if family is not None else SPACE_CUTS
+def covered_family_cuts(config: dict) -> CutRule | None:
+    """The cut rule of the family whose fast path covers the tokenizer exactly, or None (no family
+    covers it: its cuts must be derived from the tokenizer itself, `derived_cuts`)."""
+    family, problems = support(config)
+    if family is None or problems:
+        return None
+    return family.cuts(config, json.dumps(config, ensure_ascii=False))

@@ -14,8 +14,10 @@ from collections.abc import Iterable
 import numpy as np
 from tokenizers import Tokenizer
 
+from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.families import CutRule, Family, support
+from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from pipeline.tokenizer.table_cache import CACHE_ENV
 from pipeline.tokenizer.wordpiece_fast import probe_code_points, wordpiece_support_and_case
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
@@ -76,7 +78,9 @@ class FastTokenizer:
         self.tokenizer = tokenizer
         self.family = family.name
         self.cuts: CutRule = family.cuts(config, tokenizer_json)
-        self._impl = family.make(tokenizer, tokenizer_json)
+        # special pieces out of the content lattice, as on the hf backend (content.py)
+        self._impl = family.make(tokenizer, content_tokenizer_json(tokenizer_json,
+                                                                   special_ids_of(config, SPECIAL_CANDIDATES)))
 
     @property
     def tables(self):

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.masking import MaskingRule
+from pipeline.tokenizer.content import content_tokenizer_json
 from pipeline.tokenizer.errors import is_panic, panic_error
 from pipeline.tokenizer.normalizer_growth import NormalizerGrowth, check_growth
 from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
@@ -115,18 +116,27 @@ def _check_role_ids(config: dict) -> None:
                                  "own id in the tokenizer.json")
 
 
-def _regexes(node, where: str = ""):
-    """(where, pattern) of every `{"Regex": pattern}` in a tokenizer.json (Split pre-tokenizers,
-    Replace normalizers, ...)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "Regex":
-                yield where or "tokenizer", value
-            else:
-                yield from _regexes(value, f"{where}.{key}" if where else key)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _regexes(value, f"{where}[{i}]")
+_PATTERN_PLACES = ("normalizer", "pre_tokenizer", "decoder")  # where a tokenizer.json holds regexes
+
+
+def _regexes(config: dict):
+    """(where, pattern) of every regex a tokenizer.json holds: the `{"Regex": pattern}` of a `pattern`
+    (Split pre-tokenizers, Replace normalizers and decoders) inside the normalizer, pre-tokenizer and
+    decoder, at any depth of their Sequences. Nowhere else: a vocabulary may hold the token `Regex`."""
+
+    def walk(node, where: str):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, dict) and "Regex" in value:
+                    yield f"{where}.pattern", value["Regex"]
+                else:
+                    yield from walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from walk(value, f"{where}[{i}]")
+
+    for place in _PATTERN_PLACES:
+        yield from walk(config.get(place), place)
 
 
 def check_tokenizer_json(raw: str) -> dict:
@@ -166,6 +176,10 @@ def unk_token(config: dict) -> str:
 
 
 def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
+    model = config.get("model") or {}
+    if model.get("type") == "Unigram":  # Unigram names its unknown piece by id
+        unk = model.get("unk_id")
+        return unk if isinstance(unk, int) and not isinstance(unk, bool) else -1
     found = tokenizer.token_to_id(unk_token(config))
     return -1 if found is None else found
 
@@ -291,7 +305,8 @@ class TokenizerSpec:
 
 def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     """The worker-side Tokenizer. Special-token strings inside the text ("[SEP]" in a book) are
-    tokenized as plain text, so raw input can never forge a row boundary or a mask."""
-    tokenizer = Tokenizer.from_str(spec.json)
+    tokenized as plain text, so raw input can never forge a row boundary or a mask; a Unigram
+    model's special pieces are out of its lattice (`content.content_tokenizer_json`)."""
+    tokenizer = Tokenizer.from_str(content_tokenizer_json(spec.json, set(spec.special_ids)))
     tokenizer.encode_special_tokens = True
     return tokenizer

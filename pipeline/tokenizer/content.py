@@ -1,0 +1,85 @@
+"""No special id ever comes from the text: the tokenizer the job encodes content with.
+
+The job encodes special-token strings in the text ("[SEP]", "<s>" in a book) as plain text
+(`encode_special_tokens`), so raw input can never forge a row boundary or a mask. That is not
+enough for Unigram: its vocabulary holds the special pieces (`<s>`, `</s>`, `<pad>`, `<mask>`,
+`<unk>`, score 0 in the converted SentencePiece models), and the Viterbi lattice picks them from the
+text. SentencePiece itself never produces a control symbol from text; here a special piece's
+string is emptied in the model's vocabulary (ids, scores and the unknown-piece score unchanged), so
+no lattice holds it, on the `hf` backend and in the fast tables alike. This differs from
+`tokenizers`' own `encode` only on text holding a special piece's string: `<s>` in a book gives the
+ids of `<`, `s`, `>` (as SentencePiece would), never the id of `<s>`.
+
+Other models reach a special token only through their vocabulary (a merge whose result is the
+special string, a whole pre-token equal to it): the pre-tokenizers of every shipped family split
+special strings at their punctuation, and `SpecialGuard` checks every id the job writes, so a
+tokenizer that would produce one stops the job naming the token rather than writing it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+
+class SpecialIdFromText(ValueError):
+    """The tokenizer produced a special id from plain text."""
+
+
+def special_ids_of(config: dict, roles: dict[str, tuple[str, ...]]) -> set[int]:
+    """The ids of a tokenizer.json's special added tokens and of the first token found for each role
+    (`roles`: role -> candidate spellings, as spec.SPECIAL_CANDIDATES)."""
+    added = config.get("added_tokens") or []
+    ids = {t["id"] for t in added if isinstance(t, dict) and t.get("special")}
+    model = config.get("model") or {}
+    vocab = model.get("vocab")
+    by_token = {t.get("content"): t.get("id") for t in added if isinstance(t, dict)}
+    if isinstance(vocab, dict):
+        by_token = {**vocab, **by_token}
+    elif isinstance(vocab, list):
+        by_token = {**{entry[0]: i for i, entry in enumerate(vocab)}, **by_token}
+    for candidates in roles.values():
+        found = [by_token[c] for c in candidates if by_token.get(c) is not None]
+        if found:
+            ids.add(found[0])
+    return ids
+
+
+def content_tokenizer_json(raw: str, special_ids: set[int]) -> str:
+    """The tokenizer.json the job encodes content with: Unigram special pieces emptied (see the
+    module docstring); any other model unchanged (the same text is returned)."""
+    config = json.loads(raw)
+    model = config.get("model") or {}
+    if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
+        return raw
+    vocab = model["vocab"]
+    changed = False
+    for token_id in special_ids:
+        if 0 <= token_id < len(vocab) and vocab[token_id][0] != "":
+            vocab[token_id] = ["", vocab[token_id][1]]
+            changed = True
+    return json.dumps(config, ensure_ascii=False) if changed else raw
+
+
+class SpecialGuard:
+    """Checks content ids for special ids (the unknown-token id is content: unknown characters)."""
+
+    def __init__(self, special_ids: set[int], unk_id: int | None, names: dict[int, str]) -> None:
+        ids = sorted(i for i in special_ids if i != unk_id and i >= 0)
+        self._table = np.zeros((max(ids) + 1) if ids else 1, dtype=bool)
+        self._table[ids] = True
+        self._names = names
+
+    def check(self, ids: np.ndarray) -> None:
+        """Raises SpecialIdFromText naming the first special id in `ids`."""
+        if not ids.shape[0]:
+            return
+        inside = ids[ids < self._table.shape[0]]
+        hits = self._table[inside]
+        if hits.any():
+            token_id = int(inside[np.flatnonzero(hits)[0]])
+            raise SpecialIdFromText(
+                f"the tokenizer produced the special token {self._names.get(token_id, '?')!r} (id {token_id}) "
+                "from plain text: its vocabulary lets text reach it (a merge or vocabulary entry equal to the "
+                "special string); remove that entry or merge from the tokenizer.json")
