@@ -175,7 +175,8 @@ def unk_token(config: dict) -> str:
     return (config.get("model") or {}).get("unk_token") or "[UNK]"
 
 
-def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
+def unk_id_of(tokenizer: Tokenizer, config: dict) -> int:
+    """The id of the unknown token (-1: none): a Unigram model names it by id, the others by string."""
     model = config.get("model") or {}
     if model.get("type") == "Unigram":  # Unigram names its unknown piece by id
         unk = model.get("unk_id")
@@ -281,7 +282,7 @@ class TokenizerSpec:
             special_ids=tuple(special),
             unused_ids=tuple(unused),
             continuation_ids=tuple(continuation),
-            unk_id=_unk_id(tokenizer, json.loads(raw)),
+            unk_id=unk_id_of(tokenizer, json.loads(raw)),
         )
 
     @cached_property

@@ -14,7 +14,7 @@ import json
 
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer.spec import TokenizerError, unk_token
+from pipeline.tokenizer.spec import TokenizerError, unk_id_of
 from schemas import manifest as m
 from schemas import options as o
 
@@ -44,9 +44,9 @@ def special_tokens(tokenizer_json: str, record: dict) -> dict:
             raise TokenizerError(f"the manifest's {role} id {ids[role]} is not a token of the output's "
                                  f"{m.TOKENIZER_FILE}: the folder does not hold the tokenizer of its rows")
         names[name] = token
-    unk = unk_token(json.loads(tokenizer_json))
-    if isinstance(unk, str) and tokenizer.token_to_id(unk) is not None:  # the id TokenizerSpec.unk_id gives
-        names["unk_token"] = unk
+    unk = unk_id_of(tokenizer, json.loads(tokenizer_json))  # the id TokenizerSpec.unk_id gives
+    if unk >= 0 and tokenizer.id_to_token(unk) is not None:
+        names["unk_token"] = tokenizer.id_to_token(unk)
     named = {tokenizer.token_to_id(token) for token in names.values()}
     extra = [tokenizer.id_to_token(i) for i in record[m.KEY_NEVER_SELECTED] if i not in named]
     names["additional_special_tokens"] = [token for token in extra if token is not None]
