@@ -214,7 +214,8 @@ def drop_near(joined, threshold: float) -> list[UnitResult]:
     if not roots:
         return parts
     kept, root_signature = roots[0]
-    similarity = round(signature_similarity(input_signature(parts), root_signature), 4)
+    signature, _ = next(iter(group["signature"]))
+    similarity = round(signature_similarity(signature, root_signature), 4)
     return [dropped_result(result, f"near duplicate of {kept} (similarity {similarity:.2f}, --near_dedup "
                                    f"{threshold})", near_duplicate_of=kept, similarity=similarity)
             if result.skip_reason is None else result
@@ -222,17 +223,17 @@ def drop_near(joined, threshold: float) -> list[UnitResult]:
 
 
 class MarkNearDuplicates(beam.PTransform):
-    """(input, its results) and candidate pairs -> (the results, near duplicates dropped with
-    `threshold`; the report entries {path, near_duplicate_of, similarity}), as
-    `mark_near_duplicates` gives them."""
+    """(input, its results), (input, (its signature, its content keys)) of the inputs that have one,
+    and candidate pairs -> (the results, near duplicates dropped with `threshold`; the report entries
+    {path, near_duplicate_of, similarity}), as `mark_near_duplicates` gives them. The results need
+    no signature: only the signature records carry them."""
 
     def __init__(self, threshold: float | None) -> None:
         super().__init__()
         self._threshold = threshold
 
     def expand(self, inputs_and_pairs):
-        inputs, pairs = inputs_and_pairs
-        signatures = inputs | "Signatures" >> beam.FlatMap(signature_record)
+        inputs, signatures, pairs = inputs_and_pairs
         with_earlier = ({"signature": signatures, "later": pairs} | "JoinEarlier" >> beam.CoGroupByKey()
                         | "WithEarlier" >> beam.FlatMap(_with_earlier))
         scored = ({"signature": signatures, "earlier": with_earlier} | "JoinLater" >> beam.CoGroupByKey()
@@ -253,7 +254,7 @@ class MarkNearDuplicates(beam.PTransform):
         )
         roots = ({"signature": signatures, "members": members} | "JoinRoots" >> beam.CoGroupByKey()
                  | "WithRoot" >> beam.FlatMap(_with_root))
-        dropped = ({"parts": inputs, "root": roots}
+        dropped = ({"parts": inputs, "root": roots, "signature": signatures}
                    | "JoinInputs" >> beam.CoGroupByKey()
                    | "DropNear" >> beam.FlatMap(drop_near, threshold=threshold))
         return dropped, report

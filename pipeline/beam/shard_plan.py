@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
-from pipeline.beam.sharding import PartSlice, ShardTask
+from pipeline.beam.config import PreprocessConfig
+from pipeline.beam.sharding import PartSlice, ShardTask, config_key
 from pipeline.beam.unit_results import UnitResult
 from pipeline.kernels.planning import shard_count
 from schemas import manifest as m
@@ -145,12 +145,6 @@ def _slices(parts: list[tuple[str, int, str]], offsets: np.ndarray, local_begin:
     return slices
 
 
-def config_key(config: PreprocessConfig) -> str:
-    """The config as the bytes of a shard depend on it (part of each shard's plan hash)."""
-    return json.dumps({k: v for k, v in config.to_record().items() if k not in (*NOT_IN_THE_BYTES, "inputs")},
-                      sort_keys=True)
-
-
 def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, tuple[PartSlice, ...]]],
                config: PreprocessConfig) -> ShardTask:
     """One shard's task from its pieces (in row order), with the plan hash `plan_shards` gives it."""
@@ -161,5 +155,5 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
     return ShardTask(split=split, index=index, count=count, path=path, slices=slices, plan=plan)
 
 
-__all__ = ["BUCKET_CHARS", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "config_key", "plan_record",
+__all__ = ["BUCKET_CHARS", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
            "row_summary", "shard_keys", "shard_task"]

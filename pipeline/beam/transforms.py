@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.duplicates import content_record, duplicate_twins, mark_input
 from pipeline.beam.finalize import finalize_output
-from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, MarkNearDuplicates
+from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
 from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
 from pipeline.beam.shard_plan import (
@@ -306,6 +306,18 @@ def _compact(result: UnitResult) -> UnitResult:
     return dataclasses.replace(result, signature="") if result.signature else result
 
 
+def _compact_input(kv) -> tuple[str, list[UnitResult]]:
+    return kv[0], [_compact(result) for result in kv[1]]
+
+
+def _without_twin(joined) -> list:
+    """An input's signature record unless the input is dropped as a duplicate."""
+    name, group = joined
+    if list(group["twin"]):
+        return []
+    return [(name, record) for record in group["signature"]]
+
+
 def _together(tag: str):
     return lambda element: (None, (tag, element))
 
@@ -354,11 +366,18 @@ class WriteShards(beam.PTransform):
                  | "ContentKeys" >> beam.FlatMap(content_record)
                  | "GroupContent" >> beam.GroupByKey()
                  | "Twins" >> beam.FlatMap(duplicate_twins))
-        marked = ({"parts": inputs, "twin": twins}
+        # Signatures (2 KB an input) go on in records of their own, to the joins that score pairs;
+        # an input dropped as a duplicate (--dedup) has none, as in `mark_near_duplicates`.
+        signatures = inputs | "Signatures" >> beam.FlatMap(signature_record)
+        if config.dedup:
+            signatures = ({"signature": signatures, "twin": twins}
+                          | "JoinTwinSignatures" >> beam.CoGroupByKey()
+                          | "KeptSignatures" >> beam.FlatMap(_without_twin))
+        marked = ({"parts": inputs | "CompactInputs" >> beam.Map(_compact_input), "twin": twins}
                   | "JoinTwins" >> beam.CoGroupByKey()
                   | "MarkDuplicates" >> beam.Map(_mark_input, drop=config.dedup))
-        results, near_report = (marked, pairs) | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup)
-        units = results | "Compact" >> beam.Map(_compact)
+        units, near_report = ((marked, signatures, pairs)
+                              | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup))
         buckets = (units
                    | "PlanRecords" >> beam.FlatMap(plan_record)
                    | "GroupBuckets" >> beam.GroupByKey())
