@@ -70,15 +70,33 @@ def candidate_pairs(members: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
     return [(a, b) for a, b in pairs if content[a] != content[b]]
 
 
+BAND_GROUPS = 4096  # band hashes are grouped by their remainder: a shuffle key per 4,096, not per band
+
+
+def _in_band_group(record: tuple[int, tuple[str, str]]) -> tuple[int, tuple[int, tuple[str, str]]]:
+    return record[0] % BAND_GROUPS, record
+
+
+def _pairs_in_bands(group: tuple[int, Iterable[tuple[int, tuple[str, str]]]]) -> list[tuple[str, str]]:
+    """The candidate pairs of every band of one group (each band's members alone)."""
+    bands: dict[int, list[tuple[str, str]]] = {}
+    for band, member in group[1]:
+        bands.setdefault(band, []).append(member)
+    return [pair for band in sorted(bands) for pair in candidate_pairs(bands[band])]
+
+
 class FindNearDuplicateCandidates(beam.PTransform):
-    """(input, its results) -> the candidate pairs (earlier input, later input), each once."""
+    """(input, its results) -> the candidate pairs (earlier input, later input), each once. (The local
+    runner holds a shuffle in memory, at a few hundred bytes a key: 64 band keys an input were most
+    of the job's memory on many small files.)"""
 
     def expand(self, inputs):
         return (
             inputs
             | "BandRecords" >> beam.FlatMap(band_records)
+            | "InBandGroups" >> beam.Map(_in_band_group)
             | "GroupBands" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(lambda kv: candidate_pairs(kv[1]))
+            | "PairsInBand" >> beam.FlatMap(_pairs_in_bands)
             | "DistinctPairs" >> beam.Distinct()
         )
 
