@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from pipeline.console.arguments import OneLineParser
+from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.console.formatting import printable
 from pipeline.consumers.inspection import SAMPLE_ROWS, check_rows, decode_row, mask_statistics, read_split_rows
 from pipeline.consumers.outputs import load_manifest, masking_rule, tokenizer_spec
@@ -23,9 +23,10 @@ from schemas import options as o
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m jobs.inspect_output", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m jobs.inspect_output", description=__doc__.split("\n")[0],
+                      formatter_class=DefaultsFormatter)
     p.add_argument("dir", help="output folder of jobs.preprocess")
-    p.add_argument("--split", default=m.TRAIN, choices=m.SPLITS)
+    p.add_argument("--split", default=m.TRAIN, choices=m.SPLITS, help="the split to read")
     p.add_argument("--epoch", type=int, default=0, help="epoch to mask dynamic output with (default 0)")
     p.add_argument("--rows", type=int, default=2, help="rows to decode")
     p.add_argument("--sample_rows", type=int, default=SAMPLE_ROWS,
@@ -49,7 +50,7 @@ def run(argv: list[str] | None = None) -> dict:
     try:
         manifest = load_manifest(args.dir)
         spec = (TokenizerSpec.from_json(resolve_tokenizer_json(args.tokenizer)) if args.tokenizer
-                else tokenizer_spec(args.dir))
+                else tokenizer_spec(args.dir, manifest))
     except (OSError, ValueError, KeyError) as error:
         parser.error(str(error))
     if spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:

@@ -23,7 +23,8 @@ from pipeline.console import (
     setup_logging,
     stderr_is_terminal,
 )
-from pipeline.console.arguments import DefaultsFormatter, OneLineParser
+from pipeline.console.arguments import DefaultsFormatter, OneLineParser, parser_flags
+from pipeline.console.preflight import missing_local_input, missing_tokenizer
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 from schemas.options import (
     BACKEND_AUTO,
@@ -180,7 +181,7 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     anything is written), then run the pipeline.
 
     With `command_line` (as `main` calls it): set up the console logging from --log_level, keep the
-    worker processes' own stderr off the console, and let Ctrl-C/SIGTERM stop the workers and exit 130
+    worker processes' own stderr off the console, and let Ctrl-C/SIGTERM stop the workers and exit 130/143
     with a one-line message.
 
     Returns:
@@ -193,20 +194,27 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     terminal = stderr_is_terminal()
     if command_line:
         setup_logging(known.log_level)
-    from pipeline.beam.runner_options import DASK_RUNNER, check_beam_options, runner_aliases
-
-    dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
-    try:
-        check_beam_options(runner_aliases(beam_args) + dask_runner)
-    except ValueError as error:
-        parser.error(str(error))
-    if not known.output:
+    # Before Beam is imported: what needs no library. A missing --output with arguments left over may
+    # be a mistyped --output, which the Beam check below names with the closest flag.
+    if not known.output and not beam_args:
         parser.error("--output is required")
     _checked(parser, known)
     if known.tokenizer_threads is not None and known.tokenizer_threads < 1:
         parser.error(f"--tokenizer_threads must be >= 1, got {known.tokenizer_threads}")
     if known.dask_local_workers is not None and known.dask_local_workers < 1:
         parser.error(f"--dask_local_workers must be >= 1, got {known.dask_local_workers}")
+    missing = [*map(missing_local_input, known.input), known.tokenizer and missing_tokenizer(known.tokenizer)]
+    if any(missing):
+        parser.error(next(problem for problem in missing if problem))
+    from pipeline.beam.runner_options import DASK_RUNNER, check_beam_options, runner_aliases
+
+    dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
+    try:
+        check_beam_options(runner_aliases(beam_args) + dask_runner, job_flags=parser_flags(parser))
+    except ValueError as error:
+        parser.error(str(error))
+    if not known.output:
+        parser.error("--output is required")
     if not known.input and not known.hf_dataset:
         known.input = [str(SAMPLE_BOOKS)]
         _log.info("no --input: using the embedded sample, %d public-domain books in %s",
@@ -260,7 +268,7 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
                               terminal=terminal, quiet=quiet)
     except Interrupted as stop:
         exit_interrupted(f"interrupted ({stop}) after {stop.done} of {stop.total} inputs; rerun the same "
-                         f"command with --resume to continue")
+                         f"command with --resume to continue", stop.signum)
     except Exception as error:
         if not quiet:
             raise

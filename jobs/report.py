@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 
-from pipeline.console.arguments import OneLineParser
+from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.consumers.outputs import NotAnOutput, ShardMismatch
 from pipeline.consumers.report import write_report
 from pipeline.tokenizer.spec import TokenizerError
 
 
 def run(argv: list[str] | None = None) -> dict[str, str]:
-    parser = OneLineParser(prog="python -m jobs.report", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m jobs.report", description=__doc__.split("\n")[0],
+                           formatter_class=DefaultsFormatter)
     parser.add_argument("dir", help="output folder of jobs.preprocess")
     parser.add_argument("--html", help="write the page here (default: DIR-report/report.html, beside the dataset)")
     parser.add_argument("--out_dir", help="folder for the PNGs (default: the folder of the --html page)")

@@ -17,10 +17,10 @@ from dataclasses import MISSING, fields
 
 from pipeline.console import setup_logging
 from pipeline.console.arguments import OneLineParser
-from pipeline.consumers.outputs import load_manifest
-from pipeline.consumers.rank_launcher import launch_ranks
-from pipeline.consumers.train_loop import TrainingInterrupted, train
-from pipeline.consumers.training import METRICS_FILE, TrainConfig
+from pipeline.console.preflight import missing_folder
+from pipeline.consumers.train_config import TrainConfig
+
+# torch, transformers and the readers are imported once the command line is checked (see `parse`).
 
 _CASTS = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
 
@@ -30,12 +30,13 @@ def parser() -> argparse.ArgumentParser:
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
         help_text, default = f.metadata["help"], None if f.default is MISSING else f.default
-        if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME
+        if str(f.type) == "bool":  # a flag that is on by default is turned off with --no_NAME, its help its own
             flag = f"--no_{f.name}" if default else f"--{f.name}"
             p.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
-                           help=f"{help_text} (default: {'on' if default else 'off'})")
+                           help=f.metadata["off_help"] if default else f"{help_text} (default: off)")
             continue
-        shown = "" if f.name in ("data", "output") else f" (default: {default})"
+        shown = "" if f.name in ("data", "output") or "default" in help_text else \
+            f" (default: {'none' if default is None else default})"
         p.add_argument(f"--{f.name}", type=_CASTS[str(f.type)], default=default, choices=f.metadata.get("choices"),
                        help=help_text + shown, metavar=None if f.metadata.get("choices") else f.name.upper())
     p.add_argument("--nproc_per_node", type=int, default=1, metavar="N",
@@ -70,10 +71,11 @@ def parse(argv: list[str] | None) -> TrainConfig:
     for name in ("data", "output"):
         if not getattr(cfg, name):
             p.error(f"--{name} is required")
-    for name in ("batch_size", "grad_accum", "epochs"):
+    for name in ("batch_size", "grad_accum", "epochs", "save_total_limit"):
         if getattr(cfg, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(cfg, name)}")
-    for name in ("max_steps", "warmup_steps", "eval_every", "eval_batches", "save_every", "num_workers", "log_every"):
+    for name in ("max_steps", "warmup_steps", "eval_every", "eval_rows", "save_every", "save_minutes", "num_workers",
+                 "log_every"):
         value = getattr(cfg, name)
         if value is not None and value < 0 or name == "max_steps" and value == 0:
             p.error(f"--{name} must be {'>= 1' if name == 'max_steps' else '>= 0'}, got {value}")
@@ -83,6 +85,10 @@ def parse(argv: list[str] | None) -> TrainConfig:
         p.error(f"--model {cfg.model!r}: no such folder, and not a Hub id")
     if cfg.probe and not os.path.isfile(cfg.probe):
         p.error(f"--probe {cfg.probe!r}: no such file")
+    if missing_folder(cfg.data):
+        p.error(f"--data {missing_folder(cfg.data)}")
+    from pipeline.consumers.outputs import load_manifest
+
     try:
         load_manifest(cfg.data)
     except FileNotFoundError as error:
@@ -100,6 +106,9 @@ def run(argv: list[str] | None = None) -> dict:
     validation split). Ctrl-C/SIGTERM: SystemExit 130/143 after a checkpoint, with one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
+    from pipeline.consumers.rank_launcher import launch_ranks
+    from pipeline.consumers.train_loop import TrainingInterrupted, train
+
     nproc = parser().parse_args(args).nproc_per_node  # checked by parse()
     if nproc > 1:  # this process only starts the ranks, which parse and check the same flags again
         code = launch_ranks("jobs.train", _without_launch_flag(args), nproc)
@@ -116,6 +125,8 @@ def run(argv: list[str] | None = None) -> dict:
 
 def _final_metrics(output: str) -> dict:
     """What `train` returned on rank 0: the last row of metrics.jsonl when it is the final evaluation."""
+    from pipeline.consumers.training import METRICS_FILE
+
     with open(os.path.join(output, METRICS_FILE), encoding="utf-8") as handle:
         last = json.loads(handle.read().splitlines()[-1])
     return {k: v for k, v in last.items() if k != "step"} if "eval_loss" in last else {}
@@ -125,8 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     try:
         run(argv)
-    except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written
-        print("jobs.train: interrupted twice, stopped without saving (the last checkpoint, if any, is intact)",
+    except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written, or one before the handlers
+        from pipeline.consumers.distributed import StopRequests
+
+        what = "interrupted twice" if StopRequests.received else "interrupted while starting"
+        print(f"jobs.train: {what}, stopped without saving (the last checkpoint, if any, is intact)",
               file=sys.stderr)
         raise SystemExit(130) from None
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.console.arguments import OneLineParser
+from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.consumers.validation import ValidationError, validate_output
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m jobs.validate", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m jobs.validate", description=__doc__.split("\n")[0],
+                           formatter_class=DefaultsFormatter)
     parser.add_argument("dir", help="output folder of jobs.preprocess")
     args = parser.parse_args(argv)
     try:

@@ -99,6 +99,15 @@ KEY_SPECIAL_IDS = "special_ids"
 KEY_VOCAB_SIZE = "vocab_size"
 KEY_NAME_OR_PATH = "name_or_path"
 TOKENIZER_FILE = "tokenizer.json"  # a copy of the tokenizer travels with the data
+# Beside it, what `transformers.AutoTokenizer` reads to name the special tokens (made from the manifest).
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+TOKENIZER_FILES = (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)
+# jobs.train_tokenizer's record in its --output: what it read and skipped, and the files it wrote
+# there (all that its --overwrite deletes)
+TOKENIZER_RUN_FILE = "maskbeam_tokenizer.json"
+KEY_TOKENIZER_RUN = "maskbeam_tokenizer"  # the record's format version
+KEY_FILES = "files"
 
 
 # Bounds a manifest must respect before any consumer sizes an allocation by its numbers.
@@ -391,3 +400,17 @@ def looks_like_own_manifest(text: str | bytes) -> bool:
     return (isinstance(obj, dict) and isinstance(obj.get(KEY_VERSION), int) and not isinstance(obj[KEY_VERSION], bool)
             and isinstance(obj.get(KEY_PACKAGE_VERSION), str) and isinstance(obj.get(KEY_SPLITS), dict)
             and isinstance(obj.get(KEY_TOKENIZER), dict) and isinstance(obj.get(KEY_CONFIG), dict))
+
+
+def looks_like_tokenizer_run(text: str | bytes) -> bool:
+    """The record jobs.train_tokenizer writes in its output (TOKENIZER_RUN_FILE): its version and the
+    list of file names it wrote, each a plain name (never a path: `--overwrite` deletes them)."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    files = obj.get(KEY_FILES) if isinstance(obj, dict) else None
+    return (isinstance(obj, dict) and isinstance(obj.get(KEY_TOKENIZER_RUN), int)
+            and isinstance(obj.get(KEY_PACKAGE_VERSION), str) and isinstance(files, list)
+            and all(isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
+                    for f in files))

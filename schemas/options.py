@@ -6,6 +6,8 @@ enum values the rest of the code spells only through these constants.
 
 from __future__ import annotations
 
+import os
+
 # --packing
 PACKING_DOC = "doc"
 PACKING_CONCAT = "concat"
@@ -28,6 +30,17 @@ BACKEND_AUTO = "auto"
 BACKEND_FAST = "fast"
 BACKEND_HF = "hf"
 TOKENIZER_BACKENDS = (BACKEND_AUTO, BACKEND_FAST, BACKEND_HF)
+
+# jobs.train_tokenizer --kind
+TOKENIZER_KINDS = ("wordpiece", "bpe")
+
+# jobs.train: --arch, --config (sizes of a new model) and --read_mode (how rows leave the shards)
+ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
+MODEL_SIZE_NAMES = ("tiny", "mini", "small", "base")
+READ_PREAD = "pread"
+READ_MMAP = "mmap"
+READ_MODES = (READ_PREAD, READ_MMAP)
+DEFAULT_READ_MODE = READ_PREAD if hasattr(os, "pread") else READ_MMAP
 
 # Scripts of the per-input script mix (--scripts); letters of other scripts count as "Other".
 SCRIPT_NAMES = ("Latin", "Greek", "Cyrillic", "Hebrew", "Arabic", "Devanagari", "Thai", "Hangul", "Hiragana",

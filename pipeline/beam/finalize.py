@@ -15,6 +15,7 @@ from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.folders import delete_folder
 from pipeline.beam.sharding import ShardResult
 from pipeline.beam.unit_results import UnitResult
+from pipeline.tokenizer.transformers_files import transformers_files
 from schemas import manifest as m
 from schemas.shard import shard_features
 
@@ -31,6 +32,16 @@ def reason_kind(reason: str) -> str:
     if reason.startswith("unreadable:"):
         return ":".join(reason.split(":")[:2])
     return reason
+
+
+def count_by_kind(reasons: list[str]) -> dict[str, int]:
+    """How many skip reasons of each kind (see reason_kind), sorted by kind: the manifest's
+    FILES_SKIPPED_BY_REASON and every job's skip report."""
+    by_kind: dict[str, int] = {}
+    for reason in reasons:
+        kind = reason_kind(reason)
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    return dict(sorted(by_kind.items()))
 
 
 def boilerplate_share(counts: dict[str, int]) -> float:
@@ -65,11 +76,7 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
     skipped = [{m.KEY_PATH: u.source, m.KEY_SIZE: u.size, m.KEY_REASON: u.skip_reason, **_quality(u)}
                for u in sorted(units, key=lambda u: u.source) if u.skip_reason is not None]
-    by_reason: dict[str, int] = {}
-    for entry in skipped:
-        kind = reason_kind(entry[m.KEY_REASON])
-        by_reason[kind] = by_reason.get(kind, 0) + 1
-    counts[m.FILES_SKIPPED_BY_REASON] = dict(sorted(by_reason.items()))
+    counts[m.FILES_SKIPPED_BY_REASON] = count_by_kind([entry[m.KEY_REASON] for entry in skipped])
     inputs = [
         {m.KEY_PATH: u.source, m.KEY_SIZE: u.size, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
          m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),
@@ -99,8 +106,8 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
 def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
                     tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str,
                     near_duplicates: list[dict] | None = None) -> dict:
-    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer,
-    then manifest.json; drop temp parts."""
+    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer
+    with the configs `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts."""
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
     for split in m.SPLITS:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
@@ -110,6 +117,8 @@ def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: 
         write_text(posixpath.join(folder, m.STATE_FILE), m.dumps(state))
     write_text(posixpath.join(config.output, m.DATASET_DICT_FILE), m.dumps(m.dataset_dict()))
     write_text(posixpath.join(config.output, m.TOKENIZER_FILE), tokenizer_json)
+    for name, text in transformers_files(tokenizer_json, tokenizer_info, config.max_seq_length).items():
+        write_text(posixpath.join(config.output, name), text)
     manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
     write_text(posixpath.join(config.output, m.MANIFEST_FILE), m.dumps(manifest))
     delete_folder(posixpath.join(config.output, m.TEMP_DIR))  # on object stores too (a prefix)

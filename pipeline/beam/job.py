@@ -17,20 +17,19 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from pipeline.beam.arrow_io import read_text
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.data_flush import whole_element_flushes
+from pipeline.beam.listed_inputs import list_inputs
 from pipeline.beam.no_rows import check_made_rows
 from pipeline.beam.output_folder import prepare_output, warn_large_boilerplate
 from pipeline.beam.progress import UnitProgress, input_name
 from pipeline.beam.readers import (
     FORMAT_HF,
     WorkUnit,
-    expand_inputs,
     hf_revision,
     hf_units,
-    outside,
     split_large_inputs,
     unsplittable_inputs,
 )
-from pipeline.beam.resume import prepare_resume, run_record, start_run
+from pipeline.beam.resume import prepare_resume, reuse_line, run_record, start_run
 from pipeline.beam.runner_options import (
     close_dask_client,
     dask_cluster,
@@ -80,7 +79,9 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
     backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
     config = dataclasses.replace(config, tokenizer_backend=backend)
-    listed = outside(expand_inputs(list(config.inputs)), config.output) if config.inputs else []
+    inputs = list_inputs(list(config.inputs), config.output)
+    inputs.log(_log)
+    listed = inputs.units
     units = split_large_inputs(listed, config.split_bytes)
     _log_splitting(units, config.split_bytes)
     if config.hf_dataset:
@@ -90,6 +91,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     if resume:
         if prepare_resume(config.output, record, units) == "complete":
             return None
+        _log.info(reuse_line(config.output, units))
     else:
         prepare_output(config.output, overwrite)
         start_run(config.output, record)

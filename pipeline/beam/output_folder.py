@@ -59,7 +59,7 @@ def prepare_output(output: str, overwrite: bool) -> None:
                               "replace it, or --resume to check it and finish what is missing")
     for folder in (*m.SPLITS, m.TEMP_DIR):
         delete_folder(posixpath.join(output, folder))
-    files = [posixpath.join(output, name) for name in (m.MANIFEST_FILE, m.DATASET_DICT_FILE, m.TOKENIZER_FILE)]
+    files = [posixpath.join(output, name) for name in (m.MANIFEST_FILE, m.DATASET_DICT_FILE, *m.TOKENIZER_FILES)]
     FileSystems.delete([path for path in files if FileSystems.exists(path)])
 
 

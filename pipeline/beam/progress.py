@@ -25,7 +25,7 @@ from schemas import manifest as m
 _log = logging.getLogger("maskbeam.progress")
 
 
-def _names(folder: str) -> list[str]:
+def temp_names(folder: str) -> list[str]:
     """The names of the files in `folder` ([] while it does not exist). A local folder is listed
     without Beam, whose match stats every file: polling a temp folder of thousands of parts twice a
     second that way took a core's tenth from the workers."""
@@ -80,7 +80,7 @@ class UnitProgress:
         self._poll()
 
     def _poll(self) -> None:
-        names = _names(self._temp_dir)
+        names = temp_names(self._temp_dir)
         for name in names:
             if name in self._units and name not in self._rows:
                 try:

@@ -9,12 +9,14 @@ import os
 import posixpath
 from dataclasses import dataclass
 
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.inputs.byte_ranges import range_source, starts_utf16
-from pipeline.beam.inputs.compression import COMPRESSED_SUFFIXES, is_compressed
+from pipeline.beam.inputs.compression import COMPRESSED_SUFFIXES, SNIFF_BYTES, is_compressed, sniffed_suffix
 from pipeline.beam.inputs.hf import hf_revision, load_hf_dataset
 from pipeline.beam.inputs.listing import GLOB_CHARS, InputError, list_local
+from pipeline.console.preflight import no_input_message
 
 FORMAT_TEXT = "text"
 FORMAT_JSONL = "jsonl"
@@ -58,12 +60,13 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
     """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
     into byte ranges here (a line belongs to the range holding its first byte); a text file is
     marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py).
-    Compressed files cannot be split: one worker streams each; nor can UTF-16 ones (two-byte newlines)."""
+    Compressed files cannot be split (a suffix or a signature says so): one worker streams each; nor
+    can UTF-16 ones (two-byte newlines)."""
     out = []
     for unit in units:
         if (is_compressed(unit.source) or unit.size <= split_bytes or unit.refused
                 or unit.format not in (FORMAT_JSONL, FORMAT_TEXT)
-                or (unit.format == FORMAT_JSONL and starts_utf16(unit.source))):
+                or (unit.format == FORMAT_JSONL and starts_utf16(unit.source)) or compressed_content(unit.source)):
             out.append(unit)
         elif unit.format == FORMAT_TEXT:
             out.append(dataclasses.replace(unit, split_bytes=split_bytes))
@@ -74,6 +77,16 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUnit
                                     size=stop - start, start=start, stop=stop, modified=unit.modified,
                                     path=unit.source))
     return out
+
+
+def compressed_content(path: str) -> bool:
+    """Whether a file without a compression suffix starts with a compression's signature (it is
+    read decompressed, so it cannot be split); one small read, done for large files only."""
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            return bool(sniffed_suffix(handle.read(SNIFF_BYTES)))
+    except OSError:
+        return False  # unreadable: reading it says why
 
 
 def outside(units: list[WorkUnit], folder: str) -> list[WorkUnit]:
@@ -139,9 +152,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
         except Exception as error:  # Beam raises BeamIOError and others for bad patterns
             raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
         if not entries:
-            what = "is a folder holding no file" if "://" not in pattern and os.path.isdir(pattern) else \
-                "matches no file"
-            raise InputError(f"--input {pattern!r} {what}")
+            raise InputError(no_input_message(pattern))
         for path, size, modified, refused in entries:
             found[path] = (size, modified, refused)
     return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified, refused=refused)

@@ -11,7 +11,10 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline import __version__
 from pipeline.beam.arrow_io import file_sha256, read_text, write_text
 from pipeline.beam.config import NOT_IN_THE_BYTES, PreprocessConfig
+from pipeline.beam.progress import input_name, temp_names
 from pipeline.beam.readers import WorkUnit
+from pipeline.beam.unit_results import load_result
+from pipeline.console.formatting import plural
 from schemas import manifest as m
 
 _NOT_COMPARED = NOT_IN_THE_BYTES  # a run started with one tokenizer backend may resume with the other
@@ -128,3 +131,24 @@ def _complete_or_seed(output: str, manifest: dict, record: dict) -> str:
                    json.dumps(result, sort_keys=True))
     FileSystems.delete([posixpath.join(output, m.MANIFEST_FILE)])
     return "resume"
+
+
+def reuse_line(output: str, units: list[WorkUnit]) -> str:
+    """What a resumed run takes over from the earlier one, in one line: the inputs whose every unit
+    left a result (unchanged since, its parts in place), the inputs to redo, and the finished shards
+    (each kept where its plan and checksum still match when its turn comes)."""
+    temp_dir = posixpath.join(output, m.TEMP_DIR)
+    inputs: dict[str, bool] = {}
+    for unit in units:
+        name = input_name(unit)
+        inputs[name] = inputs.get(name, True) and load_result(temp_dir, unit) is not None
+    reused = sum(inputs.values())
+    names = temp_names(temp_dir)
+    shards = 0
+    for split in m.SPLITS:
+        head, tail = m.shard_record_name(split, "\0").split("\0")
+        filenames = [name[len(head):-len(tail)] for name in names
+                     if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail)]
+        shards += sum(FileSystems.exists(posixpath.join(output, split, filename)) for filename in filenames)
+    return (f"--resume: {reused} of {plural(len(inputs), 'input')} reused from the earlier run, {len(inputs) - reused} "
+            f"to redo; {plural(shards, 'finished shard')} found, each kept if its plan and checksum still match")

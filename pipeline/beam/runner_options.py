@@ -6,12 +6,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import hashlib
 import importlib
+import inspect
 import logging
 import os
 import sys
+import threading
+from collections.abc import Iterable
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.console.arguments import unrecognized
 
 LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
@@ -35,21 +41,68 @@ def local_runner_defaults(beam_args: list[str], prefer_threads: bool = False) ->
     return beam_args + extra
 
 
+# sha256 of `inspect.getsource(apache_beam.utils.interactive_utils.is_in_ipython)` of the Beam releases
+# whose probe was read: it imports IPython and returns whether `get_ipython()` gives a shell, False on
+# an ImportError or any other error, and has no other effect.
+REVIEWED_IPYTHON_PROBES = {
+    "caf08d14497267f62f9c7a16babb806e82a0e733276d0b181915caad77da503f": "apache-beam 2.77",
+}
+_probe_lock = threading.Lock()
+_probe_users = [0]
+_probe_swaps: list[tuple[object, object]] = []  # (module, Beam's probe) of each module given ours
+
+
+def probe_digest(probe) -> str | None:
+    """sha256 of a function's source; None when it cannot be read."""
+    try:
+        return hashlib.sha256(inspect.getsource(probe).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def _install_fast_probe() -> None:
+    """Give every loaded Beam module that holds Beam's `is_in_ipython` (by name, as `pipeline.py` and
+    the direct runner import it) one that answers False at once in a process that has not imported
+    IPython, and asks Beam's otherwise. Only for a probe whose source is a reviewed one."""
+    from apache_beam.utils import interactive_utils
+
+    original = interactive_utils.is_in_ipython
+    if probe_digest(original) not in REVIEWED_IPYTHON_PROBES:
+        _log.debug("Beam's is_in_ipython (sha256 %s) is not one MaskBeam reviewed: left as it is (each "
+                   "transform then imports IPython where it is installed)", probe_digest(original))
+        return
+
+    def is_in_ipython() -> bool:
+        return "IPython" in sys.modules and original()
+
+    is_in_ipython.__wrapped__ = original
+    for name, module in list(sys.modules.items()):
+        if (name == "apache_beam" or name.startswith("apache_beam.")) and \
+                getattr(module, "is_in_ipython", None) is original:
+            module.is_in_ipython = is_in_ipython
+            _probe_swaps.append((module, original))
+
+
 @contextlib.contextmanager
 def outside_ipython():
     """Beam asks whether it runs in IPython at every transform it applies, by importing IPython:
     0.7 s of a job's start where IPython is installed. A process that has not imported IPython is
-    not running in it, so for the job's graph and run its import fails at once, as where it is not
-    installed. Inside IPython (or once anything imported it) nothing changes."""
-    if "IPython" in sys.modules:
-        yield
-        return
-    sys.modules["IPython"] = None  # type: ignore[assignment] - Python's marker for "import fails"
+    not running in it, so while the job's graph is built and run, Beam's probe itself answers that
+    at once (`_install_fast_probe`); nothing else changes: any thread may import IPython meanwhile,
+    and then the probe asks Beam's as before. Restored when the last job using it leaves."""
+    with _probe_lock:
+        if _probe_users[0] == 0:
+            _install_fast_probe()
+        _probe_users[0] += 1
     try:
         yield
     finally:
-        if "IPython" in sys.modules and sys.modules["IPython"] is None:
-            del sys.modules["IPython"]
+        with _probe_lock:
+            _probe_users[0] -= 1
+            if _probe_users[0] == 0:
+                for module, original in _probe_swaps:
+                    module.is_in_ipython = original
+                _probe_swaps.clear()
 
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -178,20 +231,20 @@ def beam_flags(beam_args: list[str]) -> set[str]:
     return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
 
 
-def check_beam_options(beam_args: list[str]) -> None:
+def check_beam_options(beam_args: list[str], job_flags: Iterable[str] = ()) -> None:
     """Refuse, before anything is written, what Beam would take only at run time (or warn about and
     ignore): an unknown flag, a value its option does not accept, a runner Beam does not know.
+    An unknown flag is named with the closest of Beam's flags and `job_flags` (the job's own, without
+    dashes: `--mlm_probabilty` is the job's `--mlm_probability` mistyped, not a Beam option).
 
     Raises:
-        ValueError: naming the flag or runner (and the closest known runner name).
+        ValueError: naming the flag or runner (and the closest known flag or runner name).
     """
     parser = _options_parser(beam_args)
     known = {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
     unknown = [a for a in beam_args if a.startswith("--") and a.split("=")[0].lstrip("-") not in known]
     if unknown:
-        close = [difflib.get_close_matches(arg.split("=")[0].lstrip("-"), known, n=1) for arg in unknown]
-        hints = [f"{arg} (did you mean --{match[0]}?)" if match else arg for arg, match in zip(unknown, close)]
-        raise ValueError(f"unrecognized arguments: {' '.join(hints)}")
+        raise ValueError(unrecognized(unknown, known | set(job_flags)))
     try:
         parsed, _ = parser.parse_known_args(beam_args)
     except argparse.ArgumentError as error:

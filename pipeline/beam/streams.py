@@ -13,6 +13,7 @@ The formats, compression and byte ranges are `pipeline.beam.inputs`; this module
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -25,10 +26,12 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.inputs.byte_ranges import READ_BLOCK_BYTES, line_blocks
 from pipeline.beam.inputs.compression import (
     COMPRESSED_BLOCK_BYTES,
+    SNIFF_BYTES,
     UNREADABLE,
     decompressed,
     is_compressed,
     output_bound,
+    sniffed_suffix,
 )
 from pipeline.beam.inputs.hf import hf_values
 from pipeline.beam.inputs.jsonl import (
@@ -110,14 +113,24 @@ def input_changed(unit: WorkUnit) -> str | None:
 
 
 def raw_blocks(unit: WorkUnit, sizes: ReadSizes = ReadSizes()) -> Iterator[bytes]:
-    """The unit's bytes, decompressed, in blocks (a byte range of a large file: its whole lines)."""
+    """The unit's bytes, decompressed, in blocks (a byte range of a large file: its whole lines). The
+    compression is the name's suffix, else the signature its first bytes carry (see `sniffed_suffix`)."""
     with _open(unit.file) as handle:
         if unit.path:
             yield from line_blocks(handle, unit.start, unit.stop, sizes.read_bytes)
             return
+        blocks = iter(lambda: handle.read(sizes.read_bytes), b"")
+        name = unit.source
+        if not is_compressed(name):
+            head = b""
+            for block in blocks:
+                head += block
+                if len(head) >= SNIFF_BYTES:
+                    break
+            name += sniffed_suffix(head)
+            blocks = itertools.chain([head] if head else [], blocks)
         max_output = sizes.max_output if sizes.max_output is not None else output_bound(unit.size)
-        yield from decompressed(unit.source, iter(lambda: handle.read(sizes.read_bytes), b""),
-                                max_output=max_output if is_compressed(unit.source) else None,
+        yield from decompressed(name, blocks, max_output=max_output if is_compressed(name) else None,
                                 block_bytes=sizes.compressed_block_bytes)
 
 

@@ -17,9 +17,7 @@ def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes:
     counts = manifest[m.KEY_COUNTS]
     splits = manifest[m.KEY_SPLITS]
     config = manifest.get(m.KEY_CONFIG, {})
-    by_reason = counts.get(m.FILES_SKIPPED_BY_REASON, {})
-    skipped = counts.get(m.FILES_SKIPPED, 0)
-    reasons = f" ({', '.join(f'{n} {reason}' for reason, n in by_reason.items())})" if by_reason else ""
+    skipped = skipped_text(counts.get(m.FILES_SKIPPED, 0), counts.get(m.FILES_SKIPPED_BY_REASON, {}))
     written = sum(shard[m.KEY_BYTES] for info in splits.values() for shard in info[m.KEY_SHARDS])
     rate = input_bytes / max(wall_seconds, 1e-9)
     rows = ", ".join(f"{split} {info[m.KEY_ROWS]:,}" for split, info in splits.items())
@@ -34,7 +32,7 @@ def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes:
     read = f"{files + 1:,} read ({plural(files, 'file')} and --hf_dataset {dataset})" if dataset else f"{files:,} read"
     lines = [
         f"finished in {human_seconds(wall_seconds)}: {human_bytes(input_bytes)} of input at {human_bytes(rate)}/s",
-        f"  inputs:    {read}, {skipped:,} skipped{reasons}, "
+        f"  inputs:    {read}, {skipped}, "
         f"{plural(len(manifest.get(m.KEY_DUPLICATES, [])), 'duplicate')}, "
         f"{plural(len(manifest.get(m.KEY_NEAR_DUPLICATES, [])), 'near-duplicate pair')}",
         *skipped_lines(manifest, output),
@@ -46,15 +44,27 @@ def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes:
     return lines
 
 
+def skipped_text(skipped: int, by_kind: dict[str, int]) -> str:
+    """`11 skipped (1 not text: a PDF document ..., 10 ...)`: the count, and the count of each reason kind."""
+    reasons = f" ({', '.join(f'{n} {kind}' for kind, n in by_kind.items())})" if by_kind else ""
+    return f"{skipped:,} skipped{reasons}"
+
+
 def skipped_lines(manifest: dict, output: str) -> list[str]:
     """`    skipped (REASON): a.txt, b.txt, c.txt and 4 more (manifest.json: skipped)`, per reason."""
+    entries = [(entry[m.KEY_PATH], entry[m.KEY_REASON]) for entry in manifest.get(m.KEY_SKIPPED, [])]
+    return named_skips(entries, posixpath.join(output, m.MANIFEST_FILE))
+
+
+def named_skips(entries: list[tuple[str, str]], listed_in: str) -> list[str]:
+    """Per reason kind, the first NAMED_PER_REASON skipped inputs of `entries` (path, reason) by name,
+    and how many more `listed_in` (a JSON file, key KEY_SKIPPED) holds."""
     by_kind: dict[str, list[str]] = {}
-    for entry in manifest.get(m.KEY_SKIPPED, []):
-        by_kind.setdefault(reason_kind(entry[m.KEY_REASON]), []).append(posixpath.basename(entry[m.KEY_PATH]))
+    for path, reason in entries:
+        by_kind.setdefault(reason_kind(reason), []).append(posixpath.basename(path))
     lines = []
     for kind, names in sorted(by_kind.items()):
         more = len(names) - NAMED_PER_REASON
-        rest = f" and {more} more (all in {posixpath.join(output, m.MANIFEST_FILE)}, key {m.KEY_SKIPPED!r})" \
-            if more > 0 else ""
+        rest = f" and {more} more (all in {listed_in}, key {m.KEY_SKIPPED!r})" if more > 0 else ""
         lines.append(f"    skipped ({kind}): {', '.join(names[:NAMED_PER_REASON])}{rest}")
     return lines

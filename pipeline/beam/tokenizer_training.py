@@ -11,21 +11,40 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from pipeline.beam.readers import WorkUnit
 from pipeline.beam.streams import UnitReader
 from pipeline.tokenizer.encode import iter_paragraphs
+from schemas.options import TOKENIZER_KINDS
 
-KINDS = ("wordpiece", "bpe")
+KINDS = TOKENIZER_KINDS
 BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 BPE_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+SAVED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")  # what save_tokenizer writes
 
 
-def iter_training_text(units: list[WorkUnit], text_column: str, keep_boilerplate: bool) -> Iterator[str]:
-    """Paragraphs of every readable input, cleaned exactly as the preprocess job cleans them."""
-    for unit in units:
-        reader = UnitReader(unit, text_column, keep_boilerplate)
-        if reader.scan().skip_reason is not None:
-            continue
-        for _, pieces in reader.documents():
-            for piece in pieces:
-                yield from iter_paragraphs(piece)
+class TrainingText:
+    """The paragraphs of every readable input, cleaned exactly as the preprocess job cleans them; as
+    it is read, it counts the inputs read, the characters handed out and each input skipped with its
+    reason (the reasons preprocess gives)."""
+
+    def __init__(self, units: list[WorkUnit], text_column: str, keep_boilerplate: bool) -> None:
+        self._units, self._text_column, self._keep_boilerplate = units, text_column, keep_boilerplate
+        self.read = 0
+        self.used = 0
+        self.chars = 0
+        self.skipped: list[tuple[str, str]] = []  # (path, reason)
+
+    def __iter__(self) -> Iterator[str]:
+        for unit in self._units:
+            reader = UnitReader(unit, self._text_column, self._keep_boilerplate)
+            reason = reader.scan().skip_reason
+            self.read += 1
+            if reason is not None:
+                self.skipped.append((unit.source, reason))
+                continue
+            self.used += 1
+            for _, pieces in reader.documents():
+                for piece in pieces:
+                    for paragraph in iter_paragraphs(piece):
+                        self.chars += len(paragraph)
+                        yield paragraph
 
 
 def build_trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, ...]]:
@@ -46,18 +65,21 @@ def build_trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, .
 
 
 def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, lowercase: bool = True,
-                    min_frequency: int = 2) -> Tokenizer:
-    """A trained tokenizer with its post-processor set ([CLS] x [SEP] / <s> x </s>)."""
+                    min_frequency: int = 2, show_progress: bool = False) -> Tokenizer:
+    """A trained tokenizer with its post-processor set ([CLS] x [SEP] / <s> x </s>). `show_progress`:
+    the library's progress bars (for a terminal: elsewhere they are only blank lines)."""
     if vocab_size < 100:
         raise ValueError(f"vocab_size must be >= 100, got {vocab_size}")
     tok, specials = build_trainable(kind, lowercase)
     if kind == "wordpiece":
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=list(specials), continuing_subword_prefix="##")
+                                            special_tokens=list(specials), continuing_subword_prefix="##",
+                                            show_progress=show_progress)
     else:
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                       special_tokens=list(specials),
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=show_progress)
     tok.train_from_iterator(texts, trainer=trainer)
     first, last = (specials[2], specials[3]) if kind == "wordpiece" else (specials[0], specials[2])
     tok.post_processor = processors.TemplateProcessing(
@@ -66,8 +88,8 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, lowercase:
     return tok
 
 
-def save_tokenizer(tok: Tokenizer, kind: str, lowercase: bool, output: str) -> None:
-    """tokenizer.json plus the configs `transformers.AutoTokenizer` reads."""
+def save_tokenizer(tok: Tokenizer, kind: str, lowercase: bool, output: str) -> list[str]:
+    """tokenizer.json plus the configs `transformers.AutoTokenizer` reads; returns their names (SAVED_FILES)."""
     os.makedirs(output, exist_ok=True)
     tok.save(os.path.join(output, "tokenizer.json"))
     if kind == "wordpiece":
@@ -82,3 +104,4 @@ def save_tokenizer(tok: Tokenizer, kind: str, lowercase: bool, output: str) -> N
         json.dump(config, handle, indent=2)
     with open(os.path.join(output, "special_tokens_map.json"), "w") as handle:
         json.dump(names, handle, indent=2)
+    return list(SAVED_FILES)

@@ -22,9 +22,10 @@ from apache_beam.metrics import Metrics
 from pipeline.beam.config import PreprocessConfig
 from pipeline.beam.duplicates import content_record, duplicate_twins, mark_input
 from pipeline.beam.finalize import finalize_output
+from pipeline.beam.listed_inputs import list_inputs
 from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import WorkUnit, expand_inputs, outside, split_large_inputs
+from pipeline.beam.readers import WorkUnit, split_large_inputs
 from pipeline.beam.shard_plan import (
     RowSummary,
     bucket_pieces,
@@ -47,6 +48,7 @@ from pipeline.beam.units import (
 )
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.planning import balanced_bins
+from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
@@ -136,6 +138,13 @@ class _TokenizerFn(_CountingFn):
                                if self._config.tokenizer_backend == BACKEND_FAST else tokenizer)
         return self._built
 
+    def _failed(self, source: str, error: BaseException) -> WorkFailed:
+        """The WorkFailed naming the input for what tokenizing it raised, and the tokenizer too when
+        its Rust code panicked (pyo3's PanicException, a BaseException: uncaught, a Rust backtrace)."""
+        if is_panic(error) or isinstance(error, TokenizerPanic):
+            return WorkFailed(f"input {source}", panic_error(error, self._config.tokenizer))
+        return WorkFailed(f"input {source}", error)
+
 
 class _ProcessUnitFn(_TokenizerFn):
     def process(self, unit: WorkUnit):
@@ -145,7 +154,11 @@ class _ProcessUnitFn(_TokenizerFn):
         try:
             outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
         except Exception as error:
-            raise WorkFailed(f"input {unit.source}", error) from error
+            raise self._failed(unit.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
             yield self._count(outcome, clock)
             return
@@ -159,7 +172,11 @@ class _TokenizeRangeFn(_TokenizerFn):
         try:
             tokens = tokenize_range(task, tokenizer, self._layout, self._config, self._temp_dir)
         except Exception as error:
-            raise WorkFailed(f"input {task.source}", error) from error
+            raise self._failed(task.source, error) from error
+        except BaseException as error:
+            if not is_panic(error):  # an interrupt, an exit
+                raise
+            raise self._failed(task.source, error) from None
         yield task.unit.source, tokens
 
 
@@ -426,7 +443,7 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
 
 
 def _list_pattern(pattern: str, split_bytes: int, output: str) -> list[tuple[str, WorkUnit]]:
-    units = split_large_inputs(outside(expand_inputs([pattern]), output), split_bytes)
+    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes)
     return [(unit.source, unit) for unit in units]
 
 

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM: run the pipeline so that only the launcher receives them, stop every worker
-process, and leave with one line and exit status 130."""
+process, and leave with one line and the shell's exit status: 130 after SIGINT, 143 after SIGTERM."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def run_main(target: Callable[[], T]) -> T:
     ignored signal ignored), so a terminal's Ctrl-C, sent to the whole process group, reaches only this
     process and no worker prints a KeyboardInterrupt traceback. Linux keeps a blocked signal pending even when
     ignored, for `sigtimedwait` to take. On a signal: every descendant is killed and one line printed,
-    exit status 130, whenever it comes (while Beam is still importing too).
+    exit status 130 (SIGINT) or 143 (SIGTERM), whenever it comes (while Beam is still importing too).
 
     Where `sigtimedwait` does not exist (macOS) `target` runs on the main thread and a Ctrl-C still
     stops the workers with one line from this process (the workers may print their own tracebacks).
@@ -93,7 +93,7 @@ def _stop(signum: int) -> None:
         detail = describe() if describe is not None else "before any input was processed"
     except Exception:  # noqa: BLE001 - the run is being torn down: a plain line beats none
         detail = "before the run finished"
-    exit_interrupted(f"interrupted ({signal.Signals(signum).name}) {detail}")
+    exit_interrupted(f"interrupted ({signal.Signals(signum).name}) {detail}", signum)
 
 
 def run_interruptible(target: Callable[[], T]) -> T:
@@ -197,9 +197,10 @@ def kill_descendants() -> int:
     return len(found)
 
 
-def exit_interrupted(message: str) -> None:
-    """Print one line and leave at once with 130 (as a shell does after Ctrl-C): the interrupted
-    run's threads are not waited for."""
+def exit_interrupted(message: str, signum: int = signal.SIGINT) -> None:
+    """Print one line and leave at once with 128 + the signal's number, as a shell reports a process
+    the signal killed (130 after SIGINT, 143 after SIGTERM: schedulers read 130 as a Ctrl-C): the
+    interrupted run's threads are not waited for."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
@@ -208,4 +209,4 @@ def exit_interrupted(message: str) -> None:
             fd = logs.console_fd()
             start = "\n" if os.isatty(fd) else ""  # off a progress bar's line
             os.write(fd, (start + printable(message) + "\n").encode("utf-8", "replace"))
-    os._exit(130)
+    os._exit(128 + int(signum))

@@ -140,12 +140,14 @@ def setup_logging(level: str | None = None) -> None:
 
 # What Beam's SDK worker processes and Dask's workers print on their own stderr (they configure their
 # logging before any of our code runs in them: Python's default `LEVEL:name:` format), with the
-# tracebacks Beam prints for a failed bundle (the job reports the failure itself, once).
+# tracebacks Beam prints for a failed bundle and the report Rust's panic hook prints for a panic of
+# `tokenizers` (the job reports the failure itself, once, naming the input and the tokenizer).
 _WORKER_NOISE = re.compile(
     r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:|Traceback \(most recent call last\):"
-    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - (?:INFO|DEBUG) - )")
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - \S+ - (?:INFO|DEBUG) - |thread '[^']*'(?: \(\d+\))? panicked at )")
 # A worker's error log goes on with its traceback: these lines belong to the line dropped before.
-_CONTINUATION = re.compile(r"^(?:\s|Traceback |During handling |The above exception |[A-Za-z_][\w.]*(?::|$)|$)")
+_CONTINUATION = re.compile(r"^(?:\s|Traceback |During handling |The above exception |stack backtrace:"
+                           r"|[A-Za-z_][\w.]*(?::|$)|$)")
 _console_fd = 2  # where the user's console is while the workers' output goes to their log file
 WORKER_LINES_SHOWN = 20
 _worker_logs: list[str] = []  # the workers' output files of the runs in progress

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
+import shutil
 
 import numpy as np
 import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
+_OLDER = re.compile(r"checkpoint-(\d+)\.pt")
 
 
 class CheckpointError(ValueError):
@@ -36,11 +39,30 @@ def plain(value):
     return value
 
 
-def save_checkpoint(path: str, state: dict) -> None:
-    """Atomic: a killed save never leaves a half-written checkpoint under the final name."""
+def save_checkpoint(path: str, state: dict, *, keep: int = 1, previous_step: int | None = None) -> None:
+    """Atomic: a killed save never leaves a half-written checkpoint under the final name, and there is
+    always a `path` once there was one. With `keep` > 1 the checkpoint `path` held (of step
+    `previous_step`) stays as `checkpoint-STEP.pt` beside it (a hard link, no copy), and only the
+    newest `keep` - 1 of those are kept."""
     temp = path + ".partial"
     torch.save(plain(state), temp)
+    if keep > 1 and previous_step is not None and os.path.isfile(path):
+        older = older_checkpoint(path, previous_step)
+        if not os.path.exists(older):
+            try:
+                os.link(path, older)
+            except OSError:  # a filesystem without hard links
+                shutil.copyfile(path, older)
     os.replace(temp, path)
+    folder = os.path.dirname(path) or "."
+    older = sorted((int(m.group(1)), name) for name in os.listdir(folder) if (m := _OLDER.fullmatch(name)))
+    for _, name in older[: max(0, len(older) - (keep - 1))]:
+        os.remove(os.path.join(folder, name))
+
+
+def older_checkpoint(path: str, step: int) -> str:
+    """Where `save_checkpoint` keeps the checkpoint of `step` once a newer one took `path`."""
+    return os.path.join(os.path.dirname(path), f"checkpoint-{step}.pt")
 
 
 def load_checkpoint(path: str) -> dict:

@@ -7,6 +7,7 @@ CPU, so they never wait for the GPU stream; gradients go through the main (NCCL)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ class Ranks:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.control)
         return int(tensor.item())
 
+    def gather(self, value) -> list | None:
+        """Every rank's `value` (any picklable object) in rank order on rank 0; None on the others."""
+        if not self.distributed:
+            return [value]
+        holder = [None] * self.world_size if self.is_main else None
+        dist.gather_object(value, holder, dst=0, group=self.control)
+        return holder
+
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier(group=self.control)
@@ -84,10 +93,16 @@ def init_ranks() -> Ranks:
 
 class StopRequests:
     """Ctrl-C (SIGINT) and SIGTERM ask the run to stop at the next step boundary instead of killing it.
-    A second signal of either kind stops at once (KeyboardInterrupt, or SystemExit for SIGTERM)."""
+    The first is acknowledged at once on stderr (where the run will stop: `where`, which the training
+    loop keeps current); a second signal of either kind stops at once (KeyboardInterrupt, or
+    SystemExit for SIGTERM)."""
 
-    def __init__(self) -> None:
+    received = False  # a stop signal reached a handler in this process (for the second Ctrl-C's message)
+
+    def __init__(self, announce: bool = True) -> None:
         self.signal: int = 0
+        self.announce = announce  # one voice: rank 0 acknowledges
+        self.where = "before the first step"
         self._previous = {}
 
     def __enter__(self) -> StopRequests:
@@ -103,6 +118,15 @@ class StopRequests:
         if self.signal:
             raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(SIGNAL_EXIT[signum])
         self.signal = signum
+        StopRequests.received = True
+        if self.announce:
+            name = signal.Signals(signum).name
+            line = (f"jobs.train: {name}: stopping {self.where} (then exit {SIGNAL_EXIT[signum]}; another "
+                    f"{name} stops at once without saving)\n")
+            # a plain write: a handler may run inside a logging call, whose lock it would need; stderr
+            # may be gone (the terminal closed): the log gets the final line anyway
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode())
 
     @property
     def exit_code(self) -> int:

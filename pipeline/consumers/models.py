@@ -12,20 +12,16 @@ from collections.abc import Callable
 import torch
 
 from pipeline.tokenizer.spec import TokenizerSpec
+from schemas.options import ARCHITECTURES, MODEL_SIZE_NAMES
 
 _log = logging.getLogger("maskbeam.train")
 
 # Sizes for from-scratch models: hidden, layers, heads, intermediate. ModernBERT's base is its own
 # published shape (22 layers, a GLU of 1152); the other sizes are the BERT ladder.
-MODEL_SIZES = {
-    "tiny": (128, 2, 2, 512),
-    "mini": (256, 4, 4, 1024),
-    "small": (512, 4, 8, 2048),
-    "base": (768, 12, 12, 3072),
-}
+MODEL_SIZES = dict(zip(MODEL_SIZE_NAMES, ((128, 2, 2, 512), (256, 4, 4, 1024), (512, 4, 8, 2048),
+                                         (768, 12, 12, 3072))))
 MODERNBERT_SIZES = {**MODEL_SIZES, "tiny": (128, 3, 2, 192), "mini": (256, 6, 4, 384), "small": (512, 9, 8, 768),
                     "base": (768, 22, 12, 1152)}
-ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
 
 # The encoder attribute and the MLM head of each family: the head runs on the gathered hidden states.
 # Families not listed run the full head (`model(...).logits`) and gather the logits: correct, slower.

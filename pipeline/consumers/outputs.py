@@ -134,9 +134,21 @@ def masking_rule(manifest: dict) -> MaskingRule:
                                 max_span=config.get(o.MAX_SPAN, o.DEFAULT_MAX_SPAN))
 
 
+class TokenizerMismatch(NotAnOutput):
+    """The output's tokenizer.json is not the tokenizer its manifest names (another file put there)."""
+
+
 def tokenizer_spec(directory: str, manifest: dict | None = None) -> TokenizerSpec:
-    """The tokenizer copy stored with the data (checked like any tokenizer file: TokenizerSpec.from_json);
-    with `manifest`, it must be the tokenizer the manifest names (same sha256), or NotAnOutput."""
+    """The tokenizer copy stored with the data (checked like any tokenizer file: TokenizerSpec.from_json),
+    which must be the tokenizer the manifest names (same sha256): a tokenizer.json swapped in the
+    folder would decode, inspect and train with other ids than the data's. `manifest`: the folder's,
+    when the caller has it loaded already (else it is loaded here).
+
+    Raises:
+        NotAnOutput: no manifest or no tokenizer.json; TokenizerMismatch: another tokenizer.json.
+    """
+    if manifest is None:
+        manifest = load_manifest(directory)
     path = filesystem.join(directory, m.TOKENIZER_FILE)
     if not filesystem.exists(path):
         raise NotAnOutput(f"{directory!r} has no {m.TOKENIZER_FILE}")
@@ -144,7 +156,9 @@ def tokenizer_spec(directory: str, manifest: dict | None = None) -> TokenizerSpe
     if filesystem.size(path) > MAX_TOKENIZER_BYTES:
         raise NotAnOutput(f"{path}: over the {MAX_TOKENIZER_BYTES:,} bytes a tokenizer file may hold")
     spec = TokenizerSpec.from_json(filesystem.read_text(path))
-    if manifest is not None and spec.fingerprint != manifest[m.KEY_TOKENIZER][m.KEY_SHA256]:
-        raise NotAnOutput(f"{path}: sha256 {spec.fingerprint[:16]}... is not the manifest's tokenizer "
-                          f"({manifest[m.KEY_TOKENIZER][m.KEY_SHA256][:16]}...)")
+    expected = manifest[m.KEY_TOKENIZER][m.KEY_SHA256]
+    if spec.fingerprint != expected:
+        raise TokenizerMismatch(f"{path}: sha256 {spec.fingerprint[:16]}... is not the tokenizer the manifest "
+                                f"names ({expected[:16]}...): the file was replaced; put back the tokenizer.json "
+                                f"the data was made with")
     return spec

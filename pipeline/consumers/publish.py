@@ -1,5 +1,6 @@
 """Publish a processed output to the Hugging Face Hub: build the upload folder (Parquet and/or the
-Arrow shards, a dataset card, the manifest), then upload it with huggingface_hub.
+Arrow shards, a dataset card, the manifest, the tokenizer with the configs `AutoTokenizer` reads),
+then upload it with huggingface_hub.
 
 The Hub layout `data/{split}-{i:05d}-of-{n:05d}.parquet` is what `push_to_hub` writes and what
 `load_dataset(repo_or_folder)` detects without configuration. Torch-free.
@@ -23,12 +24,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__
-from pipeline.consumers.outputs import ShardMismatch, load_manifest, shard_entries, verify_shard
+from pipeline.consumers.outputs import ShardMismatch, load_manifest, shard_entries, tokenizer_spec, verify_shard
 from pipeline.consumers.public_manifest import public_manifest
 from pipeline.storage import filesystem
+from pipeline.tokenizer.spec import TokenizerError
+from pipeline.tokenizer.transformers_files import special_tokens, transformers_files
 from schemas import manifest as m
 from schemas import options as o
-from schemas.shard import MASKING_STATIC, id_dtype_for_vocab, shard_schema
+from schemas.shard import (
+    ATTENTION_MASK,
+    IGNORE_INDEX,
+    INPUT_IDS,
+    LABELS,
+    MASK_SEED,
+    MASKING_STATIC,
+    id_dtype_for_vocab,
+    shard_schema,
+)
 
 FORMATS = ("parquet", "arrow", "both")
 PARQUET_ROWS_PER_GROUP = 1000
@@ -43,6 +55,10 @@ _log = logging.getLogger("maskbeam.publish")
 
 class PublishError(RuntimeError):
     """A publishing problem with a message that says what to do; never contains the token."""
+
+
+class FolderTaken(PublishError):
+    """The --dry_run folder holds something: refused before anything is read or written."""
 
 
 def check_repo_id(repo_id: str) -> None:
@@ -154,27 +170,88 @@ def layout(directory: str, manifest: dict, fmt: str) -> tuple[list[DataFile], di
     return files, data_files
 
 
+def tokenizer_files(directory: str, manifest: dict) -> dict[str, bytes]:
+    """{name: bytes} of the tokenizer files of the upload: the output's `tokenizer.json` (checked to be
+    the manifest's tokenizer, by sha256) and the `transformers` configs made from it and the manifest
+    (transformers_files), so an output written before those configs existed publishes them too."""
+    try:
+        spec = tokenizer_spec(directory, manifest)
+        configs = transformers_files(spec.json, manifest[m.KEY_TOKENIZER], manifest[m.KEY_CONFIG][o.MAX_SEQ_LENGTH])
+    except TokenizerError as error:
+        raise PublishError(f"{directory!r}: its {m.TOKENIZER_FILE} cannot be published: {error}") from None
+    files = {m.TOKENIZER_FILE: spec.json.encode("utf-8")}
+    files.update((name, text.encode("utf-8")) for name, text in configs.items())
+    return files
+
+
 @dataclass(frozen=True)
 class UploadFolder:
     path: Path
     files: tuple[str, ...]  # paths relative to `path`, exactly what is uploaded
 
 
+# What a dry run writes at the top of its folder besides DRY_RUN_FOLDERS (the tokenizer files included):
+# all that `overwrite` deletes of an earlier dry run.
+DRY_RUN_FILES = (CARD_FILE, m.MANIFEST_FILE, *m.TOKENIZER_FILES)
+DRY_RUN_FOLDERS = ("data", "arrow")
+
+
+def _earlier_dry_run(root: Path, overwrite: bool) -> bool:
+    """Whether `root` holds an earlier dry run to replace (False: it is absent or empty). A non-empty
+    folder is refused unless `overwrite` and it holds our card and manifest.
+
+    Raises:
+        FolderTaken: naming the folder and what to do.
+    """
+    if not root.exists() or not any(root.iterdir()):
+        return False
+    manifest = root / m.MANIFEST_FILE
+    ours = (root / CARD_FILE).is_file() and manifest.is_file() and m.looks_like_own_manifest(manifest.read_bytes())
+    if not ours:
+        raise FolderTaken(f"--dry_run {str(root)!r} exists, is not empty and is not an earlier dry run (no MaskBeam "
+                           f"{m.MANIFEST_FILE} and {CARD_FILE}): choose another folder; --overwrite replaces only "
+                           "a dry run")
+    if not overwrite:
+        raise FolderTaken(f"--dry_run {str(root)!r} exists and is not empty (an earlier dry run); pass --overwrite "
+                           "to replace it, or choose another folder")
+    return True
+
+
+def _clear_dry_run(root: Path) -> None:
+    """Delete what a dry run wrote in `root` (DRY_RUN_FOLDERS, DRY_RUN_FILES); anything else stays."""
+    for name in DRY_RUN_FOLDERS:
+        if (root / name).is_dir() and not (root / name).is_symlink():
+            shutil.rmtree(root / name)
+    for name in DRY_RUN_FILES:
+        if (root / name).is_file() or (root / name).is_symlink():
+            (root / name).unlink()
+
+
 def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str = "parquet",
-                        license_id: str = "other") -> UploadFolder:
+                        license_id: str = "other", overwrite: bool = False) -> UploadFolder:
     """Write the exact Hub layout of a preprocess output (local or on an object store) into `folder`
-    (which must not exist or be empty): what --dry_run shows."""
+    (which must not exist or be empty, unless `overwrite` replaces an earlier dry run there): what
+    --dry_run shows.
+
+    Raises:
+        PublishError: for a non-empty folder (see `overwrite`), or an output that cannot be published.
+    """
+    root = Path(folder)
+    earlier = _earlier_dry_run(root, overwrite)  # refused before any shard is read
     manifest = public_manifest(load_manifest(directory))
     files, data_files = layout(directory, manifest, fmt)
-    root = Path(folder)
-    if root.exists() and any(root.iterdir()):
-        raise PublishError(f"{folder!r} exists and is not empty")
+    tokenizer = tokenizer_files(directory, manifest)
+    if earlier:
+        _clear_dry_run(root)
     for data_file in files:
         data_file.write(root / data_file.name)
     (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
-    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema)
+    for name, data in tokenizer.items():
+        (root / name).write_bytes(data)
+    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema, tokenizer[m.TOKENIZER_FILE])
     (root / CARD_FILE).write_text(card, encoding="utf-8")
-    return UploadFolder(path=root, files=tuple(sorted([f.name for f in files] + [m.MANIFEST_FILE, CARD_FILE])))
+    names = [f.name for f in files] + [m.MANIFEST_FILE, CARD_FILE, *tokenizer]
+    return UploadFolder(path=root, files=tuple(sorted(names)))
 
 
 def _card_metadata(manifest: dict, data_files: dict, license_id: str, schema: pa.Schema) -> str:
@@ -225,53 +302,173 @@ def md_code(text: object, *, in_table: bool = False) -> str:
     return f"{fence}{pad}{inner}{pad}{fence}"
 
 
-def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, schema: pa.Schema) -> str:
-    """A real dataset card: YAML metadata, then what the data is and how to load and train on it.
-    Every string taken from the manifest (input names, skip reasons, the tokenizer's name, the
-    version) goes into a code span (md_code); numbers and enum values are validated by the schema."""
-    config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
+# What each column holds, for the card's schema table.
+COLUMN_NOTES = {
+    INPUT_IDS: "token ids: the [CLS]-like token, content, the [SEP]-like token, then padding",
+    ATTENTION_MASK: "1 on tokens, 0 on padding",
+    LABELS: f"the original id at each masked position, {IGNORE_INDEX} elsewhere",
+    MASK_SEED: "the row's 64-bit seed: MaskBeam's mask of epoch e is a pure function of (mask_seed, e)",
+}
+MASKBEAM_INSTALL = 'pip install "maskbeam[train] @ git+<MaskBeam repository URL>"'
+
+
+def schema_table(schema: pa.Schema) -> str:
+    """The card's table of columns: name, dtype, shape per row, meaning."""
+    notes = dict(COLUMN_NOTES)
+    if LABELS in schema.names:
+        notes[INPUT_IDS] += ", with the masks applied"
+    rows = []
+    for column in schema:
+        kind = column.type
+        if pa.types.is_fixed_size_list(kind):
+            dtype, shape = kind.value_type, f"[{kind.list_size}]"
+        else:
+            dtype, shape = kind, "scalar"
+        rows.append(f"| `{column.name}` | {dtype} | {shape} | {notes.get(column.name, '')} |")
+    return "| column | dtype | shape | holds |\n|---|---|---|---|\n" + "\n".join(rows)
+
+
+def _special_table(tokenizer_json: str, names: dict) -> str:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    rows = [f"| `{name}` | {md_code(names[name], in_table=True)} | {tokenizer.token_to_id(names[name])} |"
+            for name in ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token") if name in names]
+    extra = names["additional_special_tokens"]
+    if extra:
+        rows.append(f"| `additional_special_tokens` | {len(extra):,} more, never masked | |")
+    return "| attribute | token | id |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def _train_code(manifest: dict) -> str:
+    """The card's training section: plain `transformers` code (static: default_data_collator; dynamic:
+    DataCollatorForLanguageModeling, then MaskBeam's own collator for its seeded masks)."""
+    config, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_TOKENIZER]
     static = config[o.MASKING] == MASKING_STATIC
+    positions = max(512, config[o.MAX_SEQ_LENGTH])
+    collator_import = "default_data_collator" if static else "DataCollatorForLanguageModeling"
+    model = f"""```python
+from transformers import BertConfig, BertForMaskedLM, Trainer, TrainingArguments, {collator_import}
+
+model = BertForMaskedLM(BertConfig(vocab_size={tok[m.KEY_VOCAB_SIZE]}, max_position_embeddings={positions},
+                                   pad_token_id=tokenizer.pad_token_id))
+args = TrainingArguments("mlm-run", max_steps=10_000, per_device_train_batch_size=32, report_to="none")
+"""
+    if static:
+        return f"""Static masks: `input_ids` are already masked and `labels` hold the original ids at the targets
+({IGNORE_INDEX} elsewhere), so `transformers.default_data_collator` is all a `Trainer` needs:
+
+{model}trainer = Trainer(model=model, args=args, train_dataset=ds["train"], data_collator=default_data_collator)
+trainer.train()
+```
+"""
+    unit = config.get(o.MASKING_UNIT, o.UNIT_TOKEN)
+    return f"""Dynamic masks: rows hold unmasked `input_ids` and a 64-bit `mask_seed` (no `labels`); the
+masks are drawn at training time. With `transformers` alone, `DataCollatorForLanguageModeling` draws
+new masks for every batch (single tokens; the special tokens above are never masked), and `Trainer`
+drops the `mask_seed` column:
+
+{model}collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability={config[o.MLM_PROBABILITY]},
+                                           mask_replace_prob={config[o.MASK_REPLACE_PROB]},
+                                           random_replace_prob={config[o.RANDOM_REPLACE_PROB]})
+trainer = Trainer(model=model, args=args, train_dataset=ds["train"], data_collator=collator)
+trainer.train()
+```
+
+MaskBeam's own masks (masking unit `{unit}`; the mask of epoch e is a pure function of
+(`mask_seed`, e), the same in every process and on every rerun, and the counts above are those of
+epoch 0) come from its collator, `MlmCollator`. MaskBeam is installed from its source, with the
+`train` extra (a clone of the repository: `pip install ".[train]"` in it):
+
+```bash
+{MASKBEAM_INSTALL}
+```
+
+```python
+from pipeline.consumers.loader import MlmCollator, epoch_callback
+
+collator = MlmCollator.for_output(folder)  # the masking rule of manifest.json
+args = TrainingArguments("mlm-run", max_steps=10_000, per_device_train_batch_size=32, report_to="none",
+                         remove_unused_columns=False)  # the collator needs mask_seed
+trainer = Trainer(model=model, args=args, train_dataset=ds["train"], data_collator=collator,
+                  callbacks=[epoch_callback(collator)])
+trainer.train()
+```
+"""
+
+
+def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str, schema: pa.Schema,
+                 tokenizer_json: str | bytes) -> str:
+    """A real dataset card: YAML metadata, then what the data is, its schema and tokenizer, and how
+    to load and train on it with `datasets` and `transformers`. Every string taken from the manifest
+    or the tokenizer (input names, skip reasons, the tokenizer's name and tokens, the version) goes
+    into a code span (md_code); numbers and enum values are validated by the schema."""
+    if isinstance(tokenizer_json, bytes):
+        tokenizer_json = tokenizer_json.decode("utf-8")
+    config, counts, tok = manifest[m.KEY_CONFIG], manifest[m.KEY_COUNTS], manifest[m.KEY_TOKENIZER]
+    names = special_tokens(tokenizer_json, tok)
+    row_layout = " ".join((md_code(names["cls_token"]), "content", md_code(names["sep_token"]),
+                           md_code(names["pad_token"]) + "..."))
     sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]), in_table=True)} | {e[m.TOKENS]:,} | "
                         f"{e[m.KEY_ROWS]:,} |" for e in manifest[m.KEY_INPUTS][:200])
     skipped = "\n".join(f"- {md_code(posixpath.basename(s[m.KEY_PATH]))}: {md_code(s[m.KEY_REASON])}"
                         for s in manifest[m.KEY_SKIPPED]) or "none"
     checksums = "\n".join(f"| {split} | `{s[m.KEY_FILENAME]}` | {s[m.KEY_ROWS]:,} | `{s[m.KEY_SHA256]}` |"
                           for split in m.SPLITS for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS])
-    train_how = ("Static masks: `input_ids` are already masked and `labels` hold the original ids at the targets "
-                 "(-100 elsewhere), so `transformers.default_data_collator` is all a `Trainer` needs."
-                 if static else
-                 "Dynamic masks: rows are unmasked with a 64-bit `mask_seed`; the mask of epoch e is a pure "
-                 "function of (`mask_seed`, e), computed by MaskBeam's collator "
-                 "(`pipeline.consumers.loader.MlmCollator` with `epoch_callback`, `remove_unused_columns=False`).")
     unchanged = round(1 - config[o.MASK_REPLACE_PROB] - config[o.RANDOM_REPLACE_PROB], 6)
     arrow_note = ("\nThe MaskBeam Arrow stream shards are also under `arrow/` (memory-mappable with "
                   "`datasets.Dataset.from_file` after download).\n" if data_files.get("arrow") else "")
+    splits = ", ".join(f'`ds["{split}"]`' for split in m.SPLITS if split in data_files["default"])
     body = f"""
 # {repo_id}
 
 Masked-language-model pretraining data made with MaskBeam {md_code(manifest[m.KEY_PACKAGE_VERSION])}:
 {counts[m.DOCUMENTS]:,} documents from {counts[m.FILES_READ]:,} files ({counts[m.FILES_SKIPPED]:,} skipped),
 {counts[m.TOKENS]:,} tokens in {counts[m.ROWS]:,} rows of {config[o.MAX_SEQ_LENGTH]} tokens
-(`[CLS]` content `[SEP]` `[PAD]`...; packing `{config[o.PACKING]}`).
+({row_layout}; packing `{config[o.PACKING]}`).
 
-- tokenizer: {md_code(tok[m.KEY_NAME_OR_PATH])} (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids)
+- tokenizer: {md_code(tok[m.KEY_NAME_OR_PATH])} (sha256 `{tok[m.KEY_SHA256]}`, {tok[m.KEY_VOCAB_SIZE]:,} ids),
+  included: `{m.TOKENIZER_FILE}`, `{m.TOKENIZER_CONFIG_FILE}`, `{m.SPECIAL_TOKENS_MAP_FILE}`
 - masking: {config[o.MASKING]}, mlm_probability {config[o.MLM_PROBABILITY]}, [MASK] {config[o.MASK_REPLACE_PROB]},
   random {config[o.RANDOM_REPLACE_PROB]}, unchanged {unchanged};
   special tokens are never selected nor used as random replacements; seed {config[o.SEED]}
 - selected / [MASK] / random / unchanged positions: {counts[m.SELECTED]:,} / {counts[m.MASKED]:,} /
   {counts[m.RANDOM]:,} / {counts[m.UNCHANGED]:,}
 
+## Schema
+
+Every row has {config[o.MAX_SEQ_LENGTH]} positions; splits: {splits}.
+
+{schema_table(schema)}
+
+## Tokenizer
+
+The tokenizer the rows were made with, with the configs that name its special tokens (the ids the
+rows use):
+
+{_special_table(tokenizer_json, names)}
+
 ## Load
 
 ```python
-from datasets import load_dataset
-ds = load_dataset("{repo_id}")
+from huggingface_hub import snapshot_download
+
+folder = snapshot_download("{repo_id}", repo_type="dataset")  # the data, the tokenizer and manifest.json
 ```
+
+```python
+from datasets import load_dataset
+from transformers import AutoTokenizer
+
+ds = load_dataset(folder)
+tokenizer = AutoTokenizer.from_pretrained(folder)
+```
+
+(`load_dataset("{repo_id}")` loads the data alone.)
 
 ## Train
 
-{train_how}
-{arrow_note}
+{_train_code(manifest)}{arrow_note}
 ## Sources
 
 | file | tokens | rows |
@@ -350,6 +547,7 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
         api = HfApi()
     manifest = public_manifest(load_manifest(directory))
     files, data_files = layout(directory, manifest, fmt)
+    tokenizer = tokenizer_files(directory, manifest)
     with_retries(lambda: api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
                                          token=secret), secret, sleep=sleep)
     operations = []
@@ -365,9 +563,10 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
             local.unlink()
             operations.append(operation)
             _log.info("uploaded %s (%d of %d)", data_file.name, number, len(files))
-    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema)
+    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema, tokenizer[m.TOKENIZER_FILE])
     operations += [CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")),
                    CommitOperationAdd(path_in_repo=m.MANIFEST_FILE, path_or_fileobj=m.dumps(manifest).encode("utf-8"))]
+    operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in tokenizer.items()]
     with_retries(lambda: api.create_commit(repo_id, operations=operations, repo_type="dataset", token=secret,
                                            commit_message=f"Upload MaskBeam {__version__} dataset"),
                  secret, sleep=sleep)

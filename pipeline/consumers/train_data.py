@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -34,15 +35,30 @@ class TrainData:
         return self.validation is not None
 
     def validation_batches(self, cfg: TrainConfig, ranks: Ranks) -> DataLoader:
-        """This rank's share of the first `eval_batches` validation batches (all of them with 0): the
-        same batches whatever the number of ranks, so an evaluation does not depend on it."""
-        n, size = len(self.validation), cfg.batch_size
-        batches = [list(range(i, min(i + size, n))) for i in range(0, n, size)]
-        batches = batches[: cfg.eval_batches] if cfg.eval_batches else batches
+        """This rank's share of the evaluation rows (`eval_rows`), in batches of `batch_size`. The rows
+        do not depend on the batch size, the ranks or the seed, so neither does the loss, which
+        `evaluate` takes over their targets (a sum over targets / targets, not a mean of batch means)."""
+        rows, size = eval_rows(len(self.validation), cfg.eval_rows).tolist(), cfg.batch_size
+        batches = [rows[i: i + size] for i in range(0, len(rows), size)]
         return DataLoader(self.validation, batch_sampler=batches[ranks.rank:: ranks.world_size],
                           collate_fn=MlmCollator(compact=True), num_workers=cfg.num_workers,
                           worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
                           generator=torch.Generator().manual_seed(cfg.seed))  # no draw from the global RNG
+
+
+EVAL_SAMPLE_SEED = 0x5EED  # one seed for every run, so runs of other --seed values evaluate the same rows
+
+
+def eval_rows(n: int, rows: int) -> np.ndarray:
+    """The validation rows every evaluation reads: all `n` when `rows` is 0 or at least `n`, else one
+    row drawn from each of `rows` equal strata of the split. The rows are stored in document order, so
+    the strata spread the sample over every book (the first rows would be the first few books)."""
+    if not rows or rows >= n:
+        return np.arange(n)
+    rng = np.random.Generator(np.random.PCG64(EVAL_SAMPLE_SEED))
+    starts = np.arange(rows) * n // rows
+    ends = np.arange(1, rows + 1) * n // rows  # every stratum holds at least one row (rows < n)
+    return starts + (rng.random(rows) * (ends - starts)).astype(np.int64)
 
 
 def load_data(cfg: TrainConfig, ranks: Ranks) -> TrainData:
@@ -77,3 +93,23 @@ def steps_left(sampler: ResumableSampler, cfg: TrainConfig, world_size: int) -> 
 
     left = steps(sampler.n - sampler.base - sampler.position * world_size) if sampler.epoch < cfg.epochs else 0
     return left + max(0, cfg.epochs - 1 - sampler.epoch) * steps(sampler.n)
+
+
+def run_total(cfg: TrainConfig, sampler: ResumableSampler, world_size: int, step: int,
+              checkpoint: dict | None) -> int:
+    """The run's length in optimizer steps, which is also the LR schedule's total: --max_steps, or the
+    steps of --epochs epochs counted once, at the run's start. A resume keeps the saved total while
+    --epochs is the same, so the rate never jumps when the world size (rows per step) changes; the
+    run then covers a little more or less than the epochs."""
+    if cfg.max_steps:
+        return cfg.max_steps
+    saved = (checkpoint or {}).get("total_steps")
+    before = (checkpoint or {}).get("config", {})
+    if saved and before.get("epochs") == cfg.epochs and not before.get("max_steps"):
+        fresh = step + steps_left(sampler, cfg, world_size)
+        if fresh != saved:
+            _log.info("the run keeps the %d steps counted at its start (its LR schedule): on %d rank%s of %d x %d "
+                      "rows, --epochs %d would end at step %d", saved, world_size, "" if world_size == 1 else "s",
+                      cfg.batch_size, cfg.grad_accum, cfg.epochs, fresh)
+        return int(saved)
+    return step + steps_left(sampler, cfg, world_size)

@@ -2,8 +2,10 @@
 
 One seed call, a resumable sampler per rank (the global position makes a checkpoint resumable on any
 number of ranks), gradient accumulation with `no_sync`, a loss normalised by the targets of the whole
-step (so 2 ranks x 2 micro-batches equal 1 rank x 4), evaluation shared by the ranks, atomic
-checkpoints, and Ctrl-C/SIGTERM honoured at the next step boundary.
+step (so 2 ranks x 2 micro-batches equal 1 rank x 4), evaluation of a fixed sample shared by the ranks,
+atomic checkpoints every --save_every steps or --save_minutes (each rank's RNG in them), and
+Ctrl-C/SIGTERM acknowledged at once and honoured at the next step boundary (an evaluation is abandoned,
+start-up stops before the first step).
 """
 
 from __future__ import annotations
@@ -25,13 +27,20 @@ from pipeline.consumers.checkpoints import CHECKPOINT_FILE, load_checkpoint, rng
 from pipeline.consumers.distributed import Ranks, StopRequests, ignore_stop_signals, init_ranks
 from pipeline.consumers.loader import MlmCollator, ResumableLoader, ResumableSampler, widen
 from pipeline.consumers.models import build_model
-from pipeline.consumers.run_folders import attach_log_file, check_run_folder, clean_failed_run, resume_command
-from pipeline.consumers.train_data import TrainData, load_data, steps_left
+from pipeline.consumers.run_folders import (
+    attach_log_file,
+    check_run_folder,
+    check_shared_output,
+    clean_failed_run,
+    resume_command,
+)
+from pipeline.consumers.train_data import TrainData, load_data, run_total
 from pipeline.consumers.training import (
     CONFIG_FILE,
     METRICS_FILE,
     TrainConfig,
     autocast,
+    decay_groups,
     evaluate,
     flops_per_token,
     hf_tokenizer,
@@ -71,32 +80,34 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> dict:
     validation split)."""
     ranks = init_ranks()
     try:
-        with StopRequests() as stop:
+        with StopRequests(announce=ranks.is_main) as stop:
             return _train(cfg, ranks, stop, list(sys.argv[1:] if argv is None else argv))
     finally:
         ranks.close()
 
 
 def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
-    refusal = None
+    refusal, resuming = None, False
     if ranks.is_main:
         try:
-            check_run_folder(cfg.output, resume=cfg.resume, overwrite=cfg.overwrite)
+            resuming = check_run_folder(cfg.output, resume=cfg.resume, overwrite=cfg.overwrite)
             os.makedirs(cfg.output, exist_ok=True)
         except (ValueError, OSError) as error:
             refusal = error
-    refusal = ranks.broadcast(refusal)
+    refusal, resuming = ranks.broadcast((refusal, resuming))
     if refusal is not None:
         raise refusal
+    if ranks.distributed:
+        check_shared_output(cfg.output, ranks)
     handler = attach_log_file(cfg.output) if ranks.is_main else None
     if not ranks.is_main:  # one voice: rank 0 logs; the others only fail loudly
         logging.getLogger("maskbeam").setLevel(logging.ERROR)
     try:
-        return _run(cfg, ranks, stop, argv)
+        return _run(cfg, ranks, stop, argv, resuming)
     except TrainingInterrupted:
         raise
     except Exception as error:
-        if ranks.is_main and not cfg.resume:
+        if ranks.is_main and not resuming:
             clean_failed_run(cfg.output, error)
         raise
     finally:
@@ -105,7 +116,32 @@ def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) 
             handler.close()
 
 
-def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
+def _stop_requested(stop: StopRequests, ranks: Ranks) -> tuple[bool, bool]:
+    """(SIGTERM, SIGINT) on any rank: every rank calls this at the same points and agrees."""
+    sigterm, sigint = ranks.sum([stop.signal == 15, stop.signal == 2])
+    return bool(sigterm), bool(sigint)
+
+
+def _stop_at_start(ranks: Ranks, stop: StopRequests, argv: list[str], resuming: bool) -> None:
+    """A stop request during start-up (data, model, checkpoint): stop before the first step, saving
+    nothing (there is nothing new to save)."""
+    sigterm, sigint = _stop_requested(stop, ranks)
+    if not (sigterm or sigint):
+        return
+    name = "SIGINT" if sigint else "SIGTERM"
+    if resuming:
+        message = (f"jobs.train: stopped by {name} before the first step of the resumed run (its checkpoint is "
+                   f"unchanged); continue with: {resume_command(argv, ranks.world_size)}")
+    else:
+        message = (f"jobs.train: stopped by {name} before the first step, nothing saved; the same command starts "
+                   "the run again")
+    if ranks.is_main:
+        _log.warning("%s", message)
+    ranks.barrier()
+    raise TrainingInterrupted(message, 130 if sigint else 143)
+
+
+def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], resuming: bool) -> dict:
     if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         from transformers.utils import logging as hf_logging
 
@@ -113,7 +149,9 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
     torch.manual_seed(cfg.seed)
     device, main = ranks.device, ranks.is_main
     data: TrainData = load_data(cfg, ranks)
+    _stop_at_start(ranks, stop, argv, resuming)
     model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config).to(device)
+    model.train()  # from_pretrained gives a model in eval mode: no dropout until an evaluation switched it back
     torch.manual_seed(cfg.seed + ranks.rank)  # dropout differs by rank; the weights are rank 0's (DDP broadcasts)
     loss_module = MaskedLMLoss(model)
     if ranks.distributed:
@@ -127,15 +165,14 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
         collate_fn=MlmCollator(trim_padding=cfg.trim_padding, compact=True), num_workers=cfg.num_workers,
         pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
         generator=torch.Generator().manual_seed(cfg.seed))  # its draws stay off the global RNG (dropout)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  fused=device.type == "cuda")
+    optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, fused=device.type == "cuda")
     step, ckpt_path, metrics_path = 0, os.path.join(cfg.output, CHECKPOINT_FILE), os.path.join(cfg.output, METRICS_FILE)
-    ckpt = load_checkpoint(ckpt_path) if cfg.resume else None
+    ckpt = load_checkpoint(ckpt_path) if resuming else None
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         sampler.load_state_dict(ckpt["sampler"])
         step = ckpt["step"]
-    total = cfg.max_steps or step + steps_left(sampler, cfg, ranks.world_size)
+    total = run_total(cfg, sampler, ranks.world_size, step, ckpt)
     if -(-len(data.train) // ranks.world_size) // cfg.batch_size // cfg.grad_accum == 0:
         raise ValueError(f"nothing to train: an epoch of {len(data.train)} train rows gives no step of "
                          f"{cfg.batch_size} x {cfg.grad_accum} x {ranks.world_size} rows (lower --batch_size or "
@@ -147,23 +184,39 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
     if ckpt is not None:  # the optimizer after the scheduler, whose construction sets the lr of step 0
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        set_rng_state(ckpt["rng"])
-        if ranks.rank:
-            torch.manual_seed(cfg.seed + 1000003 * step + ranks.rank)
+        saved_rngs = ckpt.get("rng_ranks") or [ckpt["rng"]]
+        if len(saved_rngs) == ranks.world_size:  # each rank's own dropout stream: the curve an uninterrupted run draws
+            set_rng_state(saved_rngs[ranks.rank])
+        else:  # another world size draws other dropout masks anyway: rank 0's stream, the others re-seeded
+            set_rng_state(ckpt["rng"])
+            if ranks.rank:
+                torch.manual_seed(cfg.seed + 1000003 * step + ranks.rank)
         _log.info("resumed at step %d (epoch %d, sample %d) from %d ranks onto %d", step, ckpt["sampler"]["epoch"],
                   ckpt["sampler"]["global_position"], ckpt.get("world_size", 1), ranks.world_size)
         if main:
-            _truncate_metrics(metrics_path, step)
+            _truncate_jsonl(metrics_path, step)
+            for name in sorted(os.listdir(cfg.output)):  # every world size's: a rank of the killed run may be gone
+                if name.startswith("samples-rank") and name.endswith(".jsonl"):
+                    _truncate_jsonl(os.path.join(cfg.output, name), step)
     elif main:
         open(metrics_path, "w").close()
         cfg.save(os.path.join(cfg.output, CONFIG_FILE))
     log = _logger(metrics_path if main else None)
+    _stop_at_start(ranks, stop, argv, resuming)
 
-    def run_eval() -> dict:
-        return evaluate(model, data.validation_batches(cfg, ranks), device, ranks.sum) if data.has_validation else {}
+    def run_eval() -> dict | None:
+        """The metrics, {} without validation rows, None when a stop request abandoned it."""
+        if not data.has_validation:
+            return {}
+        return evaluate(model, data.validation_batches(cfg, ranks), device, ranks.sum,
+                        should_stop=lambda: bool(stop.signal))
 
     if step == 0 and data.has_validation:
-        log({"step": 0, **run_eval()}, announce=True)
+        stop.where = "before the first step (the evaluation at step 0 is abandoned)"
+        metrics = run_eval()
+        if metrics is not None:
+            log({"step": 0, **metrics}, announce=True)
+    stop.where = f"after step {step}" if step else "before the first step"
     fpt, peak = flops_per_token(model, data.seq_len, data.target_share), peak_flops(device)
     bar = tqdm(total=total, initial=step, desc="train", disable=None if main else True)
     log_lines = cfg.log_every if not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()) else 0
@@ -172,11 +225,19 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
               cfg.grad_accum, ranks.world_size, len(data.train), device)
     samples_log = os.path.join(cfg.output, f"samples-rank{ranks.rank}.jsonl") if cfg.log_samples else None
 
+    saved = {"step": step if ckpt is not None else None, "at": time.monotonic()}  # the newest checkpoint
+
     def checkpoint(at_step: int, sampler_state: dict, rng: dict) -> None:
+        if saved["step"] == at_step:  # already saved at this boundary
+            return
+        rngs = ranks.gather(rng)  # each rank's dropout stream
         if main:
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                         "scheduler": scheduler.state_dict(), "sampler": sampler_state, "rng": rng,
-                                        "step": at_step, "world_size": ranks.world_size, "config": vars(cfg)})
+                                        "rng_ranks": rngs, "step": at_step, "total_steps": total,
+                                        "world_size": ranks.world_size, "config": vars(cfg)},
+                            keep=cfg.save_total_limit, previous_step=saved["step"])
+        saved.update(step=at_step, at=time.monotonic())
         ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
 
     run_started, first_step = time.perf_counter(), step
@@ -186,8 +247,12 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
         for group in _groups(train_loader, cfg.grad_accum):
             waited += time.perf_counter() - started
             targets = sum(int((b[LABELS] != IGNORE_INDEX).sum()) for b in group)
-            step_targets, sigterm, sigint = ranks.sum([targets, stop.signal == 15, stop.signal == 2])
+            time_due = main and cfg.save_minutes > 0 and time.monotonic() - saved["at"] >= 60 * cfg.save_minutes
+            step_targets, sigterm, sigint, time_due = ranks.sum([targets, stop.signal == 15, stop.signal == 2,
+                                                                 time_due])  # rank 0's clock decides for all
             if sigterm or sigint:  # every rank stops here, at the same step, with the boundary's state
+                if step == 0:
+                    _stop_at_start(ranks, stop, argv, resuming)  # nothing to save yet
                 checkpoint(step, *boundary)
                 message = (f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step {step} of {total}, "
                            f"checkpoint saved; continue with: {resume_command(argv, ranks.world_size)}")
@@ -195,6 +260,7 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
                     _log.warning("%s", message)
                 ranks.barrier()
                 raise TrainingInterrupted(message, 130 if sigint else 143)
+            stop.where = f"after step {step + 1}"  # a request from now on is seen at the next boundary
             if samples_log is not None:
                 _log_samples(samples_log, sampler, group, step + 1, ranks.rank)
             scale, loss_sum = ranks.world_size / max(step_targets, 1), torch.zeros((), device=device)
@@ -211,6 +277,7 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
+            stop.where = f"after step {step}"
             boundary = (sampler.state_dict(), rng_state())
             loss_sum, tokens = ranks.sum([loss_sum.item(), tokens])
             elapsed = time.perf_counter() - started
@@ -226,8 +293,12 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
                 _log.info("step %d/%d  loss %.4f  lr %.2e  tokens/s %s  ETA %s", step, total, row["loss"], row["lr"],
                           f"{row['tokens_per_s']:,.0f}", human_seconds(per_step * (total - step)))
             if cfg.eval_every and step % cfg.eval_every == 0 and step < total and data.has_validation:
-                log({"step": step, **run_eval()}, announce=True)
-            if (cfg.save_every and step % cfg.save_every == 0) or step == total:
+                stop.where = f"after step {step}, abandoning the evaluation"
+                metrics = run_eval()
+                if metrics is not None:  # else abandoned for a stop request, which the next boundary honours
+                    log({"step": step, **metrics}, announce=True)
+                stop.where = f"after step {step}"
+            if (cfg.save_every and step % cfg.save_every == 0) or time_due or step == total:
                 checkpoint(step, *boundary)
             if step >= total:
                 break
@@ -235,11 +306,20 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) ->
         else:
             sampler.set_epoch(sampler.epoch + 1)
     bar.close()
+    stop.where = f"after the last step ({step}, saved): the final evaluation is abandoned, the model saved"
     final = run_eval()
     if final:
         log({"step": step, **final}, announce=True)
     if main:
         _save_final(model, data, cfg, device, metrics_path)
+    if final is None:
+        sigterm, _ = _stop_requested(stop, ranks)
+        message = (f"jobs.train: stopped by {'SIGTERM' if sigterm else 'SIGINT'} during the final evaluation: the "
+                   f"model of step {step} of {total} is saved in {cfg.output}, without its final evaluation")
+        if main:
+            _log.warning("%s", message)
+        ranks.barrier()
+        raise TrainingInterrupted(message, 143 if sigterm else 130)
     return final
 
 
@@ -295,11 +375,12 @@ def _logger(path: str | None):
     return log
 
 
-def _truncate_metrics(path: str, step: int) -> None:
-    """On resume, drop rows a killed run logged after its last checkpoint."""
+def _truncate_jsonl(path: str, step: int) -> None:
+    """On resume, drop rows (metrics, samples) a killed run logged after its last checkpoint (and a
+    last line it was killed writing)."""
     rows = []
     if os.path.exists(path):
         with open(path) as handle:
-            rows = [line for line in handle if json.loads(line)["step"] <= step]
+            rows = [line for line in handle if line.endswith("\n") and json.loads(line)["step"] <= step]
     with open(path, "w") as handle:
         handle.writelines(rows)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from pipeline.consumers.models import ARCHITECTURES, MODEL_SIZES, encoder_and_head
-from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES
+from pipeline.consumers.models import encoder_and_head
+from pipeline.consumers.train_config import TrainConfig
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets), for MFU.
@@ -22,58 +21,6 @@ PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e1
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "train_config.json"
 LOG_FILE = "train.log"
-
-
-def _opt(default, help: str, **extra):
-    """A dataclass field that is also a documented command-line flag of jobs.train."""
-    return field(default=default, metadata={"help": help, **extra})
-
-
-@dataclass
-class TrainConfig:
-    """Every option of jobs.train (each is the flag of the same name), saved in train_config.json and
-    in each checkpoint."""
-
-    data: str = _opt("", "a MaskBeam output folder (or an s3://, gs://, hf:// URL); required")
-    output: str = _opt("", "the run folder: checkpoint, metrics, log and the final model; required")
-    model: str | None = _opt(None, "start from this model: a Hub name or a folder of any masked-LM architecture of "
-                                   "transformers (its tokenizer must be the data's); default: a new model")
-    arch: str = _opt("bert", "architecture of a new model", choices=ARCHITECTURES)
-    config: str = _opt("tiny", "size of a new model", choices=tuple(MODEL_SIZES))
-    batch_size: int = _opt(32, "rows per micro-batch on each rank")
-    grad_accum: int = _opt(1, "micro-batches per optimizer step on each rank (a step sees batch_size x grad_accum"
-                              " x ranks rows)")
-    lr: float = _opt(5e-4, "peak learning rate")
-    weight_decay: float = _opt(0.01, "AdamW weight decay")
-    warmup_steps: int = _opt(100, "steps of linear warmup; longer than the run: clipped to a tenth of the run, "
-                                  "with a warning")
-    schedule: str = _opt("linear", "decay to 0 after the warmup", choices=("linear", "cosine"))
-    max_steps: int | None = _opt(None, "optimizer steps to run; default: --epochs epochs")
-    epochs: int = _opt(1, "epochs to run when --max_steps is not given")
-    clip: float = _opt(1.0, "gradient norm clipping")
-    eval_every: int = _opt(0, "steps between evaluations (0: only before and after training)")
-    eval_batches: int = _opt(50, "validation batches per evaluation, shared by the ranks (0: the whole split)")
-    save_every: int = _opt(0, "steps between checkpoints (0: only at the end and when interrupted)")
-    seed: int = _opt(0, "seed of the initialisation, dropout and sample order")
-    num_workers: int = _opt(0, "DataLoader worker processes per rank")
-    compile: bool = _opt(False, "torch.compile the loss (the first steps compile)")
-    resume: bool = _opt(False, "continue the run in --output from its checkpoint, on any number of ranks")
-    overwrite: bool = _opt(False, "replace the jobs.train run in --output")
-    probe: str | None = _opt(None, "a text file of sentences with the mask token (e.g. [MASK]): the top "
-                                   "predictions of each are printed at the end")
-    plot: str | None = _opt(None, "write loss and accuracy curves to this PNG file")
-    trim_padding: bool = _opt(True, "cut each batch after its longest row (rounded up to 8)")
-    log_every: int = _opt(10, "steps between progress lines in the log when stdout is not a terminal (0: none)")
-    log_samples: bool = _opt(False, "write each step's dataset indices to samples-rank{R}.jsonl (an audit trail)")
-    cache_dir: str | None = _opt(None, "where the shards of a remote --data are copied; default "
-                                       "~/.cache/maskbeam/shards")
-    cache_limit: int | None = _opt(None, "bytes the shard cache may hold, older copies evicted; default: no limit")
-    read_mode: str = _opt(DEFAULT_READ_MODE, "how rows leave the shards: pread (RSS holds only batches) or mmap",
-                          choices=READ_MODES)
-
-    def save(self, path: str) -> None:
-        with open(path, "w") as handle:
-            json.dump(asdict(self), handle, indent=2, sort_keys=True)
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -136,12 +83,18 @@ def mlm_loss(model, batch: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]], list[float]] = lambda x: x) -> dict:
+def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]], list[float]] = lambda x: x,
+             should_stop: Callable[[], bool] = lambda: False) -> dict | None:
     """MLM loss and top-1 accuracy over the target positions of `batches` (this rank's share);
-    `reduce` sums the totals over the ranks. {} when there was no target (nothing measured)."""
+    `reduce` sums the totals over the ranks. {} when there was no target (nothing measured); None when
+    `should_stop` turned true on any rank (a stop request: the evaluation is abandoned at once, each
+    rank after its current batch)."""
     model.eval()
-    loss_sum, correct, targets = 0.0, 0, 0
+    loss_sum, correct, targets, stopped = 0.0, 0, 0, False
     for batch in batches:
+        if should_stop():
+            stopped = True
+            break
         batch = {k: v.to(device, non_blocking=True).long() for k, v in batch.items()}
         with autocast(device):
             logits, labels = target_logits(model, batch[INPUT_IDS], batch[ATTENTION_MASK], batch[LABELS])
@@ -149,10 +102,27 @@ def evaluate(model, batches, device: torch.device, reduce: Callable[[list[float]
         correct += (logits.argmax(-1) == labels).sum().item()
         targets += int(labels.numel())
     model.train()
-    loss_sum, correct, targets = reduce([loss_sum, float(correct), float(targets)])
+    loss_sum, correct, targets, stopped = reduce([loss_sum, float(correct), float(targets), float(stopped)])
+    if stopped:
+        return None
     if not targets:
         return {}
     return {"eval_loss": loss_sum / targets, "eval_accuracy": correct / targets, "eval_targets": int(targets)}
+
+
+def decay_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups as HF `Trainer` makes them: weight decay on the weights, none on the
+    biases and the normalisation layers' parameters (LayerNorm, RMSNorm, whatever their class)."""
+    exempt = set()
+    for module in model.modules():
+        kind = type(module).__name__.lower()
+        norm = isinstance(module, torch.nn.LayerNorm) or kind.endswith(("layernorm", "rmsnorm"))
+        for name, parameter in module.named_parameters(recurse=False):
+            if norm or name == "bias" or name.endswith("_bias"):
+                exempt.add(id(parameter))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [p for _, p in named if id(p) not in exempt], "weight_decay": weight_decay},
+            {"params": [p for _, p in named if id(p) in exempt], "weight_decay": 0.0}]
 
 
 def autocast(device: torch.device):

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from pipeline.consumers.outputs import check_regular_file, load_manifest, masking_rule, shard_entries
+from pipeline.consumers.outputs import check_regular_file, load_manifest, masking_rule, shard_entries, tokenizer_spec
 from pipeline.kernels.masking import DRAW_BITS, MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy
+from pipeline.tokenizer.spec import TokenizerError
 from schemas import manifest as m
 from schemas import options as o
 from schemas.shard import (
@@ -148,7 +149,8 @@ def validate_output(directory: str) -> dict:
     """Validate everything; returns a summary dict. Raises ValidationError at the first problem."""
     try:
         manifest = load_manifest(directory)
-    except FileNotFoundError as error:
+        tokenizer_spec(directory, manifest)  # the data's tokenizer, not another file put in its place
+    except (FileNotFoundError, TokenizerError) as error:
         raise ValidationError(str(error)) from None
     rule = masking_rule(manifest)
     config = manifest[m.KEY_CONFIG]

@@ -45,6 +45,53 @@ SKIP_BINARY_NUL = "not text: binary (NUL bytes)"
 SKIP_BINARY_UNDECODABLE = "not text: binary (over half the bytes are not UTF-8)"
 SKIP_BINARY_CONTROL = "not text: binary (over 1% control characters)"
 
+_UNPACK = "unpack it and give the folder as --input"
+_COMPRESSED_NAME = "data inside compressed data (compressed twice): decompress it once, e.g. `{} -d FILE`"
+# (magic bytes at the start, the skip reason): formats a folder of books often holds besides text.
+_FORMATS = (
+    (b"%PDF-", "not text: a PDF document (extract the text first, e.g. `pdftotext FILE.pdf FILE.txt`)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "not text: a Microsoft Office document (.doc, .xls, .ppt): save it as "
+                                          "plain text first"),
+    (b"{\\rtf", "not text: an RTF document: save it as plain text first"),
+    (b"\x1f\x8b", "not text: gzip " + _COMPRESSED_NAME.format("gzip")),
+    (b"\xfd7zXZ\x00", "not text: xz " + _COMPRESSED_NAME.format("xz")),
+    (b"\x28\xb5\x2f\xfd", "not text: zstd " + _COMPRESSED_NAME.format("zstd")),
+    (b"7z\xbc\xaf\x27\x1c", f"not text: a 7z archive: {_UNPACK}"),
+    (b"Rar!\x1a\x07", f"not text: a RAR archive: {_UNPACK}"),
+    (b"PAR1", "not text: a Parquet file: name it .parquet (its --text_column is read)"),
+    (b"\x89PNG\r\n\x1a\n", "not text: a PNG image"),
+    (b"\xff\xd8\xff", "not text: a JPEG image"),
+    (b"GIF87a", "not text: a GIF image"),
+    (b"GIF89a", "not text: a GIF image"),
+)
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08")
+_BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
+
+
+def binary_format(head: bytes) -> str | None:
+    """The skip reason of an input whose first bytes (4 KiB or more read, decompressed) are those of
+    a known binary format (PDF, zip and what is built on it: EPUB, .docx and OpenDocument; other
+    archives, office files, images; compressed data once decompressed: compressed twice), naming it
+    and what to do;
+    None for anything else (text, or binary the later checks catch)."""
+    if head.startswith(_ZIP_STARTS):
+        if head[30:38] == b"mimetype" and b"application/epub+zip" in head[38:90]:
+            return "not text: an EPUB book (a zip archive): convert it to text first, e.g. with Calibre's " \
+                   "`ebook-convert FILE.epub FILE.txt` or pandoc"
+        if head[30:38] == b"mimetype" and b"application/vnd.oasis.opendocument" in head[38:120]:
+            return "not text: an OpenDocument file (.odt): save it as plain text first"
+        if b"[Content_Types].xml" in head or b"word/" in head:
+            return "not text: a Word document (.docx, a zip archive): save it as plain text first"
+        return f"not text: a zip archive: {_UNPACK}"
+    if _BZIP2.match(head):
+        return "not text: bzip2 " + _COMPRESSED_NAME.format("bzip2")
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return f"not text: a tar archive: {_UNPACK}"
+    for magic, reason in _FORMATS:
+        if head.startswith(magic):
+            return reason
+    return None
+
 
 @intrinsic
 def _store8(typingctx, array, start, value):
@@ -191,6 +238,9 @@ def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
     """
     if _HTML_START.match(data[:4096]):
         raise NotText(SKIP_HTML)
+    known = binary_format(data[:4096])
+    if known:
+        raise NotText(known)
     is_utf16 = data.startswith(_UTF16_BOMS)
     if not is_utf16 and b"\x00" in data:
         raise NotText(SKIP_BINARY_NUL)

@@ -5,7 +5,9 @@ kernel calling a jitted helper of another module keeps its compiled code when on
 module changes: after a `git pull` that edits `hash_table.py` alone, `wordpiece.py`'s cached kernel
 would still run the old lookup and give other ids. So the first import of this module compares a
 digest of every kernel module's source with the one the cache was built from, and drops the
-package's cached kernels when they differ (`drop_stale_kernel_caches`).
+package's cached kernels when they differ (`drop_stale_kernel_caches`), in every folder numba may
+cache them in: `__pycache__` beside the sources, the folder numba maps them to under
+`NUMBA_CACHE_DIR` (CI, containers, read-only installs), and the user-wide cache numba falls back to.
 """
 
 from __future__ import annotations
@@ -31,13 +33,27 @@ def kernels_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def drop_stale_kernel_caches(folder: Path) -> int:
-    """Remove numba's cache files in `folder`/__pycache__ unless they were built from the sources
-    there now; returns how many were removed. Safe when several processes start at once: a file
-    another process is loading is simply compiled again; an unwritable cache folder is left alone."""
-    cache = folder / "__pycache__"
+def _probe() -> None:
+    """A stand-in function for numba's cache locators, which read only its line number."""
+
+
+def kernel_cache_folders(folder: Path) -> list[Path]:
+    """The folders numba may cache the kernels of `folder`'s modules in, in the order it tries them:
+    under `NUMBA_CACHE_DIR` when it is set (numba maps each source folder to a subfolder of its own
+    there), `__pycache__` beside the sources, the user-wide cache. Asked of numba's own locators, so
+    the mapping is the one numba uses."""
+    from numba.core import caching, config
+
+    source = str(folder / "__init__.py")
+    locators = [caching.InTreeCacheLocator, caching.UserWideCacheLocator]
+    if config.CACHE_DIR:
+        locators.insert(0, caching.UserProvidedCacheLocator)
+    return [Path(locator(_probe, source).get_cache_path()) for locator in locators]
+
+
+def _drop_stale(cache: Path, current: str, create: bool) -> int:
+    """Drop numba's cache files in `cache` unless its stamp says they were built from `current`."""
     stamp = cache / _STAMP
-    current = kernels_digest(folder)
     try:
         if stamp.read_text() == current:
             return 0
@@ -45,7 +61,10 @@ def drop_stale_kernel_caches(folder: Path) -> int:
         pass
     removed = 0
     try:
-        cache.mkdir(exist_ok=True)
+        if create:
+            cache.mkdir(parents=True, exist_ok=True)
+        elif not cache.is_dir():
+            return 0
         for path in cache.iterdir():
             if path.suffix in _CACHE_SUFFIXES:
                 try:
@@ -56,9 +75,20 @@ def drop_stale_kernel_caches(folder: Path) -> int:
         temp = cache / f"{_STAMP}.{os.getpid()}"
         temp.write_text(current)
         temp.replace(stamp)
-    except OSError:  # a read-only install: numba caches elsewhere (NUMBA_CACHE_DIR or the user's cache)
+    except OSError:  # unwritable: numba does not cache there either
         pass
     return removed
+
+
+def drop_stale_kernel_caches(folder: Path) -> int:
+    """Remove numba's cache files of `folder`'s kernels, in every folder numba may cache them in
+    (`kernel_cache_folders`), unless they were built from the sources there now; returns how many
+    were removed. Safe when several processes start at once: a file another process is loading is
+    simply compiled again; an unwritable cache folder is left alone. The folder numba tries first
+    is made (with its stamp) when missing; the others are only checked when they exist."""
+    current = kernels_digest(folder)
+    return sum(_drop_stale(cache, current, create=index == 0)
+               for index, cache in enumerate(kernel_cache_folders(folder)))
 
 
 drop_stale_kernel_caches(Path(__file__).resolve().parent)

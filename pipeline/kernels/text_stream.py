@@ -34,6 +34,7 @@ from pipeline.kernels.cleaning import (
     SKIP_HTML,
     NotText,
     _find_marker,
+    binary_format,
     decode_utf8,
     normalize_newline_bytes,
 )
@@ -212,6 +213,9 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
             break
     if at_start and html_is_page and _HTML_START.match(head[:_HTML_PROBE]):
         raise NotText(SKIP_HTML)
+    known = binary_format(head[:_HTML_PROBE]) if at_start else None
+    if known:
+        raise NotText(known)
     is_utf16 = stats.utf16 = at_start and head.startswith(_UTF16_BOMS)
     if is_utf16:
         stream: Iterable[bytes] = _utf16_as_utf8(head, _counting(blocks, stats))

@@ -11,6 +11,12 @@ downloaded by one of them at a time, eviction runs in one at a time and skips co
 keeps, and a download in flight counts in the limit at its full size.
 
 A split larger than the limit is read in windows of shards (`shard_windows.ShardWindows`).
+
+A copy is trusted by its content, never by its name: the first time a process uses a copy it did
+not download itself, it hashes it (sha256, streamed) and compares it with the manifest's; a copy
+that does not match (bytes overwritten in place, another file put there) is downloaded again. The
+process then remembers the copy it checked by inode, size and modification time (the LRU touch
+changes only the access time), so a copy is hashed once per process, not at every open.
 """
 
 from __future__ import annotations
@@ -114,23 +120,34 @@ class ShardCache:
         and those other processes keep."""
         self._own()
         path = self.path(sha256)
-        if self._hit(path, size):
+        if self._hit(path, sha256, size):
             return path
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with FileLock(path.removesuffix(".arrow") + ".lock"):
-            if self._hit(path, size):  # another process or thread downloaded it meanwhile
+            if self._hit(path, sha256, size):  # another process or thread downloaded it meanwhile
                 return path
             self._download(url, sha256, size, path, set(keep))
         return path
 
-    def _hit(self, path: str, size: int) -> bool:
+    def _hit(self, path: str, sha256: str, size: int) -> bool:
+        """Whether the copy at `path` is the shard: its size, then (once per process and copy) its
+        sha256; a hit is marked recently used."""
         try:
-            if os.path.getsize(path) == size:
-                os.utime(path)  # recently used
-                return True
+            stat = os.stat(path)
         except FileNotFoundError:
-            pass
-        return False
+            return False
+        if stat.st_size != size:
+            return False
+        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if _verified.get(path) != key:
+            found = file_sha256(path)
+            if found != sha256:
+                _log.warning("shard cache: %s has sha256 %s..., not the manifest's %s... (changed after it was "
+                             "downloaded): downloading it again", path, found[:16], sha256[:16])
+                return False
+            _verified[path] = key
+        os.utime(path, ns=(time.time_ns(), stat.st_mtime_ns))  # recently used; the checked mtime kept
+        return True
 
     def _download(self, url: str, sha256: str, size: int, target: str, keep: set[str]) -> None:
         """Download under the shard's lock: room first, then a partial file of the full size (so
@@ -158,6 +175,8 @@ class ShardCache:
                                       f"{digest.hexdigest()}; expected {size:,} and {sha256}): the output changed or "
                                       "is corrupt")
             os.replace(partial, target)
+            stat = os.stat(target)
+            _verified[target] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)  # hashed while it was written
         except BaseException:
             if os.path.exists(partial):
                 os.unlink(partial)
@@ -337,6 +356,18 @@ class ShardCache:
         self.close()
 
 
+def file_sha256(path: str) -> str:
+    """sha256 of a local file, read in chunks (bounded memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# path -> (inode, size, mtime_ns) of the copy this process hashed (or downloaded) there; a forked
+# child inherits what its parent checked, which is the same file.
+_verified: dict[str, tuple[int, int, int]] = {}
 _live: weakref.WeakSet[ShardCache] = weakref.WeakSet()
 _background = threading.local()  # .cache: the cache whose prefetch thread this is
 

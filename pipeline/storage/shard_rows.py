@@ -25,11 +25,7 @@ from numba import types
 
 from pipeline.kernels.jit import kernel
 from pipeline.storage.arrow_files import fixed_list_to_numpy
-
-READ_PREAD = "pread"
-READ_MMAP = "mmap"
-READ_MODES = (READ_PREAD, READ_MMAP)
-DEFAULT_READ_MODE = READ_PREAD if hasattr(os, "pread") else READ_MMAP
+from schemas.options import DEFAULT_READ_MODE, READ_MMAP, READ_MODES, READ_PREAD
 
 # Resolved by name when the kernel is linked (libc is in every process), so the kernel caches on disk
 # (a ctypes function pointer would be a per-process constant numba refuses to cache).

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.sentences import sentence_breaks
 from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
+from pipeline.tokenizer.errors import is_panic, panic_error
 from pipeline.tokenizer.families import SENTENCEPIECE, CutRule, cut_rule, family_of
 from pipeline.tokenizer.fast import FastTokenizer
 
@@ -180,7 +181,13 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
     results: list[list[np.ndarray]] = [[] for _ in segments]
 
     def flush() -> None:
-        for owner, encoding in zip(owners, tokenizer.encode_batch_fast(batch, add_special_tokens=False)):
+        try:
+            encodings = tokenizer.encode_batch_fast(batch, add_special_tokens=False)
+        except BaseException as error:  # a Rust panic is a BaseException: one named error instead
+            if is_panic(error):
+                raise panic_error(error) from None
+            raise
+        for owner, encoding in zip(owners, encodings):
             results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
         batch.clear()
         owners.clear()

@@ -14,6 +14,14 @@ nothing while tokenizing. So a pattern is refused, by a conservative static rule
 * back-references and subexpression calls (`\\1`, `\\k<n>`, `\\g<n>`), conditionals and other rare
   group kinds are refused; so is a quantifier stacked on a quantifier (`a**`).
 
+The pattern is read as Oniguruma reads it: option groups (`(?imx-imx)`, which hold until their group
+closes, and `(?imx-imx:...)`, also Oniguruma's own `W D S P C I L` and `y{g}`), `(?#...)` comments,
+and extended mode (`x`), where whitespace between atoms is dropped and `#` starts a
+comment to the end of the line: `(?x)(?:a|aa) +b` is `(?:a|aa)+b` to the engine, so it is refused
+too. Whitespace is dropped here wherever Python's `str.isspace` says so, a superset of the engine's
+(tab, line feed, form feed, carriage return, space), so a quantifier the engine joins to a group is
+never missed.
+
 The patterns of real tokenizers pass: GPT-2's, Llama-3's, cl100k's and o200k's (their alternation
 groups are repeated by `?` at most). Adjacent quantifiers (`\\s+(?!\\S)`, GPT-2's own) can cost time
 quadratic in a run of matching characters; that bound is what every tokenizer of that family has.
@@ -26,8 +34,8 @@ from dataclasses import dataclass
 
 MAX_PATTERN_LENGTH = 10_000
 _REPEAT = re.compile(r"\{(\d+)?(,(\d*))?\}")
-_OPTIONS_ONLY = re.compile(r"\(\?[imxWDSPy-]*\)")  # (?i): changes flags, holds nothing
-_OPTIONS_GROUP = re.compile(r"\(\?[imxWDSPy-]+:")  # (?i: ... )
+# (?i) / (?i-x): changes the options up to the end of its group, holds nothing; (?x: ... ) a group
+_OPTIONS = re.compile(r"\(\?((?:[imxWDSPCIL-]|y\{[gw]\})*)([:)])")
 _NAMED_GROUP = re.compile(r"\(\?(?:P?<[A-Za-z_][A-Za-z0-9_]*>|'[A-Za-z_][A-Za-z0-9_]*')")
 
 
@@ -40,6 +48,32 @@ class _Group:
     start: int
     quantified: bool = False  # holds a quantifier (at any depth)
     alternation: bool = False  # holds a `|` (at any depth)
+    extended: bool = False  # the extended mode around the group, back in force when it closes
+
+
+def _extended_after(options: str, extended: bool) -> bool:
+    """Whether extended mode is on after the option letters `options` (`ix-m`: on, `i-x`: off)."""
+    on = True
+    for c in options:
+        if c == "-":
+            on = False
+        elif c == "x":
+            extended = on
+    return extended
+
+
+def _skip_extended(pattern: str, i: int) -> int:
+    """Index past the whitespace and `#` comments (to the end of the line) at pattern[i], which the
+    engine drops in extended mode."""
+    while i < len(pattern):
+        if pattern[i].isspace():
+            i += 1
+        elif pattern[i] == "#":
+            end = pattern.find("\n", i)
+            i = len(pattern) if end < 0 else end + 1
+        else:
+            break
+    return i
 
 
 def _skip_class(pattern: str, i: int) -> int:
@@ -88,10 +122,9 @@ def _group_prefix_end(pattern: str, i: int) -> int:
     for prefix in ("(?:", "(?=", "(?!", "(?>", "(?<=", "(?<!"):
         if pattern.startswith(prefix, i):
             return i + len(prefix)
-    for form in (_OPTIONS_GROUP, _NAMED_GROUP):
-        found = form.match(pattern, i)
-        if found:
-            return found.end()
+    found = _NAMED_GROUP.match(pattern, i)
+    if found:
+        return found.end()
     raise UnsafeRegex(f"unsupported group {pattern[i:i + 4]!r} at {i} (conditionals, absence operators, ...)")
 
 
@@ -122,31 +155,42 @@ def check_regex(pattern: str) -> None:
         raise UnsafeRegex(f"pattern of {len(pattern):,} characters, over the {MAX_PATTERN_LENGTH:,} accepted")
     stack = [_Group(0)]
     last: _Group | str | None = None  # what a quantifier here would repeat: a group, "atom", "quantifier"
+    extended = False
     i = 0
     while i < len(pattern):
+        if extended:
+            i = _skip_extended(pattern, i)
+            if i >= len(pattern):
+                break
         c = pattern[i]
-        if c == "\\":
+        if c == "\\":  # Oniguruma has no \Q...\E quoting: \Q is the letter Q
             i, last = _escape_end(pattern, i), "atom"
         elif c == "[":
             i, last = _skip_class(pattern, i), "atom"
         elif c == "(":
-            options = _OPTIONS_ONLY.match(pattern, i)
-            if options:
-                i, last = options.end(), None
-            elif pattern.startswith("(?#", i):
+            options = _OPTIONS.match(pattern, i)
+            if pattern.startswith("(?#", i):
                 end = pattern.find(")", i)
                 if end < 0:
                     raise UnsafeRegex(f"unterminated comment at {i}")
                 i = end + 1
+            elif options and options.group(2) == ")":  # (?x): for the rest of the enclosing group
+                i, last = options.end(), None
+                extended = _extended_after(options.group(1), extended)
             else:
-                stack.append(_Group(i))
-                i, last = _group_prefix_end(pattern, i), None
+                stack.append(_Group(i, extended=extended))
+                if options:  # (?x: ... ) or (?: ... )
+                    i, last = options.end(), None
+                    extended = _extended_after(options.group(1), extended)
+                else:
+                    i, last = _group_prefix_end(pattern, i), None
         elif c == ")":
             if len(stack) == 1:
                 raise UnsafeRegex(f"unbalanced ')' at {i}")
             group = stack.pop()
             stack[-1].quantified |= group.quantified
             stack[-1].alternation |= group.alternation
+            extended = group.extended
             i, last = i + 1, group
         elif c == "|":
             stack[-1].alternation = True

@@ -7,14 +7,11 @@ import os
 
 from tokenizers import Tokenizer
 
+from pipeline.console.preflight import looks_like_path, missing_tokenizer
 from pipeline.tokenizer.spec import MAX_TOKENIZER_BYTES, TokenizerError, check_tokenizer_json
 from schemas.manifest import TOKENIZER_FILE
 
-
-def looks_like_path(name: str) -> bool:
-    """A Hub id is `name` or `org/name`; anything else that does not exist is a missing path."""
-    return (name.startswith((".", "/", "~")) or name.count("/") > 1 or name.endswith(".json")
-            or (os.sep != "/" and os.sep in name))
+__all__ = ["looks_like_path", "resolve_tokenizer_json"]
 
 
 def _read(path: str) -> str:
@@ -44,7 +41,7 @@ def resolve_tokenizer_json(name_or_path: str) -> str:
     if os.path.isfile(name_or_path):
         raw = _read(name_or_path)
     elif looks_like_path(name_or_path):
-        raise TokenizerError(f"tokenizer path {name_or_path!r} does not exist")
+        raise TokenizerError(missing_tokenizer(name_or_path) or f"tokenizer path {name_or_path!r} is not a file")
     else:
         try:
             from huggingface_hub import hf_hub_download

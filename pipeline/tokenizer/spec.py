@@ -13,6 +13,8 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.chunking import RowLayout
 from pipeline.kernels.masking import MaskingRule
+from pipeline.tokenizer.errors import is_panic, panic_error
+from pipeline.tokenizer.normalizer_growth import NormalizerGrowth, check_growth
 from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
 from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP, UNIT_TOKEN
@@ -115,9 +117,14 @@ def check_tokenizer_json(raw: str) -> dict:
     return config
 
 
+def unk_token(config: dict) -> str:
+    """The unknown token of a tokenizer.json: its model's `unk_token`, else `[UNK]` (whether the
+    tokenizer holds it or not)."""
+    return (config.get("model") or {}).get("unk_token") or "[UNK]"
+
+
 def _unk_id(tokenizer: Tokenizer, config: dict) -> int:
-    token = (config.get("model") or {}).get("unk_token") or "[UNK]"
-    found = tokenizer.token_to_id(token)
+    found = tokenizer.token_to_id(unk_token(config))
     return -1 if found is None else found
 
 
@@ -174,6 +181,16 @@ class TokenizerSpec:
             tokenizer = Tokenizer.from_str(raw)
         except Exception as error:  # tokenizers raises a bare Exception on a malformed file
             raise TokenizerError(f"not a valid tokenizer.json: {error}") from None
+        if tokenizer.normalizer is not None:
+            try:
+                check_growth(tokenizer.normalizer.normalize_str, json.loads(raw).get("normalizer"))
+            except NormalizerGrowth as error:
+                raise TokenizerError(f"tokenizer {error}: refused") from None
+            except BaseException as error:  # pyo3's PanicException: a regex gave up on a probe
+                if not is_panic(error):
+                    raise
+                raise TokenizerError(f"tokenizer normalizer: {panic_error(error)} (on a short probe text at "
+                                     f"load: refused)") from None
         ids, missing = {}, []
         for role, candidates in SPECIAL_CANDIDATES.items():
             found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]

@@ -280,6 +280,54 @@ def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_
     assert sorted(i for e, i in decoded if e == 0) == list(range(n))  # no gap in epoch 0
 
 
+@pytest.mark.parametrize("resumed_windows", [4, 0], ids=["windows-of-4", "no-windows"])
+def test_a_resume_with_another_window_layout_keeps_the_saved_order_to_the_epochs_end(resumed_windows):
+    """Saved on 2 ranks reading windows of 3 shards, resumed on 3 ranks with windows of 4 (a larger
+    --cache_limit) or none (local data): the rest of epoch 0 is the saved order, so the 120 rows are
+    each seen once (the layout alone used to give 111 and 94 distinct rows); a state saved again
+    mid-way still holds the saved layout; epoch 1 takes the new layout."""
+    layout = lambda k: {"shard_rows": SHARD_ROWS, "window_shards": k} if k else {}  # noqa: E731
+    reference = list(ResumableSampler(120, seed=5, **layout(3)))
+    saved = [ResumableSampler(120, seed=5, rank=r, world_size=2, **layout(3)) for r in range(2)]
+    consumed = [i for s in saved for i in _consume(s, 6, 4)]
+    state = saved[0].state_dict()
+    resumed = [ResumableSampler(120, seed=5, rank=r, world_size=3, **layout(resumed_windows)) for r in range(3)]
+    for s in resumed:
+        s.load_state_dict(state)
+        consumed += _consume(s, 4, 4)
+    again = resumed[0].state_dict()
+    for r in range(3):
+        s = ResumableSampler(120, seed=5, rank=r, world_size=3, **layout(resumed_windows))
+        s.load_state_dict(again)
+        consumed += list(s)
+    assert sorted(consumed) == list(range(120)) and set(consumed) == set(reference)
+    assert state["window_shards"] == again["window_shards"] == 3 and again["shard_rows"] == SHARD_ROWS
+    fresh, later = (ResumableSampler(120, seed=5, **layout(resumed_windows)) for _ in range(2))
+    later.load_state_dict(again)
+    fresh.set_epoch(1)
+    later.set_epoch(1)  # the next epoch: this run's own layout
+    assert later.state_dict()["window_shards"] == resumed_windows
+    assert np.array_equal(later.stream(), fresh.stream())
+
+
+@pytest.mark.parametrize("saved_windows, resumed_windows, match", [
+    (4, 3, "reading windows of 4 shards; this run's shard cache holds 3: resume with the earlier --cache_limit"),
+    (0, 3, "in an order over the whole split, which this run's shard cache .* cannot hold"),
+])
+def test_a_resume_whose_cache_cannot_hold_the_saved_order_is_refused(saved_windows, resumed_windows, match):
+    """Windows larger than this run's cache, or an order over the whole split: refused in one line
+    (mid-epoch); at an epoch's end any layout resumes."""
+    layout = lambda k: {"shard_rows": SHARD_ROWS, "window_shards": k} if k else {}  # noqa: E731
+    saved = ResumableSampler(120, seed=5, **layout(saved_windows))
+    _consume(saved, 5, 4)
+    with pytest.raises(ValueError, match=match):
+        ResumableSampler(120, seed=5, **layout(resumed_windows)).load_state_dict(saved.state_dict())
+    _consume(saved, 25, 4)
+    at_end = ResumableSampler(120, seed=5, **layout(resumed_windows))
+    at_end.load_state_dict(saved.state_dict())
+    assert at_end.epoch == 1 and sorted(at_end) == list(range(120))
+
+
 def test_shard_windows_read_a_few_shards_at_a_time_and_announce_the_next():
     """Windowed order: a permutation of the rows, a pure function of (seed, epoch); each window's
     rows come from its own shards only; the sampler announces each window with the next one (the

@@ -25,7 +25,7 @@ RANK_SCRIPT = textwrap.dedent('''
     signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
     keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LAUNCHER_ENV")
     with open(os.path.join(out, "env-" + rank), "w") as f:
-        json.dump({k: os.environ.get(k) for k in keys} | {"pgid_is_own": os.getpgid(0) == os.getpid()}, f)
+        json.dump({k: os.environ.get(k) for k in keys} | {"pgid_is_own": os.getpgid(0) == os.getpid(), "pid": os.getpid()}, f)
     mode = sys.argv[2]
     if mode == "fail" and rank == "1":
         sys.exit(3)
@@ -89,3 +89,39 @@ def test_a_failed_rank_stops_the_others_and_its_code_is_returned(tmp_path, rank_
 def test_ranks_that_finish_return_zero(tmp_path, rank_module):
     assert launch_ranks(rank_module, [str(tmp_path), "quick"], 2) == 0
     assert sorted(p.name for p in tmp_path.glob("env-*")) == ["env-0", "env-1"]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by its new parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_ranks_die_with_a_killed_launcher(tmp_path, rank_module):
+    """SIGKILL (or the OOM killer) of the launcher: its ranks, in sessions of their own, get SIGTERM from
+    the kernel and are gone within seconds instead of training on (they used to run on, parent pid 1)."""
+    proc = _launch(tmp_path, "stop", 2)
+    _wait_for_ranks(tmp_path, 2)
+    pids = [json.loads((tmp_path / f"env-{r}").read_text())["pid"] for r in range(2)]
+    assert all(_alive(pid) for pid in pids)
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids), pids
+    assert [json.loads((tmp_path / f"signals-{r}").read_text()) for r in range(2)] == [[int(signal.SIGTERM)]] * 2
+
+
+def test_sighup_is_handed_on_as_sigterm(tmp_path, rank_module):
+    """The terminal or ssh session closed (SIGHUP to the launcher): every rank gets SIGTERM, saves and
+    stops, and the launcher returns 143."""
+    proc = _launch(tmp_path, "stop", 2)
+    _wait_for_ranks(tmp_path, 2)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=60) == 143
+    assert [json.loads((tmp_path / f"signals-{r}").read_text()) for r in range(2)] == [[int(signal.SIGTERM)]] * 2

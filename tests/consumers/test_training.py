@@ -107,3 +107,55 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
                                 "sampler": {"global_position": np.int64(96)}, "rng": {"torch": torch.get_rng_state()}})
     state = load_checkpoint(str(real))
     assert state["sampler"]["global_position"] == 96 and torch.equal(state["model"]["weight"], model.weight)
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert", "distilbert"])
+def test_weight_decay_spares_biases_and_layer_norms(spec, arch):
+    """As HF Trainer's groups: every bias and every LayerNorm parameter undecayed, every other weight
+    (embeddings, projections) decayed; each parameter in exactly one group."""
+    from pipeline.consumers.training import decay_groups
+
+    model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny")
+    decayed, spared = decay_groups(model, 0.01)
+    assert decayed["weight_decay"] == 0.01 and spared["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    spared_names = {names[id(p)] for p in spared["params"]}
+    decayed_names = {names[id(p)] for p in decayed["params"]}
+    assert spared_names | decayed_names == set(names.values()) and not spared_names & decayed_names
+    norms = {f"{m}.{n}" if m else n for m, module in model.named_modules() if isinstance(module, torch.nn.LayerNorm)
+             for n, _ in module.named_parameters(recurse=False)}
+    biases = {n for n in names.values() if n.endswith("bias")}
+    assert norms and spared_names == (norms | biases) & set(names.values())
+    assert any("embeddings" in n for n in decayed_names) and all(p.dim() >= 2 for p in decayed["params"])
+
+
+def test_an_evaluation_stops_at_once_on_a_stop_request(spec):
+    """A stop request during an evaluation: no batch after it is evaluated, and the result is None
+    (abandoned, never logged as a loss of fewer rows)."""
+    from pipeline.consumers.training import evaluate
+
+    model, batch = _model_and_batch(spec)
+    seen = []
+
+    def batches():
+        for i in range(10):
+            seen.append(i)
+            yield batch
+
+    assert evaluate(model, batches(), torch.device("cpu"), should_stop=lambda: len(seen) > 2) is None
+    assert seen == [0, 1, 2]
+    assert evaluate(model, [batch], torch.device("cpu"))["eval_targets"] == int((batch["labels"] != -100).sum())
+
+
+def test_checkpoints_beyond_the_total_limit_are_removed(tmp_path):
+    """keep=3: checkpoint.pt is the newest, the two before it stay as checkpoint-STEP.pt, older ones go;
+    keep=1 leaves checkpoint.pt alone."""
+    path = str(tmp_path / "checkpoint.pt")
+    previous = None
+    for step in (10, 20, 30, 40):
+        save_checkpoint(path, {"model": {}, "optimizer": {}, "step": step}, keep=3, previous_step=previous)
+        previous = step
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-20.pt", "checkpoint-30.pt", "checkpoint.pt"]
+    assert load_checkpoint(path)["step"] == 40 and load_checkpoint(str(tmp_path / "checkpoint-30.pt"))["step"] == 30
+    save_checkpoint(path, {"model": {}, "optimizer": {}, "step": 50}, keep=1, previous_step=40)
+    assert os.listdir(tmp_path) == ["checkpoint.pt"]

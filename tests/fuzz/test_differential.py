@@ -14,8 +14,9 @@ so every boundary is hit) and must give exactly what the oracle gives for the wh
 * parquet: `clean_text` of each row.
 
 A few examples go on to rows: the unsplit unit and its split ranges stitched give the same part
-files for every --packing mode. MASKBEAM_FUZZ_EXAMPLES sets the number of examples (default 60;
-benchmarks/fuzz_readers.py runs a long profile).
+files for every --packing mode. Each test runs twice (`tests/fuzz/runs.py`): the fixed regression set
+(MASKBEAM_FUZZ_EXAMPLES examples, default 60; benchmarks/fuzz_readers.py runs a long profile) and a
+randomized run of a quarter as many, seeded by MASKBEAM_FUZZ_SEED or the clock (a failure names its seed).
 """
 
 from __future__ import annotations
@@ -32,11 +33,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.beam.inputs.byte_ranges import exact_blocks
-from pipeline.beam.inputs.jsonl import SKIP_NOT_JSON, SKIP_NUL, long_line_reason, missing_field_reason
+from pipeline.beam.inputs.jsonl import (
+    MAX_FIELDS_NAMED,
+    SKIP_NOT_JSON,
+    SKIP_NUL,
+    long_line_reason,
+    missing_field_reason,
+)
 from pipeline.beam.readers import WorkUnit, expand_inputs, split_large_inputs
 from pipeline.beam.streams import ReadSizes, UnitReader
 from pipeline.kernels.cleaning import (
@@ -50,11 +57,10 @@ from pipeline.kernels.cleaning import (
     normalize_newlines,
 )
 from pipeline.kernels.text_stream import RawTextStats, clean_pieces, decoded_pieces
+from tests.fuzz.runs import fuzz_runs
 
 EXAMPLES = int(os.environ.get("MASKBEAM_FUZZ_EXAMPLES", "60"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large])
+RUNS = fuzz_runs(EXAMPLES, EXAMPLES // 4)
 
 COMPRESSORS = {"": None, ".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
                ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}
@@ -110,13 +116,19 @@ def _whole_text_oracle(raw: bytes, keep: bool) -> tuple[str | None, str | None]:
         return None, str(reason)
 
 
-@SETTINGS
-@given(lines=text_lines(), encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16"]),
-       newline=st.sampled_from(["\n", "\r\n", "\r"]), junk=st.booleans(), suffix=st.sampled_from(sorted(COMPRESSORS)),
-       cuts=st.lists(st.integers(0, 4000), max_size=4), read_sizes=sizes(), keep=st.booleans(),
-       split_bytes=st.integers(16, 600))
-def test_text_streamed_and_split_equal_the_whole_file(tmp_path_factory, lines, encoding, newline, junk, suffix, cuts,
-                                                       read_sizes, keep, split_bytes):
+@pytest.mark.parametrize("run", RUNS)
+def test_text_streamed_and_split_equal_the_whole_file(tmp_path_factory, run):
+    @given(lines=text_lines(), encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16"]),
+           newline=st.sampled_from(["\n", "\r\n", "\r"]), junk=st.booleans(),
+           suffix=st.sampled_from(sorted(COMPRESSORS)), cuts=st.lists(st.integers(0, 4000), max_size=4),
+           read_sizes=sizes(), keep=st.booleans(), split_bytes=st.integers(16, 600))
+    def check(lines, encoding, newline, junk, suffix, cuts, read_sizes, keep, split_bytes):
+        _check_text(tmp_path_factory, lines, encoding, newline, junk, suffix, cuts, read_sizes, keep, split_bytes)
+
+    run.run(check)
+
+
+def _check_text(tmp_path_factory, lines, encoding, newline, junk, suffix, cuts, read_sizes, keep, split_bytes):
     raw = _encode("\n".join(lines), encoding, newline, junk)
     path = tmp_path_factory.mktemp("text") / f"book.txt{suffix}"
     path.write_bytes(_compress(raw, suffix, cuts))
@@ -145,7 +157,7 @@ def _jsonl_oracle(raw: bytes, column: str, max_line: int) -> tuple[list[str], Co
         raw = raw.decode("utf-16", "replace").encode("utf-8", "surrogatepass")
     elif raw.startswith(_UTF8_BOM):
         raw = raw[len(_UTF8_BOM):]
-    texts, skipped = [], Counter()
+    texts, skipped, fields = [], Counter(), []
     for raw_line in re.split(rb"\r\n|\r|\n", raw):
         if len(raw_line) > max_line:
             skipped[long_line_reason(max_line)] += 1
@@ -163,6 +175,8 @@ def _jsonl_oracle(raw: bytes, column: str, max_line: int) -> tuple[list[str], Co
                 continue
             if not isinstance(record, dict) or column not in record:
                 skipped[missing_field_reason(column)] += 1
+                names = record if isinstance(record, dict) else ()
+                fields += [str(name) for name in names if name not in fields][:MAX_FIELDS_NAMED - len(fields)]
                 continue
             value = record[column]
             if not isinstance(value, str):
@@ -173,9 +187,16 @@ def _jsonl_oracle(raw: bytes, column: str, max_line: int) -> tuple[list[str], Co
             except NotText as reason:
                 skipped[str(reason)] += 1
     reason = None
-    if not texts:
-        reason = "no usable records" if skipped else SKIP_EMPTY
-    return texts, skipped, reason
+    if texts:
+        return texts, skipped, reason
+    if not skipped:
+        return texts, skipped, SKIP_EMPTY
+    if set(skipped) == {missing_field_reason(column)}:
+        found = ", ".join(repr(name) for name in fields) if fields else "none (no record is a JSON object)"
+        return texts, skipped, (f"no usable records: no record has the text field {column!r} (--text_column); "
+                                f"fields found: {found}")
+    counts = ", ".join(f"{n:,} {why}" for why, n in sorted(skipped.items()))
+    return texts, skipped, f"no usable records ({counts})"
 
 
 @st.composite
@@ -188,12 +209,18 @@ def jsonl_lines(draw) -> list[str]:
     return draw(st.lists(record, max_size=40))
 
 
-@SETTINGS
-@given(lines=jsonl_lines(), encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16"]),
-       newline=st.sampled_from(["\n", "\r\n", "\r"]), suffix=st.sampled_from(sorted(COMPRESSORS)),
-       cuts=st.lists(st.integers(0, 4000), max_size=4), read_sizes=sizes(), split_bytes=st.integers(1, 500))
-def test_jsonl_streamed_and_split_equal_the_whole_file(tmp_path_factory, lines, encoding, newline, suffix, cuts,
-                                                        read_sizes, split_bytes):
+@pytest.mark.parametrize("run", RUNS)
+def test_jsonl_streamed_and_split_equal_the_whole_file(tmp_path_factory, run):
+    @given(lines=jsonl_lines(), encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16"]),
+           newline=st.sampled_from(["\n", "\r\n", "\r"]), suffix=st.sampled_from(sorted(COMPRESSORS)),
+           cuts=st.lists(st.integers(0, 4000), max_size=4), read_sizes=sizes(), split_bytes=st.integers(1, 500))
+    def check(lines, encoding, newline, suffix, cuts, read_sizes, split_bytes):
+        _check_jsonl(tmp_path_factory, lines, encoding, newline, suffix, cuts, read_sizes, split_bytes)
+
+    run.run(check)
+
+
+def _check_jsonl(tmp_path_factory, lines, encoding, newline, suffix, cuts, read_sizes, split_bytes):
     raw = _encode("\n".join(lines) + "\n", encoding, newline, junk=False)
     path = tmp_path_factory.mktemp("jsonl") / f"records.jsonl{suffix}"
     path.write_bytes(_compress(raw, suffix, cuts))
@@ -207,20 +234,23 @@ def test_jsonl_streamed_and_split_equal_the_whole_file(tmp_path_factory, lines, 
             reasons.append(scan.skip_reason)
         assert texts == want and skipped == want_skipped, len(units)
         if len(units) == 1:
-            assert (reasons[0] or "").split(":")[0].split(" (")[0] == (want_reason or "").split(":")[0], reasons
+            assert reasons[0] == want_reason  # the whole reason: counts, fields found
 
 
-@SETTINGS
-@given(values=st.lists(st.one_of(PROSE, HOSTILE, st.none()), max_size=30), read_sizes=sizes())
-def test_parquet_rows_equal_their_clean_texts(tmp_path_factory, values, read_sizes):
-    path = tmp_path_factory.mktemp("parquet") / "rows.parquet"
-    pq.write_table(pa.table({"text": pa.array(values, pa.string()), "id": list(range(len(values)))}), path)
-    want = []
-    for value in values:
-        if isinstance(value, str) and value.strip():
-            want.append(clean_text(value, keep_boilerplate=True).text)
-    _, scan, texts = _read(expand_inputs([str(path)])[0], "text", False, read_sizes)
-    assert (texts or []) == want and (scan.skip_reason is None) == bool(want)
+@pytest.mark.parametrize("run", RUNS)
+def test_parquet_rows_equal_their_clean_texts(tmp_path_factory, run):
+    @given(values=st.lists(st.one_of(PROSE, HOSTILE, st.none()), max_size=30), read_sizes=sizes())
+    def check(values, read_sizes):
+        path = tmp_path_factory.mktemp("parquet") / "rows.parquet"
+        pq.write_table(pa.table({"text": pa.array(values, pa.string()), "id": list(range(len(values)))}), path)
+        want = []
+        for value in values:
+            if isinstance(value, str) and value.strip():
+                want.append(clean_text(value, keep_boilerplate=True).text)
+        _, scan, texts = _read(expand_inputs([str(path)])[0], "text", False, read_sizes)
+        assert (texts or []) == want and (scan.skip_reason is None) == bool(want)
+
+    run.run(check)
 
 
 ROW_EXAMPLES = max(1, EXAMPLES // 10)
@@ -236,12 +266,18 @@ def row_tools(spec):
     return tokenizer, id_dtype_for_vocab(spec.vocab_size)
 
 
-@settings(max_examples=ROW_EXAMPLES, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(lines=st.lists(st.one_of(PROSE, HOSTILE), min_size=20, max_size=80),
-       newline=st.sampled_from(["\n", "\r\n"]), split_bytes=st.integers(200, 900),
-       packing=st.sampled_from(["doc", "concat", "sentences"]))
-def test_split_rows_equal_unsplit_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing):
+@pytest.mark.parametrize("run", fuzz_runs(ROW_EXAMPLES, max(1, ROW_EXAMPLES // 3)))
+def test_split_rows_equal_unsplit_rows(tmp_path_factory, spec, row_tools, run):
+    @given(lines=st.lists(st.one_of(PROSE, HOSTILE), min_size=20, max_size=80),
+           newline=st.sampled_from(["\n", "\r\n"]), split_bytes=st.integers(200, 900),
+           packing=st.sampled_from(["doc", "concat", "sentences"]))
+    def check(lines, newline, split_bytes, packing):
+        _check_split_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing)
+
+    run.run(check)
+
+
+def _check_split_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing):
     """Rows of the split path (scan, ranges, stitch) against the unsplit unit, byte for byte, in every
     packing mode (with sentences, a piece or range end is never taken for a sentence end)."""
     from pipeline.beam.arrow_io import read_part

@@ -118,7 +118,7 @@ def _train_from_s3_through_the_shard_cache(out: str, local, tmp_path) -> None:
     with pytest.raises(ShardCacheError, match="cache limit"):
         MlmShardDataset(out, m.TRAIN, cache_dir=str(tmp_path / "small"), cache_limit=1000)
     final = train(["--data", out, "--output", str(tmp_path / "model"), "--config", "tiny", "--max_steps", "2",
-                   "--batch_size", "4", "--eval_batches", "1", "--cache_dir", str(cache)])
+                   "--batch_size", "4", "--eval_rows", "4", "--cache_dir", str(cache)])
     assert final["eval_targets"] > 0
 
 
@@ -301,7 +301,7 @@ def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(windowed, t
     assert remote.windows.downloads > n_shards  # evicted shards were fetched again in epoch 2
     if workers:  # jobs.train on the windowed cache (the validation split kept besides), with DataLoader workers
         final = train(["--data", url, "--output", str(tmp_path / "model"), "--config", "tiny",
-                       "--max_steps", "3", "--batch_size", "4", "--eval_batches", "1", "--num_workers", str(workers),
+                       "--max_steps", "3", "--batch_size", "4", "--eval_rows", "4", "--num_workers", str(workers),
                        "--cache_dir", str(tmp_path / "train-cache"),
                        "--cache_limit", str(limit + _split_bytes(local, m.VALIDATION))])
         assert final["eval_targets"] > 0

@@ -18,7 +18,7 @@ from huggingface_hub.errors import HfHubHTTPError
 
 from pipeline.consumers.publish import PublishError, build_upload_folder, publish_streaming, with_retries
 from schemas import manifest as m
-from tests.conftest import run_preprocess
+from tests.conftest import REPO, run_preprocess
 
 pytestmark = pytest.mark.slow
 TOKEN = "hf_SECRETsecretSECRETsecret1234567890"
@@ -75,6 +75,14 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, s
     assert published[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] == "bert-base-uncased" and "`bert-base-uncased`" in text
     assert published[m.KEY_TOKENIZER][m.KEY_SHA256] == source[m.KEY_TOKENIZER][m.KEY_SHA256]
     assert published[m.KEY_SPLITS] == source[m.KEY_SPLITS] and published[m.KEY_COUNTS] == source[m.KEY_COUNTS]
+    # the tokenizer travels with the data, its special tokens named (tests/jobs/test_handoff.py trains on it)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    ids = published[m.KEY_TOKENIZER][m.KEY_SPECIAL_IDS]
+    assert (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id, tokenizer.mask_token_id) == \
+        (ids["cls"], ids["sep"], ids["pad"], ids["mask"]) == (101, 102, 0, 103)
+    assert "| `input_ids` | int16 | [128] |" in text and "`[CLS]` content `[SEP]` `[PAD]`..." in text
 
 
 def test_an_empty_split_is_left_out_of_the_hub_layout(small_books, tmp_path):
@@ -130,7 +138,12 @@ def test_upload_calls_and_token_paths(outputs, tmp_path, monkeypatch):
     assert api.create_commit.call_args.args == ("someone/books",)
     assert kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
     assert _committed(api) == sorted(folder.files)  # exactly the dry run's layout
-    assert api.preupload_lfs_files.call_count == len(folder.files) - 2  # every data file, before the commit
+    assert set(m.TOKENIZER_FILES) <= set(folder.files)  # the tokenizer travels with the data
+    for name in m.TOKENIZER_FILES:
+        committed = next(op for op in kwargs["operations"] if op.path_in_repo == name).path_or_fileobj
+        assert committed == (folder.path / name).read_bytes()
+    # every data file, before the commit (not the card, the manifest or the tokenizer files)
+    assert api.preupload_lfs_files.call_count == len(folder.files) - 2 - len(m.TOKENIZER_FILES)
     monkeypatch.setenv("HF_TOKEN", "hf_fromenvironment")
     api = mock.create_autospec(HfApi, instance=True)
     publish_streaming(str(outputs / "static"), "someone/books", api=api)
@@ -199,3 +212,25 @@ def test_preprocess_rejects_a_bad_repo_id_before_running(small_books, tmp_path, 
     with pytest.raises(SystemExit):
         run_preprocess([small_books], tmp_path / "out", "--push_to_hub", "not a repo")
     assert "USER/NAME" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_the_tokenizer_published_is_the_manifest_s(outputs, tmp_path, capsys):
+    """An output without the transformers configs (made before they existed) publishes them; one whose
+    tokenizer.json is not the manifest's tokenizer is refused, naming the file."""
+    import shutil
+
+    from jobs.publish import run
+
+    old = tmp_path / "old"
+    shutil.copytree(outputs / "static", old)
+    for name in (m.TOKENIZER_CONFIG_FILE, m.SPECIAL_TOKENS_MAP_FILE):
+        (old / name).unlink()
+    folder = build_upload_folder(str(old), str(tmp_path / "up"), repo_id="a/b")
+    for name in m.TOKENIZER_FILES:
+        assert (folder.path / name).read_bytes() == (outputs / "static" / name).read_bytes()
+    (old / m.TOKENIZER_FILE).write_text((REPO / "tests" / "data" / "tokenizers" / "roberta.json").read_text())
+    with pytest.raises(SystemExit) as error:
+        run([str(old), "--repo_id", "a/b", "--dry_run", str(tmp_path / "refused")])
+    err = capsys.readouterr().err
+    assert error.value.code == 1 and "tokenizer.json" in err and "is not the manifest's tokenizer" in err
+    assert not (tmp_path / "refused").exists()

@@ -58,6 +58,38 @@ def test_tiny_model_learns_and_loads_in_fill_mask(data128, tmp_path):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_evaluation_is_the_same_whatever_the_batch_size_and_the_ranks(data128):
+    """Identical weights, batches of 8, 16 and 32, on 1 and on 2 ranks (each rank's share evaluated, the
+    totals summed as the all-reduce does): the same rows, targets and loss to float tolerance. The rows
+    are a stratified sample spread over the whole split, the same for every --seed."""
+    from pipeline.consumers.distributed import Ranks
+    from pipeline.consumers.models import build_model
+    from pipeline.consumers.train_data import eval_rows, load_data
+    from pipeline.consumers.training import TrainConfig, evaluate
+
+    cfg = TrainConfig(data=str(data128), output="unused", eval_rows=20)
+    data = load_data(cfg, Ranks())
+    n = len(data.validation)
+    assert n > 2 * cfg.eval_rows, n
+    rows = eval_rows(n, cfg.eval_rows)
+    assert len(set(rows.tolist())) == 20 and rows.min() < n / 20 and rows.max() >= n - n / 20  # every stratum
+    torch.manual_seed(0)
+    model = build_model(data.spec, data.seq_len, torch.device("cpu"))
+    results = {}
+    for batch_size in (8, 16, 32):
+        for world in (1, 2):
+            totals: list[list[float]] = []
+            for rank in range(world):
+                share = data.validation_batches(TrainConfig(**{**vars(cfg), "batch_size": batch_size,
+                                                               "seed": rank + 7}), Ranks(rank, world))
+                evaluate(model, share, torch.device("cpu"), lambda values, into=totals: into.append(values) or values)
+            loss, correct, targets, stopped = np.sum(totals, axis=0)
+            results[batch_size, world] = (loss / targets, int(targets))
+    losses, targets = zip(*results.values())
+    assert len(set(targets)) == 1 and targets[0] > 20, results
+    np.testing.assert_allclose(losses, losses[0], rtol=1e-6, err_msg=str(results))
+
+
 def _stop_when(proc: subprocess.Popen, folder, min_step: int, sig: int, pids=None) -> None:
     """Send `sig` (to `pids`, default the process) once the run logged step `min_step`."""
     deadline = time.time() + 300
@@ -81,7 +113,7 @@ def full_run(data128, tmp_path_factory):
 
 
 _KILL_ARGS = ["--config", "tiny", "--max_steps", "40", "--batch_size", "8", "--save_every", "10", "--warmup_steps",
-              "10", "--eval_batches", "2"]
+              "10", "--eval_rows", "16"]
 
 
 def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data128, full_run, tmp_path, caplog):
@@ -105,6 +137,9 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
     assert len(stopped) == 1, err
     step = int(re.search(r"stopped by SIGINT at step (\d+) of 40, checkpoint saved; continue with: python -m "
                          r"jobs.train .* --resume$", stopped[0]).group(1))
+    acknowledged = re.findall(r"^jobs.train: SIGINT: stopping after step (\d+) \(then exit 130; another SIGINT "
+                              r"stops at once without saving\)$", err, re.M)
+    assert acknowledged == [str(step)], err  # at once, naming the step it stops after
     assert 13 <= step < 40 and step % 10, step  # a boundary past the last --save_every checkpoint
     assert load_checkpoint(str(killed / "checkpoint.pt"))["step"] == step
     assert sorted(os.listdir(killed)) == ["checkpoint.pt", "metrics.jsonl", "train.log", "train_config.json"]
@@ -121,6 +156,106 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
 
 
+def test_kill_9_with_the_defaults_then_resume_continues(data128, full_run, tmp_path, caplog):
+    """kill -9 of a run with the default saving (every 500 steps or 30 minutes) before its first
+    checkpoint: --resume starts it again (it used to say there was nothing to resume and refuse a rerun);
+    with --save_minutes short, kill -9 leaves a time-based checkpoint and --resume continues from it.
+    Both end with the uninterrupted run's losses."""
+    import logging
+
+    from jobs.train import run
+    from pipeline.consumers.checkpoints import load_checkpoint
+
+    at = _KILL_ARGS.index("--save_every")
+    defaults = _KILL_ARGS[:at] + _KILL_ARGS[at + 2:]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    losses = lambda rows: [(r["step"], r["loss"]) for r in rows if "loss" in r]  # noqa: E731
+    expected = losses(_metrics(full_run))
+    for extra, kill_at in (([], 5), (["--save_minutes", "0.002"], 12)):
+        out = tmp_path / ("timed" if extra else "defaults")
+        argv = ["--data", str(data128), *defaults, *extra, "--output", str(out)]
+        proc = subprocess.Popen([sys.executable, "-m", "jobs.train", *argv], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        _stop_when(proc, out, kill_at, signal.SIGKILL)
+        proc.wait(timeout=300)
+        saved = load_checkpoint(str(out / "checkpoint.pt"))["step"] if (out / "checkpoint.pt").exists() else 0
+        assert (saved == 0) if not extra else (1 <= saved <= 40), saved
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="maskbeam"):
+            run([*argv, "--resume"])
+        assert ("saved no checkpoint" if not extra else f"resumed at step {saved} ") in caplog.text
+        assert [s for s, _ in losses(_metrics(out))] == list(range(1, 41))
+        np.testing.assert_allclose([v for _, v in losses(_metrics(out))], [v for _, v in expected], rtol=1e-5)
+
+
+def test_ctrl_c_at_start_up_is_acknowledged_at_once_and_skips_the_evaluation(data128, tmp_path):
+    """Ctrl-C while the data and the model load: one line at once ("stopping before the first step"),
+    no evaluation, exit 130 and a folder the same command starts again (it used to be silent, run the
+    step-0 evaluation and only then stop)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.train", "--data", str(data128), *_KILL_ARGS, "--eval_rows",
+                             "0", "--output", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 300
+    while not (out / "train.log").exists() and time.time() < deadline:  # the stop handlers are in place
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    sent = time.time()
+    first = proc.stderr.readline()
+    acknowledged = time.time() - sent
+    err = first + proc.stderr.read()
+    assert proc.wait(timeout=300) == 130, err
+    assert first.startswith("jobs.train: SIGINT: stopping before the first step"), err
+    assert acknowledged < 10, acknowledged  # a handler's line; only a long call into C delays it
+    assert "eval at step" not in err and "Traceback" not in err, err
+    assert "stopped by SIGINT before the first step, nothing saved; the same command starts the run again" in err
+    assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
+
+
+def test_an_epochs_run_keeps_its_schedule_when_a_resume_changes_the_rows_per_step(one_book, tmp_path, caplog):
+    """--epochs 1 on batches of 8, stopped (SIGINT) at step 5 or after, resumed on batches of 16 (as
+    another world size changes the rows per step): the run keeps the step total counted at its start, so
+    the rate continues its schedule (it used to be recounted, the rate jumping) and ends at 0."""
+    import logging
+    import threading
+
+    from jobs.train import run
+    from pipeline.consumers.checkpoints import load_checkpoint
+    from pipeline.consumers.loader import MlmShardDataset
+    from pipeline.consumers.training import TrainConfig, lr_at
+
+    out = tmp_path / "run"
+    argv = ["--data", str(one_book), "--output", str(out), "--config", "tiny", "--epochs", "1", "--warmup_steps", "2",
+            "--eval_rows", "4"]
+
+    def interrupt_at(step: int) -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            rows = _metrics(out) if (out / "metrics.jsonl").exists() else []
+            if any(r.get("step", 0) >= step and "loss" in r for r in rows):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=interrupt_at, args=(5,), daemon=True)
+    watcher.start()
+    with pytest.raises(SystemExit) as stopped:
+        run([*argv, "--batch_size", "8"])
+    watcher.join()
+    assert stopped.value.code == 130
+    with caplog.at_level(logging.INFO, logger="maskbeam"):
+        run([*argv, "--batch_size", "16", "--resume"])
+    rows = [r for r in _metrics(out) if "loss" in r]
+    total = load_checkpoint(str(out / "checkpoint.pt"))["total_steps"]
+    assert total == len(MlmShardDataset(str(one_book))) // 8  # counted at the start: batches of 8
+    cfg = TrainConfig(lr=5e-4, warmup_steps=2)
+    assert [r["step"] for r in rows] == list(range(1, total + 1)), total
+    np.testing.assert_allclose([r["lr"] for r in rows], [lr_at(s, cfg, total) for s in range(1, total + 1)],
+                               rtol=1e-6)
+    assert f"the run keeps the {total} steps counted at its start" in caplog.text
+
+
 def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, caplog, capsys):
     """An existing run is refused without --resume/--overwrite; --resume needs a checkpoint; --overwrite
     replaces only a jobs.train folder; a crafted checkpoint is refused unrun (issue 26.1); a warmup
@@ -130,7 +265,7 @@ def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, ca
 
     from jobs.train import run
 
-    base = ["--data", str(data128), "--config", "tiny", "--batch_size", "8", "--eval_batches", "1"]
+    base = ["--data", str(data128), "--config", "tiny", "--batch_size", "8", "--eval_rows", "8"]
     digest = lambda: hashlib.sha256((full_run / "model.safetensors").read_bytes()).hexdigest()  # noqa: E731
     before = digest()
     with pytest.raises(SystemExit, match="already holds a jobs.train run: pass --resume to continue it, --overwrite"):
@@ -250,7 +385,7 @@ def test_every_flag_has_help_with_its_default():
     for action in actions:
         assert action.help and len(action.help) > 15, action.option_strings
         if action.dest not in ("data", "output"):
-            assert "(default: " in action.help, action.option_strings
+            assert "default" in action.help, action.option_strings  # once: see test_messages
     text = parser().format_help()
     assert "--config {tiny,mini,small,base}" in text and "--arch {bert,roberta" in text
     assert "torchrun --nproc_per_node 2 -m jobs.train" in text
@@ -315,7 +450,7 @@ def test_two_epochs_with_dataloader_workers(one_book, tmp_path):
     out = tmp_path / "model"
     per_epoch = len(MlmShardDataset(str(one_book))) // 64
     final = run(["--data", str(one_book), "--output", str(out), "--config", "tiny", "--epochs", "2",
-                 "--batch_size", "64", "--num_workers", "2", "--eval_batches", "1", "--warmup_steps", "2",
+                 "--batch_size", "64", "--num_workers", "2", "--eval_rows", "64", "--warmup_steps", "2",
                  "--read_mode", "mmap"])
     steps = [r["step"] for r in _metrics(out) if "loss" in r]
     assert per_epoch >= 2 and steps == list(range(1, 2 * per_epoch + 1))

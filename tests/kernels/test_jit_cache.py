@@ -1,5 +1,6 @@
 """numba's cache checks only the file defining a kernel: a kernel whose jitted helper lives in another,
-changed module kept running the old helper. The kernels' cache is dropped when any kernel source changed."""
+changed module kept running the old helper. The kernels' cache is dropped when any kernel source changed,
+wherever numba keeps it: `__pycache__`, or the folder `NUMBA_CACHE_DIR` maps the sources to."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from pipeline.kernels.jit import drop_stale_kernel_caches
 from tests.conftest import REPO
@@ -26,7 +29,10 @@ def _write(path, text):
     path.write_text(textwrap.dedent(text))
 
 
-def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path):
+@pytest.mark.parametrize("numba_cache_dir", [False, True], ids=["pycache", "NUMBA_CACHE_DIR"])
+def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path, numba_cache_dir):
+    """With NUMBA_CACHE_DIR set, numba caches under a folder of its own there: dropping `__pycache__`
+    alone printed 10 then 10."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -46,14 +52,19 @@ def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path):
             return inner() * 10
     """)
     (tmp_path / "run.py").write_text(RUN)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["PYTHONPATH"] = str(REPO)
+    cache = pkg / "__pycache__"
+    if numba_cache_dir:
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba-cache")
+        cache = tmp_path / "numba-cache"
 
     def outer() -> str:
         return subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path)], env=env, cwd=tmp_path,
                               capture_output=True, text=True, check=True).stdout.strip()
 
     assert outer() == "10"
-    assert any(p.suffix == ".nbc" for p in (pkg / "__pycache__").iterdir())  # outer() was cached
+    assert any(p.suffix == ".nbc" for p in cache.rglob("*"))  # outer() was cached there
     _write(pkg / "helper.py", """
         from pipeline.kernels.jit import kernel
 

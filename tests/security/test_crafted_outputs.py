@@ -3,6 +3,7 @@ output, reproduced on a copy of one small real output, tampered as an attacker w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tracemalloc
@@ -307,3 +308,38 @@ def test_report_and_inspection_read_only_the_shards_the_manifest_describes(tiny,
     with pytest.raises(ShardMismatch, match="bytes|sha256"):
         read_split_rows(str(out), m.TRAIN, manifest, masking_rule(manifest), 0, max_rows=10)
     assert read_split_rows(str(out), m.VALIDATION, manifest, masking_rule(manifest), 0).ids.shape[0] > 0
+
+
+def _swap_the_and_and(out: Path) -> None:
+    """The output's tokenizer.json with the ids of `the` and `and` exchanged; the manifest untouched."""
+    config = json.loads((out / m.TOKENIZER_FILE).read_text())
+    vocab = config["model"]["vocab"]
+    vocab["the"], vocab["and"] = vocab["and"], vocab["the"]
+    (out / m.TOKENIZER_FILE).write_text(json.dumps(config))
+
+
+def test_every_consumer_refuses_a_tokenizer_swapped_in_the_output(tiny, tmp_path, capsys):
+    """A swapped tokenizer.json passed `validate` (OK), made `inspect_output` decode `and` for `the`, and
+    `jobs.train` saved it with the model; only `report` checked it. Each refuses it now, in one line
+    naming the file, before anything is decoded, trained or written."""
+    from jobs.inspect_output import run as inspect_output
+    from jobs.report import run as report
+    from jobs.train import run as train
+    from jobs.validate import run as validate
+
+    out = copy_output(tiny, tmp_path / "out")
+    _swap_the_and_and(out)
+    tokenizer = str(out / m.TOKENIZER_FILE)
+    assert validate([str(out)]) == 1
+    err = capsys.readouterr().err
+    assert tokenizer in err and "not the tokenizer the manifest names" in err, err
+    for command, args in ((inspect_output, [str(out)]), (report, [str(out), "--html", str(tmp_path / "r.html")])):
+        with pytest.raises(SystemExit) as exit_code:
+            command(args)
+        err = capsys.readouterr().err
+        assert exit_code.value.code != 0 and tokenizer in err and "not the tokenizer the manifest names" in err, err
+        assert len(err.strip().splitlines()) <= 2, err  # the usage line of a parser error, then the one line
+    with pytest.raises(SystemExit, match="not the tokenizer the manifest names"):
+        train(["--data", str(out), "--output", str(tmp_path / "model"), "--max_steps", "1"])
+    assert not (tmp_path / "model" / m.TOKENIZER_FILE).exists()
+    assert not (tmp_path / "r.html").exists()

@@ -46,6 +46,48 @@ def test_a_shard_that_does_not_match_the_manifest_is_refused(tmp_path):
     assert cached_shards([(url, sha, size)], str(tmp_path / "cache"))
 
 
+FETCH_AND_CHECK = """
+import hashlib, sys
+from pipeline.storage.shard_cache import ShardCache
+url, sha, size, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+cache = ShardCache(folder)
+path = cache.fetch(url, sha, size)
+with open(path, "rb") as handle:
+    print(cache.downloads, hashlib.sha256(handle.read()).hexdigest() == sha)
+"""
+
+
+def _overwrite_ids(path: str, keep_mtime: bool) -> None:
+    """8 ids (32 bytes) overwritten in place: same size; with `keep_mtime`, the same mtime too."""
+    before = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.seek(200)
+        handle.write(b"\xff" * 32)
+    if keep_mtime:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def test_a_copy_changed_in_place_is_never_read(tmp_path):
+    """A verified copy with 8 ids overwritten (size unchanged) was read by the next dataset with no
+    error: the cache trusted it by name and size. The next process hashes the copy before its first
+    use and downloads it again; this process notices the change by the copy's mtime."""
+    cache = str(tmp_path / "cache")
+    url, sha, size = _shard(tmp_path, "s", 4000)
+    (path,) = cached_shards([(url, sha, size)], cache)
+    _overwrite_ids(path, keep_mtime=True)  # a forger restores the mtime: the next process hashes anyway
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", FETCH_AND_CHECK, url, sha, str(size), cache], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["1", "True"], out.stderr[-2000:]  # downloaded again, the right bytes
+    assert "downloading it again" in out.stderr
+    _overwrite_ids(path, keep_mtime=False)
+    fresh = ShardCache(cache)
+    assert fresh.fetch(url, sha, size) == path and fresh.downloads == 1
+    assert hashlib.sha256(Path(path).read_bytes()).hexdigest() == sha
+    again = ShardCache(cache)
+    assert again.fetch(url, sha, size) == path and again.downloads == 0  # a good copy is reused
+
+
 # -- names from the manifest stay inside the cache (issue 26.8) ------------------------------------
 
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
@@ -26,6 +26,7 @@ from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m
 from schemas.shard import id_dtype_for_vocab
 from tests.conftest import BOOKS
+from tests.fuzz.runs import fuzz_runs
 from tests.tokenizer.test_bytelevel import tokenizer_json
 from tests.tokenizer.test_fast import HOSTILE
 
@@ -56,11 +57,17 @@ def pairs(spec):
 CUT_FAMILIES = ("bert", "roberta", "gpt2", "llama3", "xlmr_unigram", "llama_bpe")
 
 
+@pytest.mark.parametrize("run", fuzz_runs(4, 3))  # the fixed regression set, then a seeded random run
 @pytest.mark.parametrize("name", CUT_FAMILIES)
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                               HealthCheck.function_scoped_fixture])
-@given(cuts=st.lists(st.integers(min_value=0, max_value=25_000), max_size=30), backend=st.sampled_from([0, 1]))
-def test_pieces_cut_anywhere_give_the_whole_documents_ids_and_sentences(pairs, name, cuts, backend):
+def test_pieces_cut_anywhere_give_the_whole_documents_ids_and_sentences(pairs, name, run):
+    @given(cuts=st.lists(st.integers(min_value=0, max_value=25_000), max_size=30), backend=st.sampled_from([0, 1]))
+    def check(cuts, backend):
+        _check_pieces(pairs, name, cuts, backend)
+
+    run.run(check)
+
+
+def _check_pieces(pairs, name, cuts, backend):
     text = _prose()
     real, fast = pairs[name]
     tokenizer = (real, fast)[backend]

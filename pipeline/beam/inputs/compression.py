@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 
@@ -38,6 +39,21 @@ class OutputTooLarge(NotText):
 
 def is_compressed(path: str) -> bool:
     return path.lower().endswith(COMPRESSED_SUFFIXES)
+
+
+SNIFF_BYTES = 10  # enough for every signature below
+_SIGNATURES = ((b"\x1f\x8b\x08", ".gz"), (b"\xfd7zXZ\x00", ".xz"), (b"\x28\xb5\x2f\xfd", ".zst"))
+_BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
+
+
+def sniffed_suffix(head: bytes) -> str:
+    """The suffix of the compression whose signature `head` (the first SNIFF_BYTES bytes or more of a
+    file) starts with (gzip, bzip2, xz, zstd), or "": a compressed file under a name without its
+    suffix (`book.txt` that is gzip) is read as what it is."""
+    for signature, suffix in _SIGNATURES:
+        if head.startswith(signature):
+            return suffix
+    return ".bz2" if _BZIP2.match(head) else ""
 
 
 def output_bound(compressed_size: int) -> int:

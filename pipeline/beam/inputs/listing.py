@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from apache_beam.io.filesystem import FileSystem
 
-GLOB_CHARS = frozenset("*?[")
+from pipeline.console.preflight import GLOB_CHARS, _glob_root
+
+__all__ = ["GLOB_CHARS", "InputError", "LocalEntry", "list_local"]
 
 
 class InputError(ValueError):
@@ -35,16 +37,6 @@ class LocalEntry:
 def _inside(path: str, root: str) -> bool:
     real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _glob_root(pattern: str) -> str:
-    """The deepest folder of `pattern` before its first glob character."""
-    head = pattern
-    for i, char in enumerate(pattern):
-        if char in GLOB_CHARS:
-            head = pattern[:i]
-            break
-    return head[: head.rfind("/") + 1] or "."
 
 
 def _entry(path: str, root: str) -> LocalEntry:

@@ -68,6 +68,7 @@ class ResumableSampler(Sampler[int]):
         # told on entering a window: its shards, the next window's and those of earlier windows whose rows
         # are not all consumed yet
         self.on_window = windows.enter if windows is not None else on_window
+        self._resumed_layout: tuple[int, int, list[int]] | None = None  # (epoch, window_shards, shard_rows)
         self.epoch = 0
         self.base = 0  # global stream position where this segment of the epoch began (0, or a resumed one)
         self.position = 0
@@ -81,10 +82,18 @@ class ResumableSampler(Sampler[int]):
             self.epoch, self.base, self.position = epoch, 0, 0
             self._handed_out = False
 
+    def _layout(self, epoch: int) -> tuple[int, list[int]]:
+        """The window size and shard rows of `epoch`'s order: this sampler's own, except for an epoch
+        resumed from a state saved with another layout, which keeps the saved one to its end."""
+        if self._resumed_layout is not None and self._resumed_layout[0] == epoch:
+            return self._resumed_layout[1], self._resumed_layout[2]
+        return self.window_shards, self.shard_rows
+
     def windows(self, epoch: int) -> list[list[int]]:
         """The shards of each window of `epoch`, in reading order (windowed sampling only)."""
-        shards = np.random.Generator(np.random.PCG64([self.seed, epoch, 1])).permutation(len(self.shard_rows))
-        return [shards[i: i + self.window_shards].tolist() for i in range(0, len(shards), self.window_shards)]
+        k, shard_rows = self._layout(epoch)
+        shards = np.random.Generator(np.random.PCG64([self.seed, epoch, 1])).permutation(len(shard_rows))
+        return [shards[i: i + k].tolist() for i in range(0, len(shards), k)]
 
     def _epoch_order(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The permutation of the n rows for this epoch, and (windowed) the window of each position.
@@ -93,9 +102,10 @@ class ResumableSampler(Sampler[int]):
         so a reader needs only a window's shards at a time. Both are functions of (seed, epoch)."""
         if not self.shuffle:
             return np.arange(self.n), None
-        if not self.window_shards:
+        k, shard_rows = self._layout(self.epoch)
+        if not k:
             return np.random.Generator(np.random.PCG64([self.seed, self.epoch])).permutation(self.n), None
-        offsets = np.cumsum([0, *self.shard_rows])
+        offsets = np.cumsum([0, *shard_rows])
         rows, windows = [], []
         for w, shards in enumerate(self.windows(self.epoch)):
             ids = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in shards])
@@ -187,17 +197,58 @@ class ResumableSampler(Sampler[int]):
             raise RuntimeError("ResumableSampler.state_dict() in the middle of an epoch whose consumption nobody "
                                "counted: iterate through ResumableLoader (or call sampler.advance(batch_rows) per "
                                "batch), else a resumed run would replay or skip samples")
+        k, shard_rows = self._layout(self.epoch)
         return {"epoch": self.epoch, "global_position": self.global_position, "position": self.position,
-                "seed": self.seed, "n": self.n, "world_size": self.world_size}
+                "seed": self.seed, "n": self.n, "world_size": self.world_size, "shuffle": self.shuffle,
+                "window_shards": k, "shard_rows": list(shard_rows) if k else []}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume where `state` was saved, on this sampler's own world size (which may differ)."""
+        """Resume where `state` was saved, on this sampler's own world size (which may differ).
+
+        The order also depends on the layout (shuffle, and windows of `window_shards` shards when the
+        split comes through a cache smaller than itself). Saved with another layout, the resumed epoch
+        keeps the saved order to its end, so no row is lost or repeated, and the next epoch takes this
+        sampler's layout; refused when this sampler's cache could not hold that order (windows larger
+        than its own, or no windows at all).
+
+        Raises:
+            ValueError: another seed, number of rows, shuffle or shards, or a layout this sampler's
+                cache cannot read.
+        """
         if state["seed"] != self.seed or state.get("n", self.n) != self.n:
             raise ValueError(f"sampler state is for seed {state['seed']} and {state.get('n')} rows, "
                              f"not {self.seed} and {self.n}")
+        if state.get("shuffle", self.shuffle) != self.shuffle:
+            raise ValueError(f"sampler state is for shuffle={state['shuffle']}, this sampler has "
+                             f"shuffle={self.shuffle}: resume with the same setting")
         global_position = state.get("global_position", state["position"] * state["world_size"])
+        saved_k, saved_rows = state.get("window_shards", self.window_shards), state.get("shard_rows", self.shard_rows)
+        self._resumed_layout = None
         if global_position >= self.n:  # the saved epoch was complete: the next one starts
             self.epoch, self.base, self.position = state["epoch"] + 1, 0, 0
         else:
             self.epoch, self.base, self.position = state["epoch"], global_position, 0
+            if global_position and (saved_k, list(saved_rows) if saved_k else []) != (
+                    self.window_shards, self.shard_rows if self.window_shards else []):
+                self._check_layout(saved_k, list(saved_rows), global_position)
+                self._resumed_layout = (self.epoch, saved_k, list(saved_rows))
         self._yielded, self._counted, self._handed_out = 0, False, False
+
+    def _check_layout(self, saved_k: int, saved_rows: list[int], global_position: int) -> None:
+        """Whether this sampler can finish an epoch begun in windows of `saved_k` shards (0: none)."""
+        where = f"the checkpoint stopped {global_position} of {self.n} rows into epoch {self.epoch}"
+        if saved_k and sum(saved_rows) != self.n:
+            raise ValueError(f"{where}, reading {len(saved_rows)} shards of {sum(saved_rows)} rows; this split has "
+                             f"{self.n} rows: resume on the same data")
+        if saved_k and self.shard_rows and saved_rows != self.shard_rows:
+            raise ValueError(f"{where} reading shards of other sizes than this split's: resume on the same data")
+        if not self.window_shards:
+            return  # every row is at hand: the saved order is read as it is
+        if not saved_k:
+            raise ValueError(f"{where} in an order over the whole split, which this run's shard cache (windows of "
+                             f"{self.window_shards} shards) cannot hold: resume without --cache_limit (or one that "
+                             "holds the whole split), or from a checkpoint at an epoch's end")
+        if saved_k > self.window_shards:
+            raise ValueError(f"{where} reading windows of {saved_k} shards; this run's shard cache holds "
+                             f"{self.window_shards}: resume with the earlier --cache_limit (or a larger one, or "
+                             "none)")
