@@ -4,6 +4,7 @@ path) is reported, and with --dedup dropped. The byte ranges of one split file a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import replace
 
 from pipeline.beam.unit_results import UnitResult
@@ -40,6 +41,35 @@ def dropped_result(result: UnitResult, reason: str, **changes) -> UnitResult:
     counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
     counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
     return replace(result, skip_reason=reason, parts={}, counts=counts, **changes)
+
+
+def mark_input(parts: list[UnitResult], twin: str | None, drop: bool) -> list[UnitResult]:
+    """One input's results given the earlier input of the same content (`twin`, or None): each
+    kept part names its twin, and with `drop` (--dedup) becomes a skipped result of no rows."""
+    if twin is None:
+        return list(parts)
+    out = []
+    for result in parts:
+        if result.skip_reason is None:
+            result = replace(result, duplicate_of=twin)
+            if drop:
+                result = dropped_result(result, f"duplicate of {twin} (--dedup)")
+        out.append(result)
+    return out
+
+
+def content_record(name_and_parts: tuple[str, list[UnitResult]]) -> list[tuple[str, str]]:
+    """(content key, input) of an input that has one: inputs of one key are exact duplicates."""
+    name, parts = name_and_parts
+    key = input_key(parts)
+    return [(key, name)] if key else []
+
+
+def duplicate_twins(key_and_names: tuple[str, Iterable[str]]) -> list[tuple[str, str]]:
+    """(input, its twin) for every input of one content key but the first by path, its twin."""
+    _, names = key_and_names
+    ordered = sorted(set(names))
+    return [(name, ordered[0]) for name in ordered[1:]]
 
 
 def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:

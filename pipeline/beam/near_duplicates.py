@@ -17,7 +17,6 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.combiners import ToListCombineFn
 
 from pipeline.beam.duplicates import by_input, dropped_result
 from pipeline.beam.unit_results import UnitResult
@@ -71,20 +70,34 @@ def candidate_pairs(members: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
     return [(a, b) for a, b in pairs if content[a] != content[b]]
 
 
-class FindNearDuplicateCandidates(beam.PTransform):
-    """UnitResult -> one sorted list of candidate pairs (earlier input, later input)."""
+BAND_GROUPS = 4096  # band hashes are grouped by their remainder: a shuffle key per 4,096, not per band
 
-    def expand(self, unit_results):
+
+def _in_band_group(record: tuple[int, tuple[str, str]]) -> tuple[int, tuple[int, tuple[str, str]]]:
+    return record[0] % BAND_GROUPS, record
+
+
+def _pairs_in_bands(group: tuple[int, Iterable[tuple[int, tuple[str, str]]]]) -> list[tuple[str, str]]:
+    """The candidate pairs of every band of one group (each band's members alone)."""
+    bands: dict[int, list[tuple[str, str]]] = {}
+    for band, member in group[1]:
+        bands.setdefault(band, []).append(member)
+    return [pair for band in sorted(bands) for pair in candidate_pairs(bands[band])]
+
+
+class FindNearDuplicateCandidates(beam.PTransform):
+    """(input, its results) -> the candidate pairs (earlier input, later input), each once. (The local
+    runner holds a shuffle in memory, at a few hundred bytes a key: 64 band keys an input were most
+    of the job's memory on many small files.)"""
+
+    def expand(self, inputs):
         return (
-            unit_results
-            | "ByInput" >> beam.Map(lambda r: (r.input, r))
-            | "GroupInputs" >> beam.GroupByKey()
+            inputs
             | "BandRecords" >> beam.FlatMap(band_records)
+            | "InBandGroups" >> beam.Map(_in_band_group)
             | "GroupBands" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(lambda kv: candidate_pairs(kv[1]))
+            | "PairsInBand" >> beam.FlatMap(_pairs_in_bands)
             | "DistinctPairs" >> beam.Distinct()
-            | "CollectPairs" >> beam.CombineGlobally(ToListCombineFn())
-            | "SortPairs" >> beam.Map(sorted)
         )
 
 
@@ -148,3 +161,118 @@ def mark_near_duplicates(results: list[UnitResult], pairs: list[tuple[str, str]]
                                       f"--near_dedup {threshold})", near_duplicate_of=kept, similarity=similarity)
         out.append(result)
     return out, report
+
+
+# The job's form of `score_pairs` and `mark_near_duplicates`: joins by input, so that no step holds
+# more than one input's results, one pair, or the (small) list of pairs at or above --near_dedup.
+
+
+def signature_record(name_and_parts: tuple[str, list[UnitResult]]) -> list[tuple[str, tuple[np.ndarray, str]]]:
+    """(input, (its signature, its content keys)) of an input that has a signature."""
+    name, parts = name_and_parts
+    signature = input_signature(parts)
+    return [] if signature is None else [(name, (signature, _content(parts)))]
+
+
+def _with_earlier(joined) -> list[tuple[str, tuple[str, np.ndarray, str]]]:
+    """(later, (earlier, earlier's signature, its content)) of the pairs of an earlier input."""
+    earlier, group = joined
+    signatures = list(group["signature"])
+    if not signatures:
+        return []
+    signature, content = signatures[0]
+    return [(later, (earlier, signature, content)) for later in sorted(set(group["later"]))]
+
+
+def _scored(joined) -> list[tuple[str, str, float]]:
+    """(earlier, later, similarity) of the pairs of a later input, at or above REPORT_SIMILARITY."""
+    later, group = joined
+    signatures = list(group["signature"])
+    if not signatures:
+        return []
+    signature, content = signatures[0]
+    out = []
+    for earlier, other, other_content in sorted(group["earlier"], key=lambda e: e[0]):
+        if other_content == content:
+            continue
+        similarity = signature_similarity(other, signature)
+        if similarity >= REPORT_SIMILARITY:
+            out.append((earlier, later, round(similarity, 4)))
+    return out
+
+
+def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(member, root) for every member of a cluster of pairs but its root, the earliest by path."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in sorted(edges):
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return [(member, root(member)) for member in sorted(parent) if root(member) != member]
+
+
+def _with_root(joined) -> list[tuple[str, tuple[str, np.ndarray]]]:
+    """(member, (root, root's signature)) of the members of one root's cluster."""
+    root, group = joined
+    signatures = list(group["signature"])
+    return [(member, (root, signatures[0][0])) for member in sorted(set(group["members"]))] if signatures else []
+
+
+def drop_near(joined, threshold: float) -> list[UnitResult]:
+    """An input's results, skipped as a near duplicate of its cluster's root where it has one."""
+    name, group = joined
+    parts = [part for parts in group["parts"] for part in parts]
+    roots = list(group["root"])
+    if not roots:
+        return parts
+    kept, root_signature = roots[0]
+    signature, _ = next(iter(group["signature"]))
+    similarity = round(signature_similarity(signature, root_signature), 4)
+    return [dropped_result(result, f"near duplicate of {kept} (similarity {similarity:.2f}, --near_dedup "
+                                   f"{threshold})", near_duplicate_of=kept, similarity=similarity)
+            if result.skip_reason is None else result
+            for result in parts]
+
+
+class MarkNearDuplicates(beam.PTransform):
+    """(input, its results), (input, (its signature, its content keys)) of the inputs that have one,
+    and candidate pairs -> (the results, near duplicates dropped with `threshold`; the report entries
+    {path, near_duplicate_of, similarity}), as `mark_near_duplicates` gives them. The results need
+    no signature: only the signature records carry them."""
+
+    def __init__(self, threshold: float | None) -> None:
+        super().__init__()
+        self._threshold = threshold
+
+    def expand(self, inputs_and_pairs):
+        inputs, signatures, pairs = inputs_and_pairs
+        with_earlier = ({"signature": signatures, "later": pairs} | "JoinEarlier" >> beam.CoGroupByKey()
+                        | "WithEarlier" >> beam.FlatMap(_with_earlier))
+        scored = ({"signature": signatures, "earlier": with_earlier} | "JoinLater" >> beam.CoGroupByKey()
+                  | "Score" >> beam.FlatMap(_scored))
+        report = scored | "Report" >> beam.Map(
+            lambda s: {m.KEY_PATH: s[1], m.KEY_NEAR_DUPLICATE_OF: s[0], m.KEY_SIMILARITY: s[2]})
+        results = inputs | "Results" >> beam.FlatMap(lambda kv: kv[1])
+        if self._threshold is None:
+            return results, report
+        threshold = self._threshold
+        members = (
+            scored
+            | "AtThreshold" >> beam.Filter(lambda s: s[2] >= threshold)
+            | "EdgesTogether" >> beam.Map(lambda s: (None, (s[0], s[1])))
+            | "GroupEdges" >> beam.GroupByKey()
+            | "Clusters" >> beam.FlatMap(lambda kv: cluster_roots(kv[1]))
+            | "ByRoot" >> beam.Map(lambda member_root: (member_root[1], member_root[0]))
+        )
+        roots = ({"signature": signatures, "members": members} | "JoinRoots" >> beam.CoGroupByKey()
+                 | "WithRoot" >> beam.FlatMap(_with_root))
+        dropped = ({"parts": inputs, "root": roots, "signature": signatures}
+                   | "JoinInputs" >> beam.CoGroupByKey()
+                   | "DropNear" >> beam.FlatMap(drop_near, threshold=threshold))
+        return dropped, report

@@ -90,11 +90,17 @@ def row_bytes(seq_len: int, id_dtype: np.dtype, masking: str) -> int:
     return sum(per_row[name] for name in shard_columns(masking))
 
 
+def config_key(config: PreprocessConfig) -> str:
+    """The config as the bytes of a shard depend on it (part of each shard's plan hash)."""
+    return json.dumps({k: v for k, v in config.to_record().items() if k not in (*NOT_IN_THE_BYTES, "inputs")},
+                      sort_keys=True)
+
+
 def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_row: int) -> list[ShardTask]:
-    """Every shard of every split, with the part slices it is made of."""
+    """Every shard of every split, with the part slices it is made of, from all results in one list.
+    (The job makes the same plan without that list: `shard_plan`.)"""
     ordered = sorted(results, key=lambda r: r.sort_key)
-    config_key = json.dumps({k: v for k, v in config.to_record().items() if k not in (*NOT_IN_THE_BYTES, "inputs")},
-                            sort_keys=True)
+    configured = config_key(config)
     tasks = []
     for split in m.SPLITS:
         parts = [(r.parts[split][0], r.parts[split][1], r.key) for r in ordered if split in r.parts]
@@ -117,7 +123,7 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
                     position = stop
                     first += 1
             path = posixpath.join(config.output, split, m.shard_name(index, count))
-            plan = hashlib.sha256(json.dumps([config_key, split, index, count, [
+            plan = hashlib.sha256(json.dumps([configured, split, index, count, [
                 (piece.key, piece.start, piece.stop, piece.copy) for piece in slices]]).encode()).hexdigest()
             tasks.append(ShardTask(split=split, index=index, count=count, path=path, slices=tuple(slices), plan=plan))
     return tasks

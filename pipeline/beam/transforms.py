@@ -8,6 +8,7 @@ no token is ever shuffled through a GroupByKey.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import threading
@@ -17,16 +18,24 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.combiners import ToListCombineFn
 
 from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.duplicates import mark_duplicates
+from pipeline.beam.duplicates import content_record, duplicate_twins, mark_input
 from pipeline.beam.finalize import finalize_output
 from pipeline.beam.listed_inputs import list_inputs
-from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, mark_near_duplicates
+from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
 from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
 from pipeline.beam.readers import WorkUnit, split_large_inputs
-from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, plan_shards, row_bytes, write_shard
+from pipeline.beam.shard_plan import (
+    RowSummary,
+    bucket_pieces,
+    bucket_rows,
+    plan_record,
+    row_summary,
+    shard_keys,
+    shard_task,
+)
+from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, row_bytes, write_shard
 from pipeline.beam.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.units import (
@@ -252,9 +261,9 @@ class SpreadUnits(beam.PTransform):
         n_bins, size, key = self._n_bins, self._size, self._key
         return (
             units
-            | "AllUnits" >> beam.combiners.ToList()
-            | "Bin" >> beam.FlatMap(lambda all_units: enumerate(
-                balanced_bins(all_units, n_bins, size=size, key=key)))
+            | "Together" >> beam.Map(lambda unit: (None, unit))
+            | "AllUnits" >> beam.GroupByKey()
+            | "Bin" >> beam.FlatMap(lambda kv: enumerate(balanced_bins(list(kv[1]), n_bins, size=size, key=key)))
             | "GroupBins" >> beam.GroupByKey()
             | "Unbin" >> beam.FlatMap(lambda kv: [unit for group in kv[1] for unit in group])
         )
@@ -297,8 +306,63 @@ class TokenizeAndChunk(beam.PTransform):
         return (results, stitched) | "AllUnitResults" >> beam.Flatten()
 
 
+def _by_input(kv) -> tuple[str, list[UnitResult]]:
+    """An input's results in order (a split file's ranges by source)."""
+    name, parts = kv
+    return name, sorted(parts, key=lambda r: r.source)
+
+
+def _mark_input(joined, drop: bool) -> tuple[str, list[UnitResult]]:
+    name, group = joined
+    twins = list(group["twin"])
+    parts = [part for parts in group["parts"] for part in parts]
+    return name, mark_input(parts, twins[0] if twins else None, drop)
+
+
+def _compact(result: UnitResult) -> UnitResult:
+    """A result as planning and the manifest need it: without its signature (2 KB, for dedup only)."""
+    return dataclasses.replace(result, signature="") if result.signature else result
+
+
+def _compact_input(kv) -> tuple[str, list[UnitResult]]:
+    return kv[0], [_compact(result) for result in kv[1]]
+
+
+def _without_twin(joined) -> list:
+    """An input's signature record unless the input is dropped as a duplicate."""
+    name, group = joined
+    if list(group["twin"]):
+        return []
+    return [(name, record) for record in group["signature"]]
+
+
+def _together(tag: str):
+    return lambda element: (None, (tag, element))
+
+
+def _row_summary(kv) -> RowSummary:
+    return row_summary(entry for entry in kv[1] if entry is not None)
+
+
+def _shard_task(joined, config: PreprocessConfig) -> ShardTask:
+    (split, index), group = joined
+    return shard_task(split, index, next(iter(group["count"])), group["pieces"], config)
+
+
+def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.dtype, spec: SpecFile) -> dict:
+    tagged: dict[str, list] = {"unit": [], "shard": [], "near": []}
+    for tag, element in kv[1]:
+        tagged[tag].append(element)
+    return finalize_output(tagged["unit"], tagged["shard"], config, tokenizer_info, id_dtype, spec.load().json,
+                           tagged["near"])
+
+
 class WriteShards(beam.PTransform):
-    """UnitResult -> one manifest dict: plan shards, mask and write them in parallel, then finalize."""
+    """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
+    then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
+    content keys, a shard) but two small summaries (rows per bucket; the pairs at or above
+    --near_dedup) and the last, which writes the manifest of every input from compact results; no
+    list of all inputs is a side input, nor goes through a global combine."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
@@ -311,26 +375,57 @@ class WriteShards(beam.PTransform):
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
-        pairs = unit_results | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
-        marked = (unit_results | "CollectUnits" >> beam.CombineGlobally(ToListCombineFn())
-                  | "MarkDuplicates" >> beam.Map(mark_duplicates, drop=config.dedup)
-                  | "MarkNearDuplicates" >> beam.Map(mark_near_duplicates, pairs=beam.pvalue.AsSingleton(pairs),
-                                                     threshold=config.near_dedup))
-        units = marked | "Units" >> beam.Map(lambda pair: pair[0])
-        near_report = marked | "NearDuplicateReport" >> beam.Map(lambda pair: pair[1])
+        inputs = (unit_results
+                  | "ByInput" >> beam.Map(lambda r: (r.input, r))
+                  | "GroupInputs" >> beam.GroupByKey()
+                  | "InputParts" >> beam.Map(_by_input))
+        pairs = inputs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
+        twins = (inputs
+                 | "ContentKeys" >> beam.FlatMap(content_record)
+                 | "GroupContent" >> beam.GroupByKey()
+                 | "Twins" >> beam.FlatMap(duplicate_twins))
+        # Signatures (2 KB an input) go on in records of their own, to the joins that score pairs;
+        # an input dropped as a duplicate (--dedup) has none, as in `mark_near_duplicates`.
+        signatures = inputs | "Signatures" >> beam.FlatMap(signature_record)
+        if config.dedup:
+            signatures = ({"signature": signatures, "twin": twins}
+                          | "JoinTwinSignatures" >> beam.CoGroupByKey()
+                          | "KeptSignatures" >> beam.FlatMap(_without_twin))
+        marked = ({"parts": inputs | "CompactInputs" >> beam.Map(_compact_input), "twin": twins}
+                  | "JoinTwins" >> beam.CoGroupByKey()
+                  | "MarkDuplicates" >> beam.Map(_mark_input, drop=config.dedup))
+        units, near_report = ((marked, signatures, pairs)
+                              | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup))
+        buckets = (units
+                   | "PlanRecords" >> beam.FlatMap(plan_record)
+                   | "GroupBuckets" >> beam.GroupByKey())
+        # One summary even when no input has rows (each split then gets one empty shard).
+        seed = unit_results.pipeline | "NoRowsYet" >> beam.Create([(None, None)])
+        summary = ((buckets | "BucketRows" >> beam.Map(bucket_rows) | "RowsTogether" >> beam.Map(lambda e: (None, e)),
+                    seed)
+                   | "AllRows" >> beam.Flatten()
+                   | "GroupRows" >> beam.GroupByKey()
+                   | "RowSummary" >> beam.Map(_row_summary))
+        counts = summary | "ShardKeys" >> beam.FlatMap(shard_keys, config=config, bytes_per_row=bytes_per_row)
+        pieces = buckets | "BucketPieces" >> beam.FlatMap(
+            bucket_pieces, summary=beam.pvalue.AsSingleton(summary), config=config, bytes_per_row=bytes_per_row)
         shards = (
-            units
-            | "PlanShards" >> beam.FlatMap(plan_shards, config=config, bytes_per_row=bytes_per_row)
+            {"count": counts, "pieces": pieces}
+            | "GatherShards" >> beam.CoGroupByKey()
+            | "PlanShards" >> beam.Map(_shard_task, config=config)
             # By rows, as the units are: a random spread of 2 large shards over 2 workers gives one both.
             | "SpreadShards" >> SpreadUnits(n_bins=self._local_workers, size=_shard_rows, key=_shard_path)
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
-            | "CollectShards" >> beam.CombineGlobally(ToListCombineFn())
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
-        return shards | "Finalize" >> beam.Map(
-            lambda shard_results, unit_list, near: finalize_output(unit_list, shard_results, config, tokenizer_info,
-                                                                   id_dtype, shipped.load().json, near),
-            unit_list=beam.pvalue.AsSingleton(units), near=beam.pvalue.AsSingleton(near_report),
+        return (
+            (units | "TagUnits" >> beam.Map(_together("unit")),
+             shards | "TagShards" >> beam.Map(_together("shard")),
+             near_report | "TagNear" >> beam.Map(_together("near")))
+            | "Everything" >> beam.Flatten()
+            | "Together" >> beam.GroupByKey()
+            | "Finalize" >> beam.Map(_finalize, config=config, tokenizer_info=tokenizer_info, id_dtype=id_dtype,
+                                     spec=shipped)
         )
 
 

@@ -1,0 +1,153 @@
+"""The preprocess job on many small inputs: the memory curve of its whole process tree.
+
+    python -m benchmarks.many_files --files 20000 [--folder DIR] [--csv memory.csv] [--limit_gb 6]
+
+Writes N files of 1-4 KB of distinct text (deterministic: file i is drawn from the embedded sample's
+words with seed i; no two share a MinHash band, so near-duplicate detection finds nothing) under
+`DIR/in/` in folders of 10,000, unless they are there already; then runs `jobs.preprocess` on the
+folder (the local runner, its default workers) in a child process, sampling the summed RSS of the
+launcher and every worker process it starts every `--every` seconds. The curve goes to `--csv`
+(seconds, rss_mb, processes); the summary (files, input MB, wall, peak RSS and its per-input share)
+is printed as one JSON line. A run whose tree passes `--limit_gb` is killed (the summary says so):
+a runaway run must not take the machine with it. Made to go to 1,000,000 files (about 2.5 GB of
+input and 1.5 GB of part files; the folder is reused by later runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
+
+FILES_PER_FOLDER = 10_000
+MIN_BYTES, MAX_BYTES = 1024, 4096
+
+
+def _words() -> list[str]:
+    words: set[str] = set()
+    for book in sorted(SAMPLE_BOOKS.glob("*.txt")):
+        words.update(w.strip(".,;:!?\"'()[]").lower() for w in book.read_text(encoding="utf-8").split())
+    return sorted(w for w in words if w.isalpha())
+
+
+def file_text(index: int, words: list[str]) -> str:
+    """File `index`'s text: 1-4 KB of words drawn with seed `index`, in sentences and paragraphs."""
+    rng = np.random.default_rng(index)
+    target = int(rng.integers(MIN_BYTES, MAX_BYTES + 1))
+    out: list[str] = []
+    size = 0
+    while size < target:
+        sentence = " ".join(words[i] for i in rng.integers(0, len(words), int(rng.integers(6, 20))))
+        sentence = sentence[0].upper() + sentence[1:] + "."
+        out.append(sentence + ("\n\n" if rng.random() < 0.2 else " "))
+        size += len(sentence) + 1
+    return "".join(out).strip() + "\n"
+
+
+def write_inputs(folder: Path, files: int) -> int:
+    """Files 0..files-1 under folder (in subfolders of FILES_PER_FOLDER); returns their total bytes.
+    A folder holding a different count is rewritten."""
+    stamp = folder.with_name(folder.name + ".count")
+    if stamp.is_file() and stamp.read_text() == str(files):
+        return sum(p.stat().st_size for p in folder.rglob("*.txt"))
+    shutil.rmtree(folder, ignore_errors=True)
+    words = _words()
+    total = 0
+    for i in range(files):
+        sub = folder / f"{i // FILES_PER_FOLDER:04d}"
+        if i % FILES_PER_FOLDER == 0:
+            sub.mkdir(parents=True)
+        data = file_text(i, words).encode()
+        (sub / f"doc{i:07d}.txt").write_bytes(data)
+        total += len(data)
+    stamp.write_text(str(files))
+    return total
+
+
+def _tree(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [process] + process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _rss(procs: list[psutil.Process]) -> int:
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path) -> dict:
+    """Run argv (in its own process group), sampling its tree's RSS; kill the group past limit_bytes."""
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        watched = psutil.Process(proc.pid)
+        curve: list[tuple[float, float, int]] = []
+        killed = False
+        while proc.poll() is None:
+            procs = _tree(watched)
+            rss = _rss(procs)
+            curve.append((round(time.perf_counter() - started, 2), round(rss / 2**20, 1), len(procs)))
+            if rss > limit_bytes:
+                killed = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+            time.sleep(every)
+    return {"returncode": proc.returncode, "killed": killed, "wall_s": time.perf_counter() - started, "curve": curve}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--folder", help="where the inputs (in/) and the output (out/) go (default: a temp folder)")
+    parser.add_argument("--csv", help="the memory curve (default: FOLDER/memory-N.csv)")
+    parser.add_argument("--every", type=float, default=0.2, help="seconds between RSS samples")
+    parser.add_argument("--limit_gb", type=float, default=6.0, help="kill the run past this tree RSS")
+    parser.add_argument("--keep_output", action="store_true")
+    parser.add_argument("job_args", nargs="*", help="more jobs.preprocess options (after --)")
+    args = parser.parse_args(argv)
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="maskbeam-many-files-"))
+    inputs, output = folder / "in", folder / "out"
+    input_bytes = write_inputs(inputs, args.files)
+    shutil.rmtree(output, ignore_errors=True)
+    job = [sys.executable, "-m", "jobs.preprocess", "--input", str(inputs), "--output", str(output),
+           "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "128", "--progress_seconds", "30",
+           *args.job_args]
+    run = run_sampled(job, args.every, int(args.limit_gb * 2**30), folder / f"job-{args.files}.log")
+    csv_path = Path(args.csv or folder / f"memory-{args.files}.csv")
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["seconds", "rss_mb", "processes"])
+        writer.writerows(run["curve"])
+    peak = max((mb for _, mb, _ in run["curve"]), default=0.0)
+    summary = {"files": args.files, "input_mb": round(input_bytes / 1e6, 1), "wall_s": round(run["wall_s"], 1),
+               "peak_rss_mb": peak, "peak_kb_per_input": round(peak * 1024 / max(args.files, 1), 2),
+               "returncode": run["returncode"], "killed_past_gb": args.limit_gb if run["killed"] else None,
+               "csv": str(csv_path), "log": str(folder / f"job-{args.files}.log")}
+    if not args.keep_output:
+        shutil.rmtree(output, ignore_errors=True)
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
