@@ -255,8 +255,12 @@ def quiet_worker_output(enabled: bool = True):
     threading.excepthook = to_console
     _console_stream, _console_fd = stream, console
     _worker_logs.append(path)
+    failed = False
     try:
         yield WorkerOutput(path)
+    except BaseException:
+        failed = True
+        raise
     finally:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
@@ -272,7 +276,11 @@ def quiet_worker_output(enabled: bool = True):
             stream.close()
         for handler in handlers:
             handler.removeFilter(drop)
-        beam_logger.setLevel(beam_level)
+        # After a failure, Beam's SDK worker threads of this process may still be tearing down bundles
+        # and log their own tracebacks of it (`KeyError: 'bundle_11'` on release): the job has
+        # reported the failure once, and the process is about to exit, so Beam stays muted.
+        if not failed:
+            beam_logger.setLevel(beam_level)
 
 
 def drop_worker_logs() -> None:

@@ -232,5 +232,5 @@ def test_the_tokenizer_published_is_the_manifest_s(outputs, tmp_path, capsys):
     with pytest.raises(SystemExit) as error:
         run([str(old), "--repo_id", "a/b", "--dry_run", str(tmp_path / "refused")])
     err = capsys.readouterr().err
-    assert error.value.code == 1 and "tokenizer.json" in err and "is not the manifest's tokenizer" in err
+    assert error.value.code == 1 and "tokenizer.json" in err and "not the tokenizer the manifest names" in err
     assert not (tmp_path / "refused").exists()
