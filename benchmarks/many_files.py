@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from benchmarks.procmon import rss_of, tree_processes
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 
 FILES_PER_FOLDER = 10_000
@@ -77,23 +78,6 @@ def write_inputs(folder: Path, files: int) -> int:
     return total
 
 
-def _tree(process: psutil.Process) -> list[psutil.Process]:
-    try:
-        return [process] + process.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _rss(procs: list[psutil.Process]) -> int:
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
 def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path) -> dict:
     """Run argv (in its own process group), sampling its tree's RSS; kill the group past limit_bytes."""
     started = time.perf_counter()
@@ -103,8 +87,8 @@ def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path)
         curve: list[tuple[float, float, int]] = []
         killed = False
         while proc.poll() is None:
-            procs = _tree(watched)
-            rss = _rss(procs)
+            procs = tree_processes(watched)
+            rss = rss_of(procs)
             curve.append((round(time.perf_counter() - started, 2), round(rss / 2**20, 1), len(procs)))
             if rss > limit_bytes:
                 killed = True

@@ -19,18 +19,27 @@ class Measured:
     stderr: str = ""
 
 
-def _tree_rss(process: psutil.Process) -> int:
-    total = 0
+def tree_processes(process: psutil.Process) -> list[psutil.Process]:
+    """`process` and all its descendants ([] once it is gone)."""
     try:
-        procs = [process] + process.children(recursive=True)
+        return [process] + process.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0
+        return []
+
+
+def rss_of(procs: list[psutil.Process]) -> int:
+    """The summed RSS of `procs` (those gone meanwhile count 0)."""
+    total = 0
     for proc in procs:
         try:
             total += proc.memory_info().rss
         except psutil.NoSuchProcess:
             continue
     return total
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    return rss_of(tree_processes(process))
 
 
 def run_measured(argv: list[str], env: dict | None = None, cwd: str | None = None) -> Measured:

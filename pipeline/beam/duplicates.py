@@ -80,16 +80,8 @@ def mark_duplicates(results: list[UnitResult], drop: bool) -> list[UnitResult]:
     out = []
     for name, parts in by_input(results).items():
         key = input_key(parts)
-        if key and key in first_by_key:
-            twin = first_by_key[key]
-            for result in parts:
-                if result.skip_reason is None:
-                    result = replace(result, duplicate_of=twin)
-                    if drop:
-                        result = dropped_result(result, f"duplicate of {twin} (--dedup)")
-                out.append(result)
-            continue
-        if key:
+        twin = first_by_key.get(key) if key else None
+        if key and twin is None:
             first_by_key[key] = name
-        out.extend(parts)
+        out.extend(mark_input(parts, twin, drop))
     return out
