@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from pipeline.consumers.models import encoder_and_head
 from pipeline.consumers.train_config import TrainConfig
+from schemas import manifest as m
+from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets), for MFU.
@@ -160,17 +162,19 @@ def hf_tokenizer(spec, model_max_length: int, model=None):
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer.from_str(spec.json)
-    unk = json.loads(spec.json).get("model", {}).get("unk_token")
+    from pipeline.tokenizer.transformers_files import special_tokens
+
     names = ["input_ids", "token_type_ids", "attention_mask"]
     if model is not None and ("token_type_ids" not in inspect.signature(model.forward).parameters
                               or getattr(model.config, "type_vocab_size", 2) < 2):
         names.remove("token_type_ids")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token=unk, cls_token=tok.id_to_token(spec.cls_id),
-        sep_token=tok.id_to_token(spec.sep_id), pad_token=tok.id_to_token(spec.pad_id),
-        mask_token=tok.id_to_token(spec.mask_id), model_max_length=model_max_length, model_input_names=names,
-    )
+    # The special tokens exactly as the output's own tokenizer_config.json names them (the unknown
+    # token by the id the spec uses, every other never-selected id an additional special token).
+    record = {m.KEY_SPECIAL_IDS: {SPECIAL_CLS: spec.cls_id, SPECIAL_SEP: spec.sep_id, SPECIAL_PAD: spec.pad_id,
+                                  m.KEY_MASK_ID: spec.mask_id},
+              m.KEY_NEVER_SELECTED: list(spec.special_ids)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(spec.json), model_max_length=model_max_length,
+                                   model_input_names=names, **special_tokens(spec.json, record))
 
 
 def plot_metrics(metrics_path: str, png: str) -> None:

@@ -84,3 +84,16 @@ def test_special_tokens_only_in_the_vocabulary_keep_their_ids(tmp_path):
     auto, spec, record = _auto_tokenizer(json.dumps(config), tmp_path / "out", seq_len=128)
     assert spec.mask_id == 103 and len(auto) == spec.vocab_size
     _check(auto, spec, record, seq_len=128, text=TEXT.replace("[MASK] ", ""))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_model_folder_s_tokenizer_names_the_same_special_tokens(family, tmp_path):
+    """`jobs.train` saves `hf_tokenizer` with the model: its special tokens are the output's (a Unigram
+    model names its unknown piece by id, which a lookup of the model's `unk_token` string missed)."""
+    from pipeline.consumers.training import hf_tokenizer
+
+    auto, spec, record = _auto_tokenizer(resolve_tokenizer_json(str(FAMILIES[family])), tmp_path / "out")
+    hf_tokenizer(spec, 64).save_pretrained(tmp_path / "model")
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
+    _check(saved, spec, record)
+    assert saved.special_tokens_map == auto.special_tokens_map
