@@ -27,6 +27,7 @@ _inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 ROOT = 0
 _FREE = -1
+_UNLISTED = -2  # prev_free of a cell that is not in the free list
 MAX_TRIES = 16  # failed tries of a free cell as a node's first child before the search skips it
 
 
@@ -90,6 +91,22 @@ def _grown(size, kept, base_, check_, value_, next_, prev_, tries_):
             base[t], check[t], value[t] = 0, _FREE, -1
             next_free[t], prev_free[t], tries[t] = -1, -1, 0
     return base, check, value, next_free, prev_free, tries
+
+
+@_inner
+def _unlink(cell, next_free, prev_free, head, tail):
+    """Take `cell` out of the doubly linked free list; the list's new (head, tail)."""
+    before, after = prev_free[cell], next_free[cell]
+    if before >= 0:
+        next_free[before] = after
+    else:
+        head = after
+    if after >= 0:
+        prev_free[after] = before
+    else:
+        tail = before
+    prev_free[cell] = _UNLISTED
+    return head, tail
 
 
 @kernel()
@@ -166,33 +183,15 @@ def _build(blob, starts, lengths, ids, capacity):
             following = next_free[position]
             tries[position] += 1
             if tries[position] >= MAX_TRIES:  # leaves the list
-                before, after = prev_free[position], next_free[position]
-                if before >= 0:
-                    next_free[before] = after
-                else:
-                    head = after
-                if after >= 0:
-                    prev_free[after] = before
-                else:
-                    tail = before
-                prev_free[position] = -2  # not in the list
+                head, tail = _unlink(position, next_free, prev_free, head, tail)
             position = following
         base[node] = b
         for i in range(count):
             t = b + children[i]
             check[t] = node
             used = max(used, t + 1)
-            if prev_free[t] != -2:  # still in the list: take it out
-                before, after = prev_free[t], next_free[t]
-                if before >= 0:
-                    next_free[before] = after
-                else:
-                    head = after
-                if after >= 0:
-                    prev_free[after] = before
-                else:
-                    tail = before
-                prev_free[t] = -2
+            if prev_free[t] != _UNLISTED:  # still in the list: take it out
+                head, tail = _unlink(t, next_free, prev_free, head, tail)
         if top + count > stack.shape[0]:
             stack2 = np.empty((stack.shape[0] * 2 + count, 4), np.int64)
             for r in range(top):
