@@ -74,13 +74,28 @@ class Ranks:
             dist.destroy_process_group()
 
 
+def cuda_index(local_rank: int, visible: int) -> int:
+    """The GPU of a local rank among the `visible` ones: its own where the node shows every rank all
+    its GPUs (torchrun, --nproc_per_node), the only one where a scheduler shows each task one GPU
+    (SLURM's --gpus-per-task, Kubernetes), where `cuda:LOCAL_RANK` would not exist.
+
+    Raises:
+        RuntimeError: more local ranks than visible GPUs (two ranks would share one silently)."""
+    if visible == 1:
+        return 0
+    if 0 <= local_rank < visible:
+        return local_rank
+    raise RuntimeError(f"local rank {local_rank} has no GPU of its own: {visible} visible "
+                       "(CUDA_VISIBLE_DEVICES); start at most one rank per GPU")
+
+
 def init_ranks() -> Ranks:
     """The ranks torchrun started (RANK, WORLD_SIZE, LOCAL_RANK in the environment), or one process.
     Each rank uses the GPU of its local rank when there are GPUs."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    device = torch.device("cuda", cuda_index(local_rank, torch.cuda.device_count())) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if world_size == 1:

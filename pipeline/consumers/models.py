@@ -87,16 +87,26 @@ def build_model(spec: TokenizerSpec, seq_len: int, device: torch.device, *, mode
     config = AutoConfig.from_pretrained(model) if model else scratch_config(arch, size, spec, seq_len)
     if model:
         check_vocabulary(model, config, spec)
-    impl = attention_implementation(config.model_type, device)
-    for attempt in (impl, "eager"):
-        try:
-            if model:
-                return AutoModelForMaskedLM.from_pretrained(model, attn_implementation=attempt)
+    if model:
+        def load(attempt):
+            return AutoModelForMaskedLM.from_pretrained(model, attn_implementation=attempt)
+    else:
+        def load(attempt):
             return AutoModelForMaskedLM.from_config(config, attn_implementation=attempt)
+    return with_attention_fallback(load, attention_implementation(config.model_type, device), config.model_type)
+
+
+def with_attention_fallback(load, first: str, model_type: str):
+    """`load(implementation)` with `first`, then sdpa, then eager: the first that the family (and the
+    installed kernels: a broken flash-attn raises on load) supports."""
+    attempts = list(dict.fromkeys((first, "sdpa", "eager")))
+    for attempt, fallback in zip(attempts, attempts[1:] + [None]):
+        try:
+            return load(attempt)
         except (ValueError, ImportError) as error:  # the family has no such attention implementation
-            if attempt == "eager" or "attn" not in str(error).lower() and "attention" not in str(error).lower():
+            if fallback is None or "attn" not in str(error).lower() and "attention" not in str(error).lower():
                 raise
-            _log.info("%s: %s attention unavailable (%s), using eager", config.model_type, attempt, error)
+            _log.info("%s: %s attention unavailable (%s), using %s", model_type, attempt, error, fallback)
     raise AssertionError("unreachable")
 
 

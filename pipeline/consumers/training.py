@@ -18,8 +18,8 @@ from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS
 
 # Dense bf16 peak FLOP/s by device name fragment (vendor data sheets), for MFU.
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10G": 125e12, "L4": 121e12,
-                   "V100": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L40": 181e12, "A10G": 125e12,
+                   "L4": 121e12, "V100": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12}
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "train_config.json"
 LOG_FILE = "train.log"
@@ -49,8 +49,14 @@ def flops_per_token(model, seq_len: int, head_fraction: float = 1.0) -> float:
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    return peak_flops_of(torch.cuda.get_device_name(device))
+
+
+def peak_flops_of(device_name: str) -> float | None:
+    """The table's figure for a device name: the longest fragment it contains wins ("NVIDIA L40S" is
+    an L40S, not an L40 or an L4)."""
+    found = [fragment for fragment in PEAK_BF16_FLOPS if fragment in device_name]
+    return PEAK_BF16_FLOPS[max(found, key=len)] if found else None
 
 
 def target_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,

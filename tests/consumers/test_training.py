@@ -159,3 +159,41 @@ def test_checkpoints_beyond_the_total_limit_are_removed(tmp_path):
     assert load_checkpoint(path)["step"] == 40 and load_checkpoint(str(tmp_path / "checkpoint-30.pt"))["step"] == 30
     save_checkpoint(path, {"model": {}, "optimizer": {}, "step": 50}, keep=1, previous_step=40)
     assert os.listdir(tmp_path) == ["checkpoint.pt"]
+
+
+def test_peak_flops_take_the_longest_device_name_fragment():
+    from pipeline.consumers.training import peak_flops_of
+
+    assert peak_flops_of("NVIDIA L40S") == 362e12
+    assert peak_flops_of("NVIDIA L40") == 181e12  # matched "L4" (121e12) before
+    assert peak_flops_of("NVIDIA L4") == 121e12
+    assert peak_flops_of("NVIDIA H200") == 989e12
+    assert peak_flops_of("Some Other GPU") is None
+
+
+def test_a_local_rank_takes_the_only_gpu_a_scheduler_shows_it():
+    from pipeline.consumers.distributed import cuda_index
+
+    assert cuda_index(3, 1) == 0  # one GPU per task: cuda:3 does not exist there
+    assert [cuda_index(r, 4) for r in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError, match="local rank 4 has no GPU of its own: 4 visible"):
+        cuda_index(4, 4)
+
+
+def test_an_unavailable_attention_falls_back_to_sdpa_before_eager(spec):
+    """flash-attn is not installed here: asking for it fails in transformers for real, and the model
+    comes with sdpa (it fell back to eager, the slowest)."""
+    from transformers import AutoModelForMaskedLM
+
+    from pipeline.consumers.models import scratch_config, with_attention_fallback
+
+    config = scratch_config("modernbert", "tiny", spec, 64)
+    tried = []
+
+    def load(attempt):
+        tried.append(attempt)
+        return AutoModelForMaskedLM.from_config(config, attn_implementation=attempt)
+
+    model = with_attention_fallback(load, "flash_attention_2", "modernbert")
+    assert tried == ["flash_attention_2", "sdpa"]
+    assert model.config._attn_implementation == "sdpa"
