@@ -9,11 +9,18 @@ of the element and allocates it: 20,000 small files took 10-20 GB in seconds, or
 decoding error, depending on where the timer fell (Beam issues #21104, #23944). Subprocess workers
 (`multi_processing`) flush by size only, between elements, and so do these with the timer pushed
 past any run.
+
+`side_input_sizes_without_module_scan` is the other in-process workaround: Beam's state cache weighs
+every side input it caches with `objsize`, which by default first walks `vars()` of every module in
+`sys.modules` to exclude their globals; in a process that has imported torch that walk aborted the
+interpreter (SIGABRT, seen once in the suite's in-process runs). Our side inputs are plain data that
+no module global refers to, so they are weighed without that walk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 
 # A day: the timer never fires in a batch run; streams flush when full and at the end of a bundle.
@@ -31,3 +38,28 @@ def whole_element_flushes() -> Iterator[None]:
         yield
     finally:
         worker_handlers.DATA_BUFFER_TIME_LIMIT_MS = before
+
+
+@contextlib.contextmanager
+def side_input_sizes_without_module_scan() -> Iterator[None]:
+    """For a pipeline started inside: Beam's state cache weighs side inputs without walking every
+    module's globals (objsize's `exclude_modules_globals`). Where objsize has no such setting, or Beam
+    weighs otherwise, nothing changes."""
+    import objsize
+    from apache_beam.runners.worker import statecache
+
+    weigh = getattr(statecache, "get_deep_size", None)
+    if weigh is None or "exclude_modules_globals" not in inspect.signature(objsize.get_deep_size).parameters:
+        yield
+        return
+
+    def without_module_scan(*objs):
+        return objsize.get_deep_size(*objs, get_size_func=statecache._size_func,
+                                     get_referents_func=statecache._get_referents_func,
+                                     filter_func=statecache._filter_func, exclude_modules_globals=False)
+
+    statecache.get_deep_size = without_module_scan
+    try:
+        yield
+    finally:
+        statecache.get_deep_size = weigh

@@ -163,3 +163,27 @@ def test_the_job_on_many_small_files_stays_under_its_memory_bound(tmp_path):
     manifest = json.loads((tmp_path / "out" / m.MANIFEST_FILE).read_text())
     assert manifest[m.KEY_COUNTS][m.FILES_READ] == MEMORY_FILES
     assert manifest[m.KEY_COUNTS][m.FILES_SKIPPED] == 0
+
+
+def test_side_inputs_are_weighed_without_walking_every_module(monkeypatch):
+    """Beam's state cache weighs each side input with objsize, which walked `vars()` of every module
+    first: that walk aborted an in-process run once (SIGABRT) after torch was imported. Inside the job
+    the walk is skipped and the weight is still the value's; outside it Beam's own function is back."""
+    import objsize.traverse
+    from apache_beam.runners.worker import statecache
+
+    from pipeline.beam.data_flush import side_input_sizes_without_module_scan
+
+    value = [(i, f"bucket {i}") for i in range(1000)]
+    beams = statecache.get_deep_size
+
+    def walk():
+        raise AssertionError("walked the modules' globals")
+
+    monkeypatch.setattr(objsize.traverse, "_iter_modules_globals", walk)
+    with pytest.raises(AssertionError, match="walked"):
+        statecache.get_deep_size(value)
+    with side_input_sizes_without_module_scan():
+        weight = statecache.get_deep_size(value)
+    assert statecache.get_deep_size is beams
+    assert weight > 1000 * 50  # a thousand tuples of an int and a str: tens of KB, not a shallow size
