@@ -69,8 +69,13 @@ class Ranks:
         dist.broadcast_object_list(holder, src=0, group=self.control)
         return holder[0]
 
-    def close(self) -> None:
+    def close(self, together: bool = True) -> None:
+        """Leave the process group. `together` (every rank got here without an error): a barrier
+        first, so no rank tears its connections down while another still uses them (gloo can then
+        abort a process at exit); never after an error, where the other ranks may never arrive."""
         if self.distributed and dist.is_initialized():
+            if together:
+                dist.barrier(group=self.control)
             dist.destroy_process_group()
 
 

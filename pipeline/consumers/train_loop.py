@@ -79,11 +79,14 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> dict:
     """Train as `cfg` says on this process's rank; returns the final validation metrics ({} without a
     validation split)."""
     ranks = init_ranks()
+    finished = False
     try:
         with StopRequests(announce=ranks.is_main) as stop:
-            return _train(cfg, ranks, stop, list(sys.argv[1:] if argv is None else argv))
+            metrics = _train(cfg, ranks, stop, list(sys.argv[1:] if argv is None else argv))
+        finished = True
+        return metrics
     finally:
-        ranks.close()
+        ranks.close(together=finished)
 
 
 def _train(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str]) -> dict:
