@@ -26,8 +26,8 @@ def _passes(corpus: Path, workload: str, repeat: int) -> list[float]:
     """CPU seconds of `repeat` passes of one workload (after a warm-up pass), in this process."""
     paths = sorted(corpus.glob("*.txt"))
     if workload == "scan":
-        from pipeline.beam.readers import WorkUnit
-        from pipeline.beam.streams import UnitReader
+        from pipeline.beam.reading.reader import UnitReader
+        from pipeline.beam.reading.work_units import WorkUnit
 
         units = [WorkUnit(source=str(p), format="text", size=p.stat().st_size) for p in paths]
 
@@ -35,7 +35,7 @@ def _passes(corpus: Path, workload: str, repeat: int) -> list[float]:
             for unit in units:
                 UnitReader(unit, "text", False).scan()
     else:
-        from pipeline.kernels.quality import MinHasher, script_letter_counts
+        from pipeline.kernels.text.quality import MinHasher, script_letter_counts
 
         datas = [p.read_bytes() for p in paths]
 
@@ -62,7 +62,7 @@ def _passes(corpus: Path, workload: str, repeat: int) -> list[float]:
 def _newlines(data: bytes) -> None:
     """CRLF and CR to LF, control bytes counted: as the checkout under test does it."""
     try:
-        from pipeline.kernels.cleaning import normalize_newline_bytes
+        from pipeline.kernels.text.cleaning import normalize_newline_bytes
     except ImportError:  # a checkout from before the kernel: what it did instead
         normalized = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         normalized.translate(None, bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F]))

@@ -39,12 +39,12 @@ def measure(data: str, arch: str, head: str, size: str, steps: int, warmup: int,
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader
 
-    from pipeline.consumers.distributed import init_ranks
-    from pipeline.consumers.loader import MlmCollator, MlmShardDataset, widen
-    from pipeline.consumers.models import build_model
+    from pipeline.consumers.loading import MlmCollator, MlmShardDataset, widen
     from pipeline.consumers.outputs import tokenizer_spec
-    from pipeline.consumers.train_loop import MaskedLMLoss
-    from pipeline.consumers.training import autocast, flops_per_token, peak_flops
+    from pipeline.consumers.training.helpers import autocast, flops_per_token, peak_flops
+    from pipeline.consumers.training.loop import MaskedLMLoss
+    from pipeline.consumers.training.models import build_model
+    from pipeline.consumers.training.ranks import init_ranks
     from schemas.shard import ATTENTION_MASK
 
     ranks = init_ranks()

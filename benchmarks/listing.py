@@ -20,8 +20,8 @@ from pathlib import Path
 
 import apache_beam as beam
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.reading.work_units import expand_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.transforms import Preprocess
 from pipeline.sample import SAMPLE_TOKENIZER
 from pipeline.tokenizer.resolve import resolve_tokenizer_json

@@ -17,7 +17,7 @@ import time
 import torch
 from torch.utils.data import DataLoader
 
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 from pipeline.storage.shard_rows import DEFAULT_READ_MODE
 
 

@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 
 MB = 1024 * 1024
 

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from pipeline.kernels.masking import mask_rows
+from pipeline.kernels.rows.masking import mask_rows
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
 

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.kernels.cleaning import clean_bytes
-from pipeline.kernels.sentences import split_sentences
+from pipeline.kernels.text.cleaning import clean_bytes
+from pipeline.kernels.text.sentences import split_sentences
 from pipeline.tokenizer.encode import iter_paragraphs
 
 GOLDEN = Path(__file__).parent / "data" / "sentences_golden.json"

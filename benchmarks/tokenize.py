@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 from benchmarks.corpus import corpus_files  # noqa: E402
-from pipeline.kernels.cleaning import NotText, clean_bytes  # noqa: E402
+from pipeline.kernels.text.cleaning import NotText, clean_bytes  # noqa: E402
 from pipeline.tokenizer.encode import ENCODE_BATCH, iter_paragraphs, tokenize_text  # noqa: E402
 from pipeline.tokenizer.fast import FastTokenizer  # noqa: E402
 from pipeline.tokenizer.resolve import resolve_tokenizer_json  # noqa: E402

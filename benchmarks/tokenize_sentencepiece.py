@@ -32,9 +32,9 @@ import numpy as np  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 from benchmarks.corpus import corpus_files  # noqa: E402
-from pipeline.kernels.cleaning import NotText, clean_bytes  # noqa: E402
+from pipeline.kernels.text.cleaning import NotText, clean_bytes  # noqa: E402
 from pipeline.tokenizer.encode import ENCODE_BATCH, iter_paragraphs  # noqa: E402
-from pipeline.tokenizer.sentencepiece import CACHE_SLOTS, SentencePieceFastTokenizer, _chunk_cache  # noqa: E402
+from pipeline.tokenizer.sentencepiece.fast import CACHE_SLOTS, SentencePieceFastTokenizer, _chunk_cache  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "tokenizers"
 TOKENIZERS = ("xlmr_unigram", "t5_unigram", "nmt_nfkc_unigram", "llama_bpe")

@@ -1,5 +1,5 @@
 """Training step speed with the full MLM head (`model(**batch).loss`, the vocabulary projection at
-every position) and with the gathered head (`pipeline.consumers.training.mlm_loss`: projection only
+every position) and with the gathered head (`pipeline.consumers.training.helpers.mlm_loss`: projection only
 at the ~15% target positions), as `jobs.train` now does. Same model, same batches, interleaved.
 
     python -m benchmarks.train_step [--configs tiny,mini] [--seq_len 128,512] [--batch_size 16] [--repeat 7]
@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from pipeline.consumers.models import MODEL_SIZES, build_model
-from pipeline.consumers.training import mlm_loss
+from pipeline.consumers.training.helpers import mlm_loss
+from pipeline.consumers.training.models import MODEL_SIZES, build_model
 from pipeline.sample import SAMPLE_TOKENIZER
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=3, help="steps per timed run")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs per head (interleaved)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--arch", default="bert", help="a family of pipeline.consumers.models.ARCHITECTURES")
+    parser.add_argument("--arch", default="bert", help="a family of pipeline.consumers.training.models.ARCHITECTURES")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

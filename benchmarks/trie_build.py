@@ -10,7 +10,7 @@ import argparse
 import random
 import time
 
-from pipeline.kernels.trie import DoubleArray
+from pipeline.kernels.tokenizer.sentencepiece.trie import DoubleArray
 
 
 def vocabulary(size: int, seed: int = 0) -> dict[bytes, int]:

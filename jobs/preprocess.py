@@ -206,7 +206,7 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     missing = [*map(missing_local_input, known.input), known.tokenizer and missing_tokenizer(known.tokenizer)]
     if any(missing):
         parser.error(next(problem for problem in missing if problem))
-    from pipeline.beam.runner_options import DASK_RUNNER, check_beam_options, runner_aliases
+    from pipeline.beam.run.runner_options import DASK_RUNNER, check_beam_options, runner_aliases
 
     dask_runner = [f"--runner={DASK_RUNNER}"] if known.dask_local_workers else []
     try:
@@ -227,10 +227,10 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
 
 def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, beam_args: list[str], *,
                  command_line: bool, terminal: bool):
-    from pipeline.beam.config import PreprocessConfig
-    from pipeline.beam.job import prepare_run, run_pipeline
-    from pipeline.beam.readers import InputError
-    from pipeline.beam.runner_options import use_filesystem_options
+    from pipeline.beam.reading.work_units import InputError
+    from pipeline.beam.run.config import PreprocessConfig
+    from pipeline.beam.run.job import prepare_run, run_pipeline
+    from pipeline.beam.run.runner_options import use_filesystem_options
     from pipeline.beam.transforms import failure_message
     from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
     from pipeline.tokenizer.spec import TokenizerError

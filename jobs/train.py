@@ -18,7 +18,7 @@ from dataclasses import MISSING, fields
 from pipeline.console import setup_logging
 from pipeline.console.arguments import OneLineParser
 from pipeline.console.preflight import missing_folder
-from pipeline.consumers.train_config import TrainConfig
+from pipeline.consumers.training.config import TrainConfig
 
 # torch, transformers and the readers are imported once the command line is checked (see `parse`).
 
@@ -106,8 +106,8 @@ def run(argv: list[str] | None = None) -> dict:
     validation split). Ctrl-C/SIGTERM: SystemExit 130/143 after a checkpoint, with one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
-    from pipeline.consumers.rank_launcher import launch_ranks
-    from pipeline.consumers.train_loop import TrainingInterrupted, train
+    from pipeline.consumers.training.launcher import launch_ranks
+    from pipeline.consumers.training.loop import TrainingInterrupted, train
 
     nproc = parser().parse_args(args).nproc_per_node  # checked by parse()
     if nproc > 1:  # this process only starts the ranks, which parse and check the same flags again
@@ -125,7 +125,7 @@ def run(argv: list[str] | None = None) -> dict:
 
 def _final_metrics(output: str) -> dict:
     """What `train` returned on rank 0: the last row of metrics.jsonl when it is the final evaluation."""
-    from pipeline.consumers.training import METRICS_FILE
+    from pipeline.consumers.training.helpers import METRICS_FILE
 
     with open(os.path.join(output, METRICS_FILE), encoding="utf-8") as handle:
         last = json.loads(handle.read().splitlines()[-1])
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run(argv)
     except KeyboardInterrupt:  # a second Ctrl-C before the checkpoint was written, or one before the handlers
-        from pipeline.consumers.distributed import StopRequests
+        from pipeline.consumers.training.ranks import StopRequests
 
         what = "interrupted twice" if StopRequests.received else "interrupted while starting"
         print(f"jobs.train: {what}, stopped without saving (the last checkpoint, if any, is intact)",

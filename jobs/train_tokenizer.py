@@ -58,7 +58,7 @@ def run(argv: list[str] | None = None) -> str:
         earlier = check_tokenizer_output(output, args.overwrite)
     except FileExistsError as error:
         parser.error(str(error))
-    from pipeline.beam.readers import InputError  # Beam: once the command line is checked
+    from pipeline.beam.reading.work_units import InputError  # Beam: once the command line is checked
 
     try:
         listed = _list_inputs(args.input, output)
@@ -68,7 +68,7 @@ def run(argv: list[str] | None = None) -> str:
 
 
 def _list_inputs(patterns: list[str], output: str):
-    from pipeline.beam.listed_inputs import list_inputs
+    from pipeline.beam.reading.listed_inputs import list_inputs
 
     listed = list_inputs(patterns, output)
     listed.log(_log)
@@ -76,9 +76,9 @@ def _list_inputs(patterns: list[str], output: str):
 
 
 def _train(parser: OneLineParser, args, output: str, listed, earlier: list[str]) -> str:
-    from pipeline.beam.finalize import count_by_kind
-    from pipeline.beam.summary import named_skips, skipped_text
+    from pipeline.beam.run.summary import named_skips, skipped_text
     from pipeline.beam.tokenizer_training import SAVED_FILES, TrainingText, save_tokenizer, train_tokenizer
+    from pipeline.beam.writing.finalize import count_by_kind
     from pipeline.tokenizer.trained_output import replace_tokenizer_output, write_tokenizer_run
     from schemas import manifest as m
 

@@ -12,7 +12,7 @@
 
 Importing this package has no side effects. Importing `pipeline.beam` has two, both for the Beam
 layer's own sake: it holds back one Beam import-time warning (`pipeline.console.logs`), and it makes
-Beam's S3 wrapper share one boto3 client per S3 configuration and process (`pipeline.beam.s3_clients`:
+Beam's S3 wrapper share one boto3 client per S3 configuration and process (`pipeline.beam.run.s3_clients`:
 only a reviewed constructor is wrapped, a client is reused only for the configuration it was built
 from). Consumers never import `pipeline.beam`.
 """

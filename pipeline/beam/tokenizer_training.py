@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from pipeline.beam.readers import WorkUnit
-from pipeline.beam.streams import UnitReader
+from pipeline.beam.reading.reader import UnitReader
+from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.tokenizer.encode import iter_paragraphs
 from schemas.options import TOKENIZER_KINDS
 

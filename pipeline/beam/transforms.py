@@ -19,24 +19,13 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.duplicates import content_record, duplicate_twins, mark_input
-from pipeline.beam.finalize import finalize_output
-from pipeline.beam.listed_inputs import list_inputs
-from pipeline.beam.near_duplicates import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
-from pipeline.beam.ranges import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import WorkUnit, split_large_inputs
-from pipeline.beam.shard_plan import (
-    RowSummary,
-    bucket_pieces,
-    bucket_rows,
-    plan_record,
-    row_summary,
-    shard_keys,
-    shard_task,
-)
-from pipeline.beam.sharding import STAGE_SHARDS, ShardTask, row_bytes, write_shard
-from pipeline.beam.spec_file import SpecFile, ship_spec
+from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
+from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
+from pipeline.beam.input_splits import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.reading.listed_inputs import list_inputs
+from pipeline.beam.reading.work_units import WorkUnit, split_large_inputs
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.run.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.units import (
     STAGE_QUALITY,
@@ -46,8 +35,19 @@ from pipeline.beam.units import (
     StageClock,
     process_unit,
 )
-from pipeline.kernels.chunking import RowLayout
-from pipeline.kernels.planning import balanced_bins
+from pipeline.beam.writing.finalize import finalize_output
+from pipeline.beam.writing.planning import balanced_bins
+from pipeline.beam.writing.shard_plan import (
+    RowSummary,
+    bucket_pieces,
+    bucket_rows,
+    plan_record,
+    row_summary,
+    shard_keys,
+    shard_task,
+)
+from pipeline.beam.writing.sharding import STAGE_SHARDS, ShardTask, row_bytes, write_shard
+from pipeline.kernels.rows.chunking import RowLayout
 from pipeline.tokenizer.derived_cuts import no_cut_reason
 from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer

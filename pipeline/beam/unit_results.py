@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.arrow_io import read_text, write_text
-from pipeline.beam.readers import WorkUnit
-from pipeline.kernels.quality import dominant_script
+from pipeline.beam.reading.work_units import WorkUnit
+from pipeline.beam.writing.arrow_io import read_text, write_text
+from pipeline.kernels.text.quality import dominant_script
 
 
 @dataclass

@@ -10,14 +10,14 @@ import time
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.part_writer import PartWriter
-from pipeline.beam.readers import FORMAT_HF, WorkUnit
-from pipeline.beam.streams import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
+from pipeline.beam.reading.reader import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
+from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult, load_result, save_result
-from pipeline.kernels.chunking import RowLayout, RowStream
-from pipeline.kernels.hashing import digest_to_u64, short_row_targets
-from pipeline.kernels.quality import MinHasher, script_shares
+from pipeline.beam.writing.part_writer import PartWriter
+from pipeline.kernels.common.hashing import digest_to_u64, short_row_targets
+from pipeline.kernels.rows.chunking import RowLayout, RowStream
+from pipeline.kernels.text.quality import MinHasher, script_shares
 from pipeline.tokenizer.encode import (
     AnyTokenizer,
     DocumentEncoder,

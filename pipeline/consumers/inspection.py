@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.consumers.outputs import check_id_rows, check_no_nulls, shard_entries, verify_shard
-from pipeline.kernels.masking import MaskingRule, mask_rows
+from pipeline.kernels.rows.masking import MaskingRule, mask_rows
 from pipeline.storage.arrow_files import fixed_list_to_numpy, open_batches
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.kernels.masking import MaskingRule
+from pipeline.kernels.rows.masking import MaskingRule
 from pipeline.storage import filesystem
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m

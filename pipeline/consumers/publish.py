@@ -385,7 +385,7 @@ epoch 0) come from its collator, `MlmCollator`. MaskBeam is installed from its s
 ```
 
 ```python
-from pipeline.consumers.loader import MlmCollator, epoch_callback
+from pipeline.consumers.loading import MlmCollator, epoch_callback
 
 collator = MlmCollator.for_output(folder)  # the masking rule of manifest.json
 args = TrainingArguments("mlm-run", max_steps=10_000, per_device_train_batch_size=32, report_to="none",

@@ -20,7 +20,7 @@ from pipeline.consumers.outputs import (
     shard_entries,
     tokenizer_spec,
 )
-from pipeline.kernels.masking import DRAW_BITS, MaskingRule, mask_rows
+from pipeline.kernels.rows.masking import DRAW_BITS, MaskingRule, mask_rows
 from pipeline.storage import filesystem
 from pipeline.storage.arrow_files import fixed_list_to_numpy
 from pipeline.tokenizer.spec import TokenizerError

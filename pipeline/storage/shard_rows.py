@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from numba import types
 
-from pipeline.kernels.jit import kernel
+from pipeline.kernels.common.jit import kernel
 from pipeline.storage.arrow_files import fixed_list_to_numpy
 from schemas.options import DEFAULT_READ_MODE, READ_MMAP, READ_MODES, READ_PREAD
 

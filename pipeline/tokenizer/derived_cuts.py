@@ -33,8 +33,8 @@ from functools import lru_cache
 
 from tokenizers import Tokenizer
 
-from pipeline.kernels.bytelevel import PATTERNS
-from pipeline.tokenizer.bytelevel_fast import BYTE_CHARS, GPT2_PATTERN, is_no_op_normalizer
+from pipeline.kernels.tokenizer.bytelevel.encode import PATTERNS
+from pipeline.tokenizer.bytelevel.fast import BYTE_CHARS, GPT2_PATTERN, is_no_op_normalizer
 from pipeline.tokenizer.families import (
     LLAMA3_CUTS,
     NO_CUTS,

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.kernels.sentences import sentence_breaks
-from pipeline.tokenizer.bytelevel_fast import FAMILY as BYTE_LEVEL
+from pipeline.kernels.text.sentences import sentence_breaks
+from pipeline.tokenizer.bytelevel.fast import FAMILY as BYTE_LEVEL
 from pipeline.tokenizer.content import SpecialGuard, special_ids_of
 from pipeline.tokenizer.derived_cuts import cut_rule
 from pipeline.tokenizer.errors import is_panic, panic_error

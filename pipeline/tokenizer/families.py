@@ -7,7 +7,7 @@ and its *cut rule*: the places where the family's own pre-tokenizer is guarantee
 text cut there and encoded piece by piece gives the ids of the whole text.
 
 Adding a family is adding one `Family` to FAMILIES: WordPiece, byte-level BPE and SentencePiece
-(`pipeline.tokenizer.sentencepiece`: Unigram or byte-fallback BPE behind Metaspace or Prepend+Replace).
+(`pipeline.tokenizer.sentencepiece.fast`: Unigram or byte-fallback BPE behind Metaspace or Prepend+Replace).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from typing import Protocol
 import numpy as np
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer import bytelevel_fast, sentencepiece, wordpiece_fast
+from pipeline.tokenizer.bytelevel import fast as bytelevel_fast
+from pipeline.tokenizer.sentencepiece import fast as sentencepiece
+from pipeline.tokenizer.wordpiece import fast as wordpiece_fast
 
 
 class FamilyEncoder(Protocol):

@@ -19,7 +19,7 @@ from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.families import CutRule, Family, support
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from pipeline.tokenizer.table_cache import CACHE_ENV
-from pipeline.tokenizer.wordpiece_fast import probe_code_points, wordpiece_support_and_case
+from pipeline.tokenizer.wordpiece.fast import probe_code_points, wordpiece_support_and_case
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
 __all__ = ["CACHE_ENV", "FastTokenizer", "UnsupportedTokenizer", "choose_backend", "fast_support",

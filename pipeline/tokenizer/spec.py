@@ -11,12 +11,12 @@ from functools import cached_property
 
 from tokenizers import Tokenizer
 
-from pipeline.kernels.chunking import RowLayout
-from pipeline.kernels.masking import MaskingRule
+from pipeline.kernels.rows.chunking import RowLayout
+from pipeline.kernels.rows.masking import MaskingRule
 from pipeline.tokenizer.content import content_tokenizer_json
 from pipeline.tokenizer.errors import is_panic, panic_error
-from pipeline.tokenizer.normalizer_growth import NormalizerGrowth, check_growth
-from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
+from pipeline.tokenizer.safety.normalizer_growth import NormalizerGrowth, check_growth
+from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
 from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP, UNIT_TOKEN
 

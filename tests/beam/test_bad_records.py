@@ -18,12 +18,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.inputs.jsonl import SKIP_TOO_DEEP, long_number_reason
-from pipeline.beam.inputs.parquet import SKIP_NOT_UTF8
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.reading.formats.jsonl import SKIP_TOO_DEEP, long_number_reason
+from pipeline.beam.reading.formats.parquet import SKIP_NOT_UTF8
+from pipeline.beam.reading.work_units import expand_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import process_unit
-from pipeline.kernels.cleaning import SKIP_SURROGATE, decode
+from pipeline.kernels.text.cleaning import SKIP_SURROGATE, decode
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m

@@ -14,9 +14,9 @@ import zipfile
 
 import pytest
 
-from pipeline.beam.readers import expand_inputs, split_large_inputs
-from pipeline.beam.streams import UnitReader
-from pipeline.kernels.cleaning import NotText, clean_bytes
+from pipeline.beam.reading.reader import UnitReader
+from pipeline.beam.reading.work_units import expand_inputs, split_large_inputs
+from pipeline.kernels.text.cleaning import NotText, clean_bytes
 
 BOOK = "It was the best of times, it was the worst of times.\n\n" * 200
 

@@ -8,12 +8,12 @@ import random
 
 import numpy as np
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.duplicates import by_input, mark_duplicates
-from pipeline.beam.near_duplicates import band_records, candidate_pairs, mark_near_duplicates
-from pipeline.beam.readers import expand_inputs, split_large_inputs
+from pipeline.beam.dedup.exact import by_input, mark_duplicates
+from pipeline.beam.dedup.near import band_records, candidate_pairs, mark_near_duplicates
+from pipeline.beam.reading.work_units import expand_inputs, split_large_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import process_unit
-from pipeline.kernels.quality import MinHasher, minhash_signature, signature_similarity
+from pipeline.kernels.text.quality import MinHasher, minhash_signature, signature_similarity
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas.shard import id_dtype_for_vocab
@@ -102,7 +102,7 @@ def test_short_texts_without_a_sampled_bigram_are_not_alike():
 
 
 def test_exact_duplicates_are_no_near_duplicate_candidates_but_their_neighbours_pair_with_each_copy():
-    from pipeline.beam.near_duplicates import MAX_BAND_GROUP
+    from pipeline.beam.dedup.near import MAX_BAND_GROUP
 
     members = [("c.txt", "k2"), ("a.txt", "k1"), ("b.txt", "k1"), ("a.txt", "k1")]  # a and b: one content
     assert candidate_pairs(members) == [("a.txt", "c.txt"), ("b.txt", "c.txt")]

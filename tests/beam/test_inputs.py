@@ -16,10 +16,10 @@ import tracemalloc
 import pytest
 import zstandard
 
-from pipeline.beam.inputs import compression
-from pipeline.beam.inputs.compression import decompressed
-from pipeline.beam.readers import InputError, WorkUnit, expand_inputs, split_large_inputs
-from pipeline.beam.streams import ReadSizes, UnitReader
+from pipeline.beam.reading import compression
+from pipeline.beam.reading.compression import decompressed
+from pipeline.beam.reading.reader import ReadSizes, UnitReader
+from pipeline.beam.reading.work_units import InputError, WorkUnit, expand_inputs, split_large_inputs
 
 COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress,
             ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}

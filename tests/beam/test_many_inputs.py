@@ -16,9 +16,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.data_flush import whole_element_flushes
-from pipeline.beam.shard_plan import (
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.run.data_flush import whole_element_flushes
+from pipeline.beam.transforms import Preprocess
+from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.shard_plan import (
     bucket_pieces,
     bucket_rows,
     plan_record,
@@ -26,9 +28,7 @@ from pipeline.beam.shard_plan import (
     shard_keys,
     shard_task,
 )
-from pipeline.beam.sharding import plan_shards
-from pipeline.beam.transforms import Preprocess
-from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.sharding import plan_shards
 from schemas import manifest as m
 
 # The one side input of the job: where each bucket of content keys starts (at most 4,096 entries).
@@ -172,7 +172,7 @@ def test_side_inputs_are_weighed_without_walking_every_module(monkeypatch):
     import objsize.traverse
     from apache_beam.runners.worker import statecache
 
-    from pipeline.beam.data_flush import side_input_sizes_without_module_scan
+    from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan
 
     value = [(i, f"bucket {i}") for i in range(1000)]
     beams = statecache.get_deep_size

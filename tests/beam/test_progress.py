@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from pipeline.beam.progress import UnitProgress
-from pipeline.beam.readers import WorkUnit
+from pipeline.beam.reading.work_units import WorkUnit
+from pipeline.beam.run.progress import UnitProgress
 from pipeline.beam.unit_results import result_path
 from schemas import manifest as m
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import expand_inputs, split_large_inputs
+from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.reading.work_units import expand_inputs, split_large_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import StageClock, process_unit
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer

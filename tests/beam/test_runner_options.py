@@ -7,9 +7,9 @@ import os
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.runner_options import DASK_RUNNER, local_runner_defaults, tokenizer_threads
-from pipeline.beam.spec_file import ship_spec
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.run.runner_options import DASK_RUNNER, local_runner_defaults, tokenizer_threads
+from pipeline.beam.run.spec_file import ship_spec
 from pipeline.beam.transforms import _ProcessUnitFn
 
 
@@ -36,7 +36,7 @@ def test_worker_setup_caps_the_pool_before_the_tokenizer_starts(spec, monkeypatc
 
 CONCURRENT_IMPORT = """
 import sys, threading, time
-from pipeline.beam.runner_options import outside_ipython
+from pipeline.beam.run.runner_options import outside_ipython
 import apache_beam.pipeline as beam_pipeline
 from apache_beam.runners.direct import direct_runner
 assert "IPython" not in sys.modules
@@ -77,6 +77,6 @@ def test_beams_probe_is_a_reviewed_one():
     fails so that the new probe is read and its digest added to REVIEWED_IPYTHON_PROBES."""
     from apache_beam.utils import interactive_utils
 
-    from pipeline.beam.runner_options import REVIEWED_IPYTHON_PROBES, probe_digest
+    from pipeline.beam.run.runner_options import REVIEWED_IPYTHON_PROBES, probe_digest
 
     assert probe_digest(interactive_utils.is_in_ipython) in REVIEWED_IPYTHON_PROBES

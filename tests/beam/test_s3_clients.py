@@ -1,4 +1,4 @@
-"""Sharing boto3 clients between Beam's S3 calls (pipeline/beam/s3_clients.py): only on a reviewed
+"""Sharing boto3 clients between Beam's S3 calls (pipeline/beam/run/s3_clients.py): only on a reviewed
 constructor, and only for exactly the configuration a client was built from. Real Beam S3IO on
 moto's S3 server over HTTP (the `moto_endpoint` fixture of tests/conftest.py)."""
 
@@ -15,7 +15,7 @@ from apache_beam.io.aws.clients.s3 import boto3_client  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
 import pipeline.beam  # noqa: E402,F401 - installs the sharing, as the job and its workers do
-from pipeline.beam import s3_clients  # noqa: E402
+from pipeline.beam.run import s3_clients  # noqa: E402
 
 BUCKET = "maskbeam-s3-clients"
 

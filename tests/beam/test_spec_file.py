@@ -8,9 +8,9 @@ import sys
 import pytest
 from apache_beam.internal import pickler
 
-from pipeline.beam import spec_file
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.spec_file import SpecFileError, ship_spec
+from pipeline.beam.run import spec_file
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.run.spec_file import SpecFileError, ship_spec
 from pipeline.beam.transforms import TokenizeAndChunk
 from tests.conftest import REPO
 
@@ -28,7 +28,7 @@ def test_dofns_carry_a_reference_not_the_tokenizer(spec, tmp_path):
 
 def test_another_process_reads_the_same_spec_and_a_changed_copy_is_refused(spec, tmp_path):
     shipped = ship_spec(spec, str(tmp_path))
-    code = ("import pickle, sys; from pipeline.beam.spec_file import SpecFile; "
+    code = ("import pickle, sys; from pipeline.beam.run.spec_file import SpecFile; "
             f"s = SpecFile({shipped.path!r}, {shipped.sha256!r}).load(); "
             "sys.stdout.buffer.write(pickle.dumps((s.json, s.cls_id, s.continuation_ids, s.unused_ids)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, check=True).stdout

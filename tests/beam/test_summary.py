@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.beam.summary import WANTED_VALIDATION_ROWS, validation_advice
+from pipeline.beam.run.summary import WANTED_VALIDATION_ROWS, validation_advice
 
 
 @pytest.mark.parametrize("fraction", [0.001, 0.01, 0.05, 0.2])

@@ -11,10 +11,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.beam.arrow_io import read_part
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.reading.work_units import expand_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.transforms import TokenizeAndChunk
+from pipeline.beam.writing.arrow_io import read_part
 from schemas import manifest as m
 
 BOOKS = {

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from pipeline.consumers.inspection import read_split_rows
-from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableSampler
+from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.consumers.outputs import BadManifest, load_manifest, masking_rule
 from pipeline.storage.shard_cache import ShardCacheError
 from pipeline.storage.shard_rows import READ_MODES
@@ -210,7 +210,7 @@ def test_inspect_check_line_turns_false_on_a_corrupted_output(outputs, tmp_path,
 def test_saved_tokenizer_truncates_to_the_model_length(spec, tmp_path):
     from transformers import AutoTokenizer
 
-    from pipeline.consumers.training import hf_tokenizer
+    from pipeline.consumers.training.helpers import hf_tokenizer
 
     hf_tokenizer(spec, 512).save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
@@ -365,7 +365,7 @@ def test_sampler_state_mid_epoch_needs_counted_consumption(outputs):
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_resumable_loader_state_is_exact_under_worker_prefetch(outputs, persistent):
-    from pipeline.consumers.loader import ResumableLoader
+    from pipeline.consumers.loading import ResumableLoader
 
     ds = MlmShardDataset(str(outputs / "dynamic"))
 
@@ -402,7 +402,7 @@ def test_with_format_gives_int16_and_the_collators_give_int64(outputs):
 
 
 def test_compact_batches_widen_to_the_same_int64_values(outputs):
-    from pipeline.consumers.loader import ResumableLoader
+    from pipeline.consumers.loading import ResumableLoader
 
     ds = MlmShardDataset(str(outputs / "dynamic"))
     plain = next(iter(DataLoader(ds, batch_size=16, sampler=ResumableSampler(len(ds), seed=2, tag_epoch=True),
@@ -543,7 +543,7 @@ def on_s3(outputs, moto_endpoint):
 
 def _epochs(ds, world: int, workers: int, epochs: int = 2) -> list[list[dict]]:
     """Each rank's batches over `epochs` epochs of a loop that never calls set_epoch."""
-    from pipeline.consumers.loader import ResumableLoader
+    from pipeline.consumers.loading import ResumableLoader
 
     per_rank = []
     for rank in range(world):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pipeline.consumers.rank_launcher import LAUNCHER_ENV, launch_ranks
+from pipeline.consumers.training.launcher import LAUNCHER_ENV, launch_ranks
 
 RANK_SCRIPT = textwrap.dedent('''
     import json, os, signal, sys, time
@@ -49,7 +49,7 @@ def rank_module(tmp_path, monkeypatch):
 
 
 def _launch(tmp_path, mode: str, nproc: int) -> subprocess.Popen:
-    code = (f"import sys; from pipeline.consumers.rank_launcher import launch_ranks; "
+    code = (f"import sys; from pipeline.consumers.training.launcher import launch_ranks; "
             f"sys.exit(launch_ranks('fake_rank', [{str(tmp_path)!r}, {mode!r}], {nproc}, grace_s=0.5))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
     return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)

@@ -10,8 +10,8 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.consumers.distributed import Ranks
-from pipeline.consumers.run_folders import RunFolderError, check_run_folder, check_shared_output
+from pipeline.consumers.training.ranks import Ranks
+from pipeline.consumers.training.run_folders import RunFolderError, check_run_folder, check_shared_output
 
 REMAINS = ["train.log", "train_config.json", "metrics.jsonl", "samples-rank0.jsonl", "samples-rank1.jsonl",
            "checkpoint.pt.partial"]

@@ -9,9 +9,9 @@ import pickle
 import pytest
 import torch
 
-from pipeline.consumers.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-from pipeline.consumers.models import ARCHITECTURES, build_model, check_vocabulary
-from pipeline.consumers.training import mlm_loss
+from pipeline.consumers.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from pipeline.consumers.training.helpers import mlm_loss
+from pipeline.consumers.training.models import ARCHITECTURES, build_model, check_vocabulary
 
 
 def _model_and_batch(spec, arch: str = "bert", seed: int = 0):
@@ -113,7 +113,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
 def test_weight_decay_spares_biases_and_layer_norms(spec, arch):
     """As HF Trainer's groups: every bias and every LayerNorm parameter undecayed, every other weight
     (embeddings, projections) decayed; each parameter in exactly one group."""
-    from pipeline.consumers.training import decay_groups
+    from pipeline.consumers.training.helpers import decay_groups
 
     model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny")
     decayed, spared = decay_groups(model, 0.01)
@@ -132,7 +132,7 @@ def test_weight_decay_spares_biases_and_layer_norms(spec, arch):
 def test_an_evaluation_stops_at_once_on_a_stop_request(spec):
     """A stop request during an evaluation: no batch after it is evaluated, and the result is None
     (abandoned, never logged as a loss of fewer rows)."""
-    from pipeline.consumers.training import evaluate
+    from pipeline.consumers.training.helpers import evaluate
 
     model, batch = _model_and_batch(spec)
     seen = []
@@ -162,7 +162,7 @@ def test_checkpoints_beyond_the_total_limit_are_removed(tmp_path):
 
 
 def test_peak_flops_take_the_longest_device_name_fragment():
-    from pipeline.consumers.training import peak_flops_of
+    from pipeline.consumers.training.helpers import peak_flops_of
 
     assert peak_flops_of("NVIDIA L40S") == 362e12
     assert peak_flops_of("NVIDIA L40") == 181e12  # matched "L4" (121e12) before
@@ -172,7 +172,7 @@ def test_peak_flops_take_the_longest_device_name_fragment():
 
 
 def test_a_local_rank_takes_the_only_gpu_a_scheduler_shows_it():
-    from pipeline.consumers.distributed import cuda_index
+    from pipeline.consumers.training.ranks import cuda_index
 
     assert cuda_index(3, 1) == 0  # one GPU per task: cuda:3 does not exist there
     assert [cuda_index(r, 4) for r in range(4)] == [0, 1, 2, 3]
@@ -185,7 +185,7 @@ def test_an_unavailable_attention_falls_back_to_sdpa_before_eager(spec):
     comes with sdpa (it fell back to eager, the slowest)."""
     from transformers import AutoModelForMaskedLM
 
-    from pipeline.consumers.models import scratch_config, with_attention_fallback
+    from pipeline.consumers.training.models import scratch_config, with_attention_fallback
 
     config = scratch_config("modernbert", "tiny", spec, 64)
     tried = []

@@ -36,17 +36,17 @@ import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.beam.inputs.byte_ranges import exact_blocks
-from pipeline.beam.inputs.jsonl import (
+from pipeline.beam.reading.byte_ranges import exact_blocks
+from pipeline.beam.reading.formats.jsonl import (
     MAX_FIELDS_NAMED,
     SKIP_NOT_JSON,
     SKIP_NUL,
     long_line_reason,
     missing_field_reason,
 )
-from pipeline.beam.readers import WorkUnit, expand_inputs, split_large_inputs
-from pipeline.beam.streams import ReadSizes, UnitReader
-from pipeline.kernels.cleaning import (
+from pipeline.beam.reading.reader import ReadSizes, UnitReader
+from pipeline.beam.reading.work_units import WorkUnit, expand_inputs, split_large_inputs
+from pipeline.kernels.text.cleaning import (
     _UTF8_BOM,
     _UTF16_BOMS,
     SKIP_EMPTY,
@@ -56,7 +56,7 @@ from pipeline.kernels.cleaning import (
     decode_utf8,
     normalize_newlines,
 )
-from pipeline.kernels.text_stream import RawTextStats, clean_pieces, decoded_pieces
+from pipeline.kernels.text.text_stream import RawTextStats, clean_pieces, decoded_pieces
 from tests.fuzz.runs import fuzz_runs
 
 EXAMPLES = int(os.environ.get("MASKBEAM_FUZZ_EXAMPLES", "60"))
@@ -280,10 +280,10 @@ def test_split_rows_equal_unsplit_rows(tmp_path_factory, spec, row_tools, run):
 def _check_split_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing):
     """Rows of the split path (scan, ranges, stitch) against the unsplit unit, byte for byte, in every
     packing mode (with sentences, a piece or range end is never taken for a sentence end)."""
-    from pipeline.beam.arrow_io import read_part
-    from pipeline.beam.config import PreprocessConfig
-    from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range
+    from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+    from pipeline.beam.run.config import PreprocessConfig
     from pipeline.beam.units import StageClock, process_unit
+    from pipeline.beam.writing.arrow_io import read_part
 
     tokenizer, dtype = row_tools
     folder = tmp_path_factory.mktemp("rows")

@@ -159,7 +159,7 @@ def test_the_card_s_maskbeam_collator_after_installing_from_source(handoff, tmp_
         pytest.skip(f"cannot build MaskBeam offline here: {pip.stderr.strip().splitlines()[-1]}")
     assert pip.returncode == 0, pip.stderr
     script = _card_script(handoff / "dynamic-hub", with_maskbeam=True)
-    assert "from pipeline.consumers.loader import MlmCollator, epoch_callback" in script
+    assert "from pipeline.consumers.loading import MlmCollator, epoch_callback" in script
     script = f"import pipeline\nassert pipeline.__file__.startswith({str(target)!r}), pipeline.__file__\n" + script
     out = _python_without_maskbeam(script, tmp_path, extra_path=(str(target),))
     assert "trained 2 steps" in out and "collator MlmCollator" in out, out

@@ -100,7 +100,7 @@ def _train_from_s3_through_the_shard_cache(out: str, local, tmp_path) -> None:
     """The loader on an s3:// output: verified local copies (content-addressed, reused), the same
     masked rows as the local output, a limit that cannot hold the split refused, and jobs.train runs."""
     from jobs.train import run as train
-    from pipeline.consumers.loader import MlmShardDataset
+    from pipeline.consumers.loading import MlmShardDataset
     from pipeline.storage.shard_cache import ShardCacheError
 
     cache = tmp_path / "cache"
@@ -267,7 +267,7 @@ def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(windowed, t
     import torch
 
     from jobs.train import run as train
-    from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+    from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
 
     local, url, n_shards, limit = windowed
     cache = tmp_path / "cache"
@@ -314,7 +314,7 @@ def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(
     never evicts the validation copies it was told to keep, whose bytes count in the limit."""
     from torch.utils.data import DataLoader
 
-    from pipeline.consumers.loader import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
+    from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableLoader, ResumableSampler
     from pipeline.storage.shard_cache import ShardCacheError
 
     local, url, _, limit = windowed

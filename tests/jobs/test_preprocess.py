@@ -14,8 +14,8 @@ import pytest
 
 from pipeline.consumers.inspection import read_split_rows
 from pipeline.consumers.outputs import load_manifest
-from pipeline.kernels.cleaning import clean_bytes
-from pipeline.kernels.hashing import content_digest
+from pipeline.kernels.common.hashing import content_digest
+from pipeline.kernels.text.cleaning import clean_bytes
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
 from tests.conftest import (

@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from pipeline.kernels.cleaning import clean_bytes
-from pipeline.kernels.quality import NUM_PERM, minhash_signature, script_mix, signature_similarity
+from pipeline.kernels.text.cleaning import clean_bytes
+from pipeline.kernels.text.quality import NUM_PERM, minhash_signature, script_mix, signature_similarity
 from schemas import manifest as m
 from tests.conftest import corpus_book, run_preprocess
 

@@ -62,10 +62,10 @@ def test_evaluation_is_the_same_whatever_the_batch_size_and_the_ranks(data128):
     """Identical weights, batches of 8, 16 and 32, on 1 and on 2 ranks (each rank's share evaluated, the
     totals summed as the all-reduce does): the same rows, targets and loss to float tolerance. The rows
     are a stratified sample spread over the whole split, the same for every --seed."""
-    from pipeline.consumers.distributed import Ranks
-    from pipeline.consumers.models import build_model
-    from pipeline.consumers.train_data import eval_rows, load_data
-    from pipeline.consumers.training import TrainConfig, evaluate
+    from pipeline.consumers.training.data import eval_rows, load_data
+    from pipeline.consumers.training.helpers import TrainConfig, evaluate
+    from pipeline.consumers.training.models import build_model
+    from pipeline.consumers.training.ranks import Ranks
 
     cfg = TrainConfig(data=str(data128), output="unused", eval_rows=20)
     data = load_data(cfg, Ranks())
@@ -123,7 +123,7 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
     import logging
 
     from jobs.train import run
-    from pipeline.consumers.checkpoints import load_checkpoint
+    from pipeline.consumers.training.checkpoints import load_checkpoint
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     killed = tmp_path / "killed"
@@ -164,7 +164,7 @@ def test_kill_9_with_the_defaults_then_resume_continues(data128, full_run, tmp_p
     import logging
 
     from jobs.train import run
-    from pipeline.consumers.checkpoints import load_checkpoint
+    from pipeline.consumers.training.checkpoints import load_checkpoint
 
     at = _KILL_ARGS.index("--save_every")
     defaults = _KILL_ARGS[:at] + _KILL_ARGS[at + 2:]
@@ -221,9 +221,9 @@ def test_an_epochs_run_keeps_its_schedule_when_a_resume_changes_the_rows_per_ste
     import threading
 
     from jobs.train import run
-    from pipeline.consumers.checkpoints import load_checkpoint
-    from pipeline.consumers.loader import MlmShardDataset
-    from pipeline.consumers.training import TrainConfig, lr_at
+    from pipeline.consumers.loading import MlmShardDataset
+    from pipeline.consumers.training.checkpoints import load_checkpoint
+    from pipeline.consumers.training.helpers import TrainConfig, lr_at
 
     out = tmp_path / "run"
     argv = ["--data", str(one_book), "--output", str(out), "--config", "tiny", "--epochs", "1", "--warmup_steps", "2",
@@ -328,7 +328,7 @@ def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
     import datasets
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.consumers.loader import MlmCollator, epoch_callback
+    from pipeline.consumers.loading import MlmCollator, epoch_callback
 
     train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
     collator = MlmCollator.for_output(str(data128))
@@ -366,7 +366,7 @@ def test_model_vocabulary_must_match_the_data_and_a_failed_run_leaves_only_its_l
 
 def test_flags_keep_the_config_defaults(data128):
     from jobs.train import parse
-    from pipeline.consumers.training import TrainConfig
+    from pipeline.consumers.training.helpers import TrainConfig
 
     cfg = parse(["--data", str(data128), "--output", "unused"])
     assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False
@@ -399,8 +399,8 @@ def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resum
     import datasets
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.consumers.loader import MlmCollator, epoch_callback
-    from pipeline.kernels.masking import mask_rows
+    from pipeline.consumers.loading import MlmCollator, epoch_callback
+    from pipeline.kernels.rows.masking import mask_rows
 
     train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
     ids = np.asarray(train["input_ids"], dtype=np.int32)
@@ -444,8 +444,8 @@ def test_two_epochs_with_dataloader_workers(one_book, tmp_path):
     reading rows through memory maps (the other runs use the default, pread): every step of both
     epochs runs, and the saved sampler state is at the end of epoch 1."""
     from jobs.train import run
-    from pipeline.consumers.checkpoints import load_checkpoint
-    from pipeline.consumers.loader import MlmShardDataset
+    from pipeline.consumers.loading import MlmShardDataset
+    from pipeline.consumers.training.checkpoints import load_checkpoint
 
     out = tmp_path / "model"
     per_epoch = len(MlmShardDataset(str(one_book))) // 64

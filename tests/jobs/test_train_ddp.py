@@ -55,8 +55,8 @@ def test_ranks_and_world_size_changes_train_the_same_model(one_book, tmp_path, c
     from transformers import BertConfig, BertForMaskedLM
 
     from jobs.train import run
-    from pipeline.consumers.checkpoints import load_checkpoint
-    from pipeline.consumers.loader import MlmShardDataset, ResumableSampler
+    from pipeline.consumers.loading import MlmShardDataset, ResumableSampler
+    from pipeline.consumers.training.checkpoints import load_checkpoint
 
     torch.manual_seed(0)
     BertForMaskedLM(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -197,7 +197,7 @@ def test_kill_9_of_two_ranks_with_dropout_resumes_to_the_uninterrupted_curve(one
     ranks = _workers(proc)
     _stop_when(proc, killed, 5, signal.SIGKILL, lambda: [*ranks(), proc.pid])
     proc.wait(timeout=60)
-    from pipeline.consumers.checkpoints import load_checkpoint
+    from pipeline.consumers.training.checkpoints import load_checkpoint
 
     assert load_checkpoint(str(killed / "checkpoint.pt"))["step"] in (3, 6)  # steps up to 5 or more are logged
     subprocess.run([*common, "--output", str(killed), "--resume"], env=env, check=True, capture_output=True,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pipeline.consumers.outputs import load_manifest
-from pipeline.kernels.cleaning import clean_bytes
+from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.sample import SAMPLE_BOOKS
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.resolve import resolve_tokenizer_json

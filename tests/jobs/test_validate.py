@@ -78,7 +78,7 @@ def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):
 
     import pyarrow as pa
 
-    from pipeline.beam.arrow_io import fixed_list_array, fixed_list_to_numpy
+    from pipeline.beam.writing.arrow_io import fixed_list_array, fixed_list_to_numpy
 
     out = _copy(good, tmp_path)
     shard = out / m.TRAIN / "data-00000-of-00002.arrow"

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.kernels.chunking import RowLayout, chunk_tokens
+from pipeline.kernels.rows.chunking import RowLayout, chunk_tokens
 
 LAYOUT = RowLayout(seq_len=8, cls_id=101, sep_id=102, pad_id=0, min_tokens=2)
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.kernels.cleaning import (
+from pipeline.kernels.text.cleaning import (
     _CONTROL_BYTES,
     SKIP_BINARY_NUL,
     SKIP_BINARY_UNDECODABLE,

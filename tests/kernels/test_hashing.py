@@ -1,6 +1,6 @@
 import numpy as np
 
-from pipeline.kernels.hashing import mask_seeds, mix64, mix64_array, row_keys, validation_rows
+from pipeline.kernels.common.hashing import mask_seeds, mix64, mix64_array, row_keys, validation_rows
 from tests.conftest import binomial_tolerance
 from tests.reference import splitmix64
 
@@ -29,7 +29,7 @@ def test_validation_fraction_and_independence_from_seed():
 
 
 def test_balanced_bins_ignore_input_order_and_balance_by_size():
-    from pipeline.kernels.planning import balanced_bins
+    from pipeline.beam.writing.planning import balanced_bins
 
     items = [(f"book{i:02d}", size) for i, size in enumerate([900, 100, 500, 400, 300, 300, 200, 100, 50, 50])]
     bins = balanced_bins(items, 4, size=lambda it: it[1], key=lambda it: it[0])
@@ -41,7 +41,7 @@ def test_balanced_bins_ignore_input_order_and_balance_by_size():
 def test_band_hashes_equal_the_band_by_band_definition():
     """band_hashes hashes all bands at once; each band's hash is still mix64 chained over its values,
     starting from the band's index (the definition the stored candidate pairs depend on)."""
-    from pipeline.kernels.quality import BANDS, NUM_PERM, band_hashes
+    from pipeline.kernels.text.quality import BANDS, NUM_PERM, band_hashes
 
     rng = np.random.default_rng(5)
     signatures = [rng.integers(0, 2**64 - 1, NUM_PERM, dtype=np.uint64, endpoint=True) for _ in range(5)]

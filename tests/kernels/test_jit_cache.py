@@ -11,14 +11,14 @@ import textwrap
 
 import pytest
 
-from pipeline.kernels.jit import drop_stale_kernel_caches
+from pipeline.kernels.common.jit import drop_stale_kernel_caches
 from tests.conftest import REPO
 
 RUN = textwrap.dedent("""
     import sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
-    from pipeline.kernels.jit import drop_stale_kernel_caches
+    from pipeline.kernels.common.jit import drop_stale_kernel_caches
     drop_stale_kernel_caches(Path(sys.argv[1]) / "pkg")
     from pkg.caller import outer
     print(outer())
@@ -37,14 +37,14 @@ def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path, numb
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     _write(pkg / "helper.py", """
-        from pipeline.kernels.jit import kernel
+        from pipeline.kernels.common.jit import kernel
 
         @kernel()
         def inner():
             return 1
     """)
     _write(pkg / "caller.py", """
-        from pipeline.kernels.jit import kernel
+        from pipeline.kernels.common.jit import kernel
         from pkg.helper import inner
 
         @kernel()
@@ -66,7 +66,7 @@ def test_a_changed_helper_module_is_compiled_again_in_its_callers(tmp_path, numb
     assert outer() == "10"
     assert any(p.suffix == ".nbc" for p in cache.rglob("*"))  # outer() was cached there
     _write(pkg / "helper.py", """
-        from pipeline.kernels.jit import kernel
+        from pipeline.kernels.common.jit import kernel
 
         @kernel()
         def inner():
@@ -87,3 +87,18 @@ def test_unchanged_sources_keep_their_cache(tmp_path):
     (tmp_path / "b.py").write_text("y = 2\n")  # a new module counts as a change
     assert drop_stale_kernel_caches(tmp_path) == 1
     assert (cache / "a.cpython-311.pyc").exists()  # Python's own bytecode is not numba's to drop
+
+
+def test_a_change_in_one_kernel_package_drops_the_others_caches(tmp_path):
+    """Kernels inline helpers of other packages (`common/` into every tokenizer kernel): one digest
+    covers the whole tree, and every package's cache goes when any source changes."""
+    for package in ("common", "tokenizer/wordpiece"):
+        (tmp_path / package).mkdir(parents=True)
+        (tmp_path / package / "m.py").write_text("x = 1\n")
+    assert drop_stale_kernel_caches(tmp_path) == 0  # no caches yet; stamps written
+    cached = tmp_path / "tokenizer/wordpiece/__pycache__/m.f-1.py311.nbi"
+    cached.parent.mkdir(exist_ok=True)
+    cached.write_bytes(b"cached")
+    assert drop_stale_kernel_caches(tmp_path) == 0 and cached.exists()
+    (tmp_path / "common" / "m.py").write_text("x = 2\n")
+    assert drop_stale_kernel_caches(tmp_path) == 1 and not cached.exists()

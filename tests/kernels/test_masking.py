@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.kernels.masking import MaskingRule, mask_rows
+from pipeline.kernels.rows.masking import MaskingRule, mask_rows
 from schemas.shard import IGNORE_INDEX
 from tests.conftest import binomial_tolerance
 from tests.reference import mask_row_reference

@@ -7,9 +7,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.kernels.chunking import RowLayout, chunk_tokens
-from pipeline.kernels.cleaning import NotText, clean_bytes
-from pipeline.kernels.masking import mask_rows
+from pipeline.kernels.rows.chunking import RowLayout, chunk_tokens
+from pipeline.kernels.rows.masking import mask_rows
+from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas.shard import IGNORE_INDEX
@@ -59,7 +59,7 @@ def test_chunk_layout_invariants(n, seq_len, min_tokens):
 @given(data=st.data(), n_rows=st.integers(1, 8), seq_len=st.integers(8, 64), epoch=st.integers(0, 10**6),
        p=st.floats(0, 1), mask_p=st.floats(0, 1))
 def test_masking_never_touches_special_positions(rule, data, n_rows, seq_len, epoch, p, mask_p):
-    from pipeline.kernels.masking import MaskingRule
+    from pipeline.kernels.rows.masking import MaskingRule
 
     random_p = data.draw(st.floats(0, 1 - mask_p))
     custom = MaskingRule(rule.is_special, rule.replacement_pool, rule.mask_id, p, mask_p, random_p)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.kernels.quality import (
+from pipeline.kernels.text.quality import (
     FALLBACK_BYTES,
     MAX_TABLE_BITS,
     NUM_PERM,

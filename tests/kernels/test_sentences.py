@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.kernels.chunking import pack_sentences
-from pipeline.kernels.cleaning import clean_bytes
-from pipeline.kernels.hashing import short_row_targets
-from pipeline.kernels.sentences import split_sentences
+from pipeline.kernels.common.hashing import short_row_targets
+from pipeline.kernels.rows.chunking import pack_sentences
+from pipeline.kernels.text.cleaning import clean_bytes
+from pipeline.kernels.text.sentences import split_sentences
 from pipeline.tokenizer.encode import tokenize_sentences, tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
 from tests.conftest import binomial_tolerance, corpus_book

@@ -8,11 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from pipeline.kernels.chunking import RowLayout, RowStream, chunk_tokens, pack_sentences
-from pipeline.kernels.cleaning import NotText, clean_bytes
-from pipeline.kernels.hashing import content_digest, short_row_targets
-from pipeline.kernels.quality import MinHasher, minhash_signature
-from pipeline.kernels.text_stream import (
+from pipeline.kernels.common.hashing import content_digest, short_row_targets
+from pipeline.kernels.rows.chunking import RowLayout, RowStream, chunk_tokens, pack_sentences
+from pipeline.kernels.text.cleaning import NotText, clean_bytes
+from pipeline.kernels.text.quality import MinHasher, minhash_signature
+from pipeline.kernels.text.text_stream import (
     RawTextStats,
     TextMeasure,
     clean_pieces,
@@ -144,8 +144,8 @@ def test_row_stream_equals_whole_document_chunking():
 def test_a_gutenberg_marker_split_across_pieces_is_found_and_a_mid_line_one_is_not():
     """A line longer than a piece is cut at spaces: a START line cut in two was missed (the book
     kept its header), and a piece starting at `*** START OF` inside a line was taken for a marker."""
-    from pipeline.kernels.cleaning import strip_gutenberg
-    from pipeline.kernels.text_stream import GutenbergStripper
+    from pipeline.kernels.text.cleaning import strip_gutenberg
+    from pipeline.kernels.text.text_stream import GutenbergStripper
 
     text = ("Header words of the licence.\n*** START OF THE PROJECT GUTENBERG EBOOK TEA ***\nThe body, "
             "line one.\nA line that quotes *** START OF THE PROJECT GUTENBERG EBOOK X *** inside it.\n"

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pipeline.kernels.trie import MAX_TRIES, DoubleArray
+from pipeline.kernels.tokenizer.sentencepiece.trie import MAX_TRIES, DoubleArray
 
 
 def _vocabulary(seed: int, size: int) -> dict[bytes, int]:

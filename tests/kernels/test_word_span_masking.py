@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.kernels.chunking import chunk_tokens
-from pipeline.kernels.cleaning import clean_bytes
-from pipeline.kernels.hashing import mask_seeds, row_keys
-from pipeline.kernels.masking import mask_rows
+from pipeline.kernels.common.hashing import mask_seeds, row_keys
+from pipeline.kernels.rows.chunking import chunk_tokens
+from pipeline.kernels.rows.masking import mask_rows
+from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas.shard import IGNORE_INDEX
@@ -138,7 +138,7 @@ def test_job_static_and_dynamic_agree_and_validate(small_books, tmp_path, flag, 
     import datasets
 
     from jobs.validate import run as validate
-    from pipeline.consumers.loader import MlmShardDataset
+    from pipeline.consumers.loading import MlmShardDataset
     from tests.conftest import run_preprocess
 
     static, dynamic = tmp_path / "static", tmp_path / "dynamic"

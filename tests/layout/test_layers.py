@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CONSUMER_MODULES = [
-    "pipeline.consumers.loader", "pipeline.consumers.train_loop", "pipeline.consumers.validation",
+    "pipeline.consumers.loading", "pipeline.consumers.training.loop", "pipeline.consumers.validation",
     "pipeline.consumers.inspection", "pipeline.consumers.report", "pipeline.consumers.publish",
     "jobs.train", "jobs.validate", "jobs.inspect_output", "jobs.report", "jobs.publish",
 ]

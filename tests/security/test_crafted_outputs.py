@@ -18,7 +18,7 @@ import pytest
 from huggingface_hub import HfApi
 from markdown_it import MarkdownIt
 
-from pipeline.beam.arrow_io import fixed_list_array
+from pipeline.beam.writing.arrow_io import fixed_list_array
 from pipeline.consumers.outputs import BadManifest, NotAnOutput, ShardMismatch, load_manifest, shard_paths
 from pipeline.consumers.publish import PublishError, publish_streaming
 from pipeline.storage.arrow_files import fixed_list_to_numpy

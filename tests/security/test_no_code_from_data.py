@@ -16,7 +16,7 @@ FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "pickle.load", "pick
 # module -> dynamic imports it may make, and why the name is not data
 ALLOWED_IMPORTS = {
     "jobs/cli.py": 1,  # the job name, checked against the fixed JOBS tuple first
-    "pipeline/beam/runner_options.py": 2,  # --runner given as a dotted path on the command line (its options, its check)
+    "pipeline/beam/run/runner_options.py": 2,  # --runner given as a dotted path on the command line (its options, its check)
 }
 
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
-from pipeline.tokenizer.regex_safety import UnsafeRegex, check_regex
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
 from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec, build_tokenizer
 from tests.conftest import REPO
 
@@ -342,7 +342,7 @@ def test_a_normalizer_that_expands_text_is_refused(tmp_path, normalizer, probe):
 
 def test_real_normalizers_grow_little():
     """NFKC (18 characters for U+FDFA), BERT's (spaces around CJK), a bounded Replace: accepted."""
-    from pipeline.tokenizer.normalizer_growth import check_growth
+    from pipeline.tokenizer.safety.normalizer_growth import check_growth
 
     for normalizer, expected in ((normalizers.NFKC(), 18), (normalizers.BertNormalizer(), 3),
                                  (normalizers.Sequence([normalizers.Prepend("\u2581"),

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.kernels.bytelevel import (
+from pipeline.kernels.tokenizer.bytelevel.encode import (
     GPT2_PATTERN,
     LETTER,
     LLAMA3_PATTERN,
@@ -26,7 +26,7 @@ from pipeline.kernels.bytelevel import (
     SPACE,
     ByteLevelCache,
 )
-from pipeline.tokenizer.bytelevel_fast import BYTE_CHARS, _cached_classes
+from pipeline.tokenizer.bytelevel.fast import BYTE_CHARS, _cached_classes
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
 from tests.conftest import BOOKS
 from tests.tokenizer.test_fast import HOSTILE
@@ -266,7 +266,7 @@ def test_a_word_at_the_very_end_of_the_text_reads_no_byte_past_it():
     import ctypes
     import mmap
 
-    from pipeline.kernels.bytelevel import encode_bytes
+    from pipeline.kernels.tokenizer.bytelevel.encode import encode_bytes
 
     real, fast = pair("llama3")
     page = mmap.PAGESIZE

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, trainers
 
-from pipeline.beam import streams
-from pipeline.beam.arrow_io import read_part
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.readers import FORMAT_TEXT, WorkUnit, expand_inputs, split_large_inputs
-from pipeline.beam.streams import UnitReader
+from pipeline.beam.reading import reader as streams
+from pipeline.beam.reading.reader import UnitReader
+from pipeline.beam.reading.work_units import FORMAT_TEXT, WorkUnit, expand_inputs, split_large_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import process_unit
+from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer import encode
 from pipeline.tokenizer.derived_cuts import cut_rule_and_reason, no_cut_reason
 from pipeline.tokenizer.encode import DocumentEncoder

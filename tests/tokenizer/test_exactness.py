@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.beam import streams
-from pipeline.beam.arrow_io import read_part
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.ranges import scan_for_ranges, stitch_ranges, tokenize_range
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.reading import reader as streams
+from pipeline.beam.reading.work_units import expand_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import StageClock, process_unit
+from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer.encode import DocumentEncoder, tokenize_sentences, tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, fast_support
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.kernels.cleaning import NotText, clean_bytes
-from pipeline.kernels.hash_table import ByteTable
-from pipeline.kernels.wordpiece import ISOLATED, LETTER, OTHER
+from pipeline.kernels.common.hash_table import ByteTable
+from pipeline.kernels.text.cleaning import NotText, clean_bytes
+from pipeline.kernels.tokenizer.wordpiece.encode import ISOLATED, LETTER, OTHER
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend, fast_support
 from pipeline.tokenizer.spec import build_tokenizer

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from pipeline.beam.arrow_io import read_part
-from pipeline.beam.config import PreprocessConfig
-from pipeline.beam.readers import expand_inputs
+from pipeline.beam.reading.work_units import expand_inputs
+from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.units import process_unit
+from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from schemas import manifest as m

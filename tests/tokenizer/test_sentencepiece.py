@@ -17,19 +17,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.kernels.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
-from pipeline.kernels.byte_fallback import BpeTables
-from pipeline.kernels.cleaning import NotText, clean_bytes
-from pipeline.kernels.metaspace import CUT_DROP, CUT_KEEP, CUT_NONE, OP_MAP, OP_PREPEND, OP_REPLACE, OP_STRIP
-from pipeline.kernels.sentencepiece_encode import chunk_cache, encode_kernel
-from pipeline.kernels.trie import DoubleArray
-from pipeline.tokenizer.sentencepiece import (
+from pipeline.kernels.text.cleaning import NotText, clean_bytes
+from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
+from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
+from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
+    CUT_DROP,
+    CUT_KEEP,
+    CUT_NONE,
+    OP_MAP,
+    OP_PREPEND,
+    OP_REPLACE,
+    OP_STRIP,
+)
+from pipeline.kernels.tokenizer.sentencepiece.trie import DoubleArray
+from pipeline.tokenizer.sentencepiece.fast import (
     SentencePieceFastTokenizer,
     UnsupportedSentencePiece,
     sentencepiece_safe_cut,
     sentencepiece_support,
 )
-from pipeline.tokenizer.sentencepiece_stream import stream_form
+from pipeline.tokenizer.sentencepiece.stream import stream_form
 from tests.conftest import BOOKS, HAVE_CORPUS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tokenizers"
@@ -336,7 +344,7 @@ def test_chunks_the_real_tokenizer_encoded_are_remembered():
         assert list(fast.encode(text)) == expected
 
 
-# Llama-style BPE as one word cut into segments (pipeline.kernels.bpe_stream)
+# Llama-style BPE as one word cut into segments (pipeline.kernels.tokenizer.sentencepiece.bpe_stream)
 STREAM = ("llama_bpe", "llama_bpe:gemma", "llama_bpe:replaces")
 
 

@@ -51,8 +51,8 @@ def test_an_unwritable_cache_still_gives_the_table(tmp_path, monkeypatch):
 def test_sentencepiece_tables_from_the_cache_equal_a_fresh_probe(cache, name):
     from pathlib import Path
 
-    from pipeline.tokenizer import sentencepiece as sp
     from pipeline.tokenizer.resolve import resolve_tokenizer_json
+    from pipeline.tokenizer.sentencepiece import fast as sp
 
     raw = resolve_tokenizer_json(str(Path(__file__).resolve().parent.parent / "data" / "tokenizers" / name))
     per_character = sp._plan(json.loads(raw)).per_character

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.kernels.cleaning import clean_bytes
+from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.tokenizer.encode import MAX_PIECE_CHARS, iter_paragraphs, tokenize_text
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerError, TokenizerSpec, build_tokenizer
@@ -84,6 +84,6 @@ def test_vocab_size_is_the_largest_id_plus_one_when_ids_have_gaps():
     assert spec.vocab_size == 41
     rule = spec.masking_rule(0.5, 0.8, 0.1)
     ids = np.array([[2, 40, 5, 40, 40, 5, 40, 3]], dtype=np.int16)
-    from pipeline.kernels.masking import mask_rows
+    from pipeline.kernels.rows.masking import mask_rows
 
     mask_rows(ids, np.array([7], dtype=np.uint64), 0, rule)  # an IndexError before the fix

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from pipeline.consumers.outputs import load_manifest, masking_rule
-from pipeline.kernels.masking import MaskingRule, mask_rows
+from pipeline.kernels.rows.masking import MaskingRule, mask_rows
 from schemas.shard import ATTENTION_MASK, INPUT_IDS, LABELS, MASK_SEED
 
 PAD_TO_MULTIPLE_OF = 8

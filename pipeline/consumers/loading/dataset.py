@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from pipeline.consumers.loading.open_shards import OpenShards
 from pipeline.consumers.loading.split_files import ManifestMismatch, SplitFiles
 from pipeline.consumers.outputs import first_outside, load_manifest, masking_rule, outside_error
-from pipeline.kernels.masking import MaskingRule, mask_rows
+from pipeline.kernels.rows.masking import MaskingRule, mask_rows
 from pipeline.storage.shard_cache import ShardCache
 from pipeline.storage.shard_rows import DEFAULT_READ_MODE, READ_MODES, Column, MappedShard, PreadShard
 from pipeline.storage.shard_windows import ShardWindows

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from pipeline.kernels.bytelevel import LLAMA3_PATTERN  # noqa: E402
+from pipeline.kernels.tokenizer.bytelevel.encode import LLAMA3_PATTERN  # noqa: E402
 
 MIXED = (
     "Ça va? Où est la gare? Straße, Grüße, Æsir. Ελληνικά κείμενα, Русский текст, ქართული, "

@@ -1,0 +1,1 @@
+"""Duplicate inputs: exact (`exact`, by clean content) and near (`near`, MinHash bands)."""

@@ -1,0 +1,267 @@
+"""A large uncompressed text input tokenized by many workers, with the rows of the unsplit run.
+
+One worker scans the input (its content key, counts, signature and byte ranges of about
+`--split_bytes` that start and end at piece boundaries, with the Gutenberg stripper's state at each
+start); the ranges are cleaned and tokenized in parallel into token files; then one worker stitches
+the rows in document order, so a row may hold the end of one range and the start of the next and
+chunk boundaries stay every L-2 tokens from the document's start. Rows, keys and seeds are those of
+the unsplit run; the stitch only reads ids back (4 bytes a token), the tokenizing is spread.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.reading.byte_ranges import READ_BLOCK_BYTES, exact_blocks
+from pipeline.beam.reading.reader import UnitReader
+from pipeline.beam.reading.work_units import WorkUnit
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.unit_results import UnitResult, load_result, save_result
+from pipeline.beam.units import (
+    StageClock,
+    check_unchanged,
+    finish_parts,
+    finish_stream,
+    new_row_stream,
+    scan_unit,
+    tokenize_unit,
+)
+from pipeline.beam.writing.part_writer import PartWriter
+from pipeline.kernels.rows.chunking import RowLayout
+from pipeline.kernels.text.text_stream import ByteRange, GutenbergStripper, RawTextStats, decoded_pieces
+from pipeline.tokenizer.encode import AnyTokenizer, DocumentEncoder, first_resume_point, nonzero_lengths
+from pipeline.tokenizer.families import CutRule
+from schemas import manifest as m
+from schemas.options import PACKING_SENTENCES
+
+TOKEN_DTYPE = np.dtype("<i4")
+
+
+@dataclass
+class RangeTask:
+    """One byte range of a split input, with what the scan found (the partial result)."""
+
+    unit: WorkUnit
+    index: int
+    count: int
+    byte_range: ByteRange
+    strip: bool
+    piece_bytes: int
+    result: UnitResult
+
+    @property
+    def source(self) -> str:
+        return f"{self.unit.source}#bytes={self.byte_range.start}-{self.byte_range.stop}"
+
+    @property
+    def size(self) -> int:
+        return self.byte_range.stop - self.byte_range.start
+
+
+@dataclass
+class RangeTokens:
+    """A tokenized range: its ids (and sentence lengths) in a temp file."""
+
+    task: RangeTask
+    tokens_path: str  # "" when the range holds no text (boilerplate or whitespace only)
+    tokens: int
+    unk_tokens: int
+
+
+def scan_for_ranges(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
+                    config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult | list[RangeTask]:
+    """Scan an input marked for splitting: its byte ranges to tokenize, or its result when it is
+    done (an earlier run), skipped, gated, or not splittable after all (UTF-16, one range), in
+    which case this worker tokenizes it whole."""
+    done = load_result(temp_dir, unit)
+    if done is not None:
+        return done
+    reader = UnitReader(unit, config.text_column, config.keep_boilerplate, split_bytes=unit.split_bytes)
+    result, scan = scan_unit(reader, config, clock)
+    if result.skip_reason is None and scan.skip_reason is None and len(scan.ranges) < 2:
+        result = check_unchanged(unit, tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir,
+                                                     clock))
+    if result.skip_reason is not None or scan.skip_reason is not None or len(scan.ranges) < 2:
+        save_result(temp_dir, unit, result)
+        return result
+    return [RangeTask(unit=unit, index=i, count=len(scan.ranges), byte_range=r, strip=scan.strip,
+                      piece_bytes=reader.piece_bytes, result=result) for i, r in enumerate(scan.ranges)]
+
+
+def _range_file(temp_dir: str, task: RangeTask) -> str:
+    name = hashlib.sha256(task.unit.source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return posixpath.join(temp_dir, f"{name}-range{task.index:05d}.ids")
+
+
+def _blocks_from(path: str, start: int) -> Iterator[bytes]:
+    """The input's bytes from `start` to its end."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.seek(start)
+        while True:
+            block = handle.read(READ_BLOCK_BYTES)
+            if not block:
+                return
+            yield block
+
+
+def _range_texts(task: RangeTask) -> Iterator[tuple[str, bool]]:
+    """The clean text from the range's start to the input's end, piece by piece, each with whether
+    it lies in the range: the range read as the unsplit run reads it, then what follows, read as the
+    next ranges read it (the stripper goes on where the range leaves it)."""
+    r = task.byte_range
+    stripper = GutenbergStripper(r.strip_state) if task.strip else None
+    own = decoded_pieces(exact_blocks(task.unit.source, r.start, r.stop), RawTextStats(), task.piece_bytes,
+                         at_start=r.start == 0)
+    after = decoded_pieces(_blocks_from(task.unit.source, r.stop), RawTextStats(), task.piece_bytes,
+                           at_start=False)
+    for pieces, inside in ((own, True), (after, False)):
+        for piece in pieces:
+            text = "".join(stripper.feed(piece)) if stripper is not None else piece
+            if text:
+                yield text, inside
+    held = "".join(stripper.feed("", final=True)) if stripper is not None else ""
+    if held:  # an unfinished last line that might have been a marker line: the input's end
+        yield held, False
+
+
+def _owned_text(task: RangeTask, rule: CutRule) -> Iterator[str]:
+    """The text this range tokenizes: from the first resume point after its start to the first
+    resume point after its end (`encode.first_resume_point`: cuts where the tokenizer cuts and no
+    sentence end straddles), so every range starts and ends where the document can be cut. The
+    first range starts at the document's start; a range holding no resume point owns nothing."""
+    buffer = ""  # text not yet handed out: before the range's first resume point, and the lookahead
+    start_found = task.index == 0
+    stop_offset = -1  # where the range's end lies in `buffer`, once the range's own text has ended
+    for text, inside in _range_texts(task):
+        if inside and start_found:
+            yield text
+            continue
+        if not inside and stop_offset < 0:
+            stop_offset = len(buffer)
+        buffer += text
+        if not start_found:
+            found = first_resume_point(buffer, rule)
+            if found < 0:
+                continue
+            start_found = True
+            begin = found + rule.skip  # a cut character of a dropping rule belongs to neither range
+            if stop_offset < 0:
+                yield buffer[begin:]
+                buffer = ""
+                continue
+            if found > stop_offset:
+                return  # the first resume point lies beyond the range: the previous range takes it all
+            buffer, stop_offset = buffer[begin:], max(stop_offset - begin, 0)
+        end = first_resume_point(buffer, rule, stop_offset + 1)
+        if end >= 0:
+            yield buffer[:end]
+            return
+    if start_found and buffer:
+        yield buffer  # the input ended in the lookahead: the document's end is this range's
+
+
+def tokenize_range(task: RangeTask, tokenizer: AnyTokenizer, layout: RowLayout, config: PreprocessConfig,
+                   temp_dir: str) -> RangeTokens:
+    """Clean and tokenize one range as the unsplit run cleans that part of the input, cut where
+    the document can be cut (`_owned_text`); the sentence open at its end is left open (its ids
+    have no length) and the stitch joins it to the next range's first sentence."""
+    sentences = config.packing == PACKING_SENTENCES
+    encoder = DocumentEncoder(tokenizer, sentences, open_sentence=task.index > 0)
+    out = RangeTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)
+    handle = None  # opened at the first ids: an object store refuses an empty upload
+    try:
+        def results() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+            for text in _owned_text(task, encoder.rule):
+                yield encoder.feed(text)
+            yield encoder.finish(last_sentence=False)
+
+        for tokens, lengths in results():
+            lengths = np.zeros(0, dtype=TOKEN_DTYPE) if lengths is None else lengths
+            if not tokens.shape[0] and not lengths.shape[0]:
+                continue
+            if handle is None:
+                out.tokens_path = _range_file(temp_dir, task)
+                handle = FileSystems.create(out.tokens_path, compression_type=CompressionTypes.UNCOMPRESSED)
+            # a record per piece: its token and sentence counts, its ids, its sentence lengths
+            handle.write(np.asarray([tokens.shape[0], lengths.shape[0]], dtype=TOKEN_DTYPE).tobytes())
+            handle.write(tokens.astype(TOKEN_DTYPE).tobytes())
+            handle.write(lengths.astype(TOKEN_DTYPE).tobytes())
+            out.tokens += int(tokens.shape[0])
+            out.unk_tokens += int((tokens == layout.unk_id).sum())
+    finally:
+        if handle is not None:
+            handle.close()
+    return out
+
+
+def _read_range(path: str, sentences: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ids and (with `sentences`) sentence lengths a range's file holds."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        data = np.frombuffer(handle.read(), dtype=TOKEN_DTYPE)
+    ids, lengths = [], []
+    position = 0
+    while position < data.shape[0]:
+        n_tokens, n_lengths = int(data[position]), int(data[position + 1])
+        position += 2
+        ids.append(data[position: position + n_tokens])
+        lengths.append(data[position + n_tokens: position + n_tokens + n_lengths])
+        position += n_tokens + n_lengths
+    return np.concatenate(ids), (np.concatenate(lengths) if sentences else None)
+
+
+def stitch_ranges(ranges: list[RangeTokens], layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig,
+                  temp_dir: str) -> UnitResult:
+    """The rows of a split input from its tokenized ranges, in document order, into its parts."""
+    ranges = sorted(ranges, key=lambda r: r.task.index)
+    first = ranges[0].task
+    written = [r.tokens_path for r in ranges if r.tokens_path]
+    done = load_result(temp_dir, first.unit)
+    if done is not None:  # a retried stitch (at-least-once runners retry bundles): its saved result
+        _delete_existing(written)
+        return done
+    if [r.task.index for r in ranges] != list(range(first.count)):
+        raise RuntimeError(f"{first.unit.source}: {len(ranges)} of its {first.count} ranges arrived")
+    result = copy.deepcopy(first.result)
+    counts = result.counts
+    writer = PartWriter(temp_dir, first.unit.source, layout, id_dtype, config)
+    stream, key = new_row_stream(result.key, layout, id_dtype, config)
+    sentences = config.packing == PACKING_SENTENCES
+    open_ids = np.zeros(0, dtype=TOKEN_DTYPE)  # the sentence left open by the ranges so far
+    try:
+        for tokens in ranges:
+            if not tokens.tokens_path:
+                continue  # a range of boilerplate or whitespace only, or without a place to cut
+            ids, lengths = _read_range(tokens.tokens_path, sentences)
+            counts[m.UNK_TOKENS] += tokens.unk_tokens
+            if sentences:
+                ids = np.concatenate([open_ids, ids])
+                lengths = lengths.copy()
+                if lengths.shape[0]:
+                    lengths[0] += open_ids.shape[0]
+                done = int(lengths.sum())
+                ids, open_ids, lengths = ids[:done], ids[done:], nonzero_lengths(lengths)
+            writer.add(stream.add(ids, lengths), stream, key)
+        if open_ids.shape[0]:
+            writer.add(stream.add(open_ids, np.asarray([open_ids.shape[0]])), stream, key)
+        finish_stream(stream, key, writer, counts)
+    except BaseException:
+        writer.abort()
+        raise
+    result = check_unchanged(first.unit, finish_parts(result, writer, config))
+    save_result(temp_dir, first.unit, result)
+    _delete_existing(written)
+    return result
+
+
+def _delete_existing(paths: list[str]) -> None:
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)

@@ -1,0 +1,1 @@
+"""One reader per input format: plain text, JSON Lines, Parquet and `datasets` row ranges."""

@@ -1,0 +1,224 @@
+"""The preprocess job as library code: check and prepare a run (tokenizer, backend, inputs, output
+folder or resume), then build and run the Beam pipeline and report where the time went.
+`jobs/preprocess.py` only parses the command line around these two calls."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import posixpath
+import time
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.beam.reading.listed_inputs import list_inputs
+from pipeline.beam.reading.work_units import (
+    FORMAT_HF,
+    WorkUnit,
+    hf_revision,
+    hf_units,
+    split_large_inputs,
+    unsplittable_inputs,
+)
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan, whole_element_flushes
+from pipeline.beam.run.no_rows import check_made_rows
+from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
+from pipeline.beam.run.progress import UnitProgress, input_name
+from pipeline.beam.run.resume import prepare_resume, reuse_line, run_record, start_run
+from pipeline.beam.run.runner_options import (
+    close_dask_client,
+    dask_cluster,
+    dask_defaults,
+    local_runner_defaults,
+    local_worker_count,
+    outside_ipython,
+    runner_aliases,
+    tokenizer_threads,
+)
+from pipeline.beam.run.summary import summary_lines
+from pipeline.beam.transforms import Preprocess, stage_seconds
+from pipeline.beam.writing.arrow_io import read_text
+from pipeline.console import Interrupted, on_interrupt, quiet_worker_output, run_interruptible
+from pipeline.console.formatting import human_bytes, plural
+from pipeline.console.logs import WorkerOutput
+from pipeline.tokenizer.derived_cuts import no_cut_reason
+from pipeline.tokenizer.encode import MAX_CARRY_CHARS
+from pipeline.tokenizer.fast import choose_backend
+from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.spec import TokenizerSpec
+from schemas import manifest as m
+from schemas.options import BACKEND_FAST, PACKING_SENTENCES
+
+_log = logging.getLogger("maskbeam.preprocess")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A checked run: its config (with the tokenizer backend resolved), tokenizer and work units."""
+
+    config: PreprocessConfig
+    spec: TokenizerSpec
+    units: list[WorkUnit]
+    why_not_fast: list[str]
+    tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
+
+
+def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
+                overwrite: bool) -> PreparedRun | None:
+    """Validate everything and get the output folder ready, before any data moves.
+
+    Returns:
+        The prepared run, or None when `resume` finds the output already complete.
+
+    Raises:
+        ValueError, TokenizerError, InputError, FileExistsError: naming the bad option or input.
+    """
+    config.validate()
+    spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
+    backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
+    config = dataclasses.replace(config, tokenizer_backend=backend)
+    inputs = list_inputs(list(config.inputs), config.output)
+    inputs.log(_log)
+    listed = inputs.units
+    whole = no_cut_reason(spec.json)
+    if whole is not None:
+        _log.info("tokenizer: no place where its text may be cut is proven (%s): each document is encoded whole "
+                  "(up to %s characters) and large text inputs are not split into byte ranges", whole,
+                  f"{MAX_CARRY_CHARS:,}")
+    units = split_large_inputs(listed, config.split_bytes, split_text=whole is None)
+    _log_splitting(units, config.split_bytes)
+    if config.hf_dataset:
+        config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
+        units += hf_units(config.hf_dataset, config.hf_split, config.text_column, config.hf_revision)
+    record = run_record(config, spec.fingerprint)
+    if resume:
+        if prepare_resume(config.output, record, units) == "complete":
+            return None
+        _log.info(reuse_line(config.output, units))
+    else:
+        prepare_output(config.output, overwrite, record)
+        start_run(config.output, record)
+    forget_no_rows(config.output)
+    return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
+
+
+def _log_splitting(units: list[WorkUnit], split_bytes: int) -> None:
+    """Say which large inputs many workers share and which one worker streams alone."""
+    split = [u for u in units if u.split_bytes]
+    if split:
+        _log.info("%d large text input(s) are tokenized by many workers in byte ranges of about %s "
+                  "(--split_bytes): %s", len(split), human_bytes(split_bytes),
+                  ", ".join(posixpath.basename(u.source) for u in split[:5]) + (" ..." if len(split) > 5 else ""))
+    alone = unsplittable_inputs(units, split_bytes)
+    if alone:
+        _log.info("%d compressed input(s) over --split_bytes %s are each streamed by one worker (a compressed "
+                  "stream cannot be split; store it uncompressed or in parts to spread it): %s", len(alone),
+                  human_bytes(split_bytes),
+                  ", ".join(posixpath.basename(u.source) for u in alone[:5]) + (" ..." if len(alone) > 5 else ""))
+
+
+def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: int | None = None,
+                 progress_every: float = 10.0, handle_signals: bool = False,
+                 terminal: bool | None = None, quiet: bool = False):
+    """Build and run the pipeline on the runner `beam_args` name (the local FnApiRunner by default:
+    threads for the fast tokenizer, processes otherwise), showing progress; then the warnings and,
+    last, the summary. Returns the finished PipelineResult.
+
+    With `handle_signals` (the command line), Ctrl-C/SIGTERM stop every worker: under
+    `pipeline.console.run_main` the process exits with one line naming the inputs done; on the main
+    thread Interrupted is raised carrying `done` and `total` inputs. With `quiet`, the worker
+    processes' own stderr goes to a file and only what it says beyond their logging is shown.
+    """
+    config = run.config
+    started = time.perf_counter()
+    temp_dir = posixpath.join(config.output, m.TEMP_DIR)
+    remote = "://" in config.output and not config.output.startswith("file://")
+    with quiet_worker_output(quiet) as workers:  # before the bar: it writes to the console stream set up here
+        progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
+                                terminal=terminal)
+        result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
+        wall = time.perf_counter() - started
+        manifest = _read_run_manifest(config.output)
+        progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
+        if workers is not None:
+            workers.report(_log, failed=False)
+    stages = stage_seconds(result)
+    warn_large_boilerplate(manifest)  # warnings before the summary: the summary ends the run
+    _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
+              ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
+    for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
+        _log.info(line)
+    check_made_rows(manifest)
+    return result
+
+
+def _read_run_manifest(output: str) -> dict:
+    """The finished run's manifest: the output's, or the record a run that made no rows leaves."""
+    path = posixpath.join(output, m.MANIFEST_FILE)
+    if not FileSystems.exists(path) and FileSystems.exists(posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)):
+        path = posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)
+    return json.loads(read_text(path))
+
+
+def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
+                 progress: UnitProgress, workers: WorkerOutput | None):
+    """The Beam run with its progress thread, and what an interrupt or a failure reports."""
+    if handle_signals:
+        def describe() -> str:
+            progress.refresh()
+            return (f"after {progress.done} of {plural(progress.total, 'input')}; rerun the same command with "
+                    f"--resume to continue")
+        on_interrupt(describe)
+    try:
+        with progress:  # a failure leaves without the closing line
+            go = (lambda: _run_beam(run, beam_args, dask_local_workers))
+            return run_interruptible(go) if handle_signals else go()
+    except Interrupted as stop:
+        progress.refresh()
+        stop.done, stop.total = progress.done, progress.total
+        raise
+    except BaseException:
+        if workers is not None:
+            workers.report(_log, failed=True)
+        raise
+    finally:
+        if handle_signals:
+            on_interrupt(None)
+
+
+def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
+    config = run.config
+    config_threads = run.tokenizer_threads
+    with dask_cluster(dask_local_workers) as dask_args, outside_ipython(), whole_element_flushes(), \
+            side_input_sizes_without_module_scan():
+        beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
+        threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
+        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
+        runner = options.view_as(StandardOptions).runner
+        workers = local_worker_count(options)
+        _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
+                  f" (the fast path does not cover: {'; '.join(run.why_not_fast)})" if run.why_not_fast else "")
+        mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
+        _log.info("runner: %s%s; %s; output %s", runner,
+                  f" with {plural(workers, 'worker')}, {mode}" if workers else "",
+                  plural(len({input_name(u) for u in run.units}), "input"), config.output)
+        if not workers:
+            _log.info("progress below comes from the finished work in %s; the runner's own UI shows each stage",
+                      posixpath.join(config.output, m.TEMP_DIR))
+        pipeline = beam.Pipeline(options=options)
+        threads = tokenizer_threads(options, config_threads)
+        # Files are listed again by the workers: the job graph carries the patterns, not the files.
+        listed = [u for u in run.units if u.format == FORMAT_HF]
+        _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
+                                                  config=config,
+                                                  local_workers=workers, tokenizer_threads=threads)
+        result = pipeline.run()
+        result.wait_until_finish()
+        if runner and runner.endswith("DaskRunner"):
+            close_dask_client()
+    return result

@@ -1,0 +1,130 @@
+"""Progress of a running preprocess job, watched from the launcher: every finished unit leaves its
+result record in the temp folder (that is what --resume reuses), and every finished shard its shard
+record, so a thread listing that folder knows how far the workers are on any runner, without a
+metrics service."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import posixpath
+import threading
+from collections import Counter
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
+from pipeline.beam.unit_results import result_path
+from pipeline.beam.writing.arrow_io import read_text
+from pipeline.console import ProgressReporter
+from pipeline.console.formatting import plural
+from schemas import manifest as m
+
+_log = logging.getLogger("maskbeam.progress")
+
+
+def temp_names(folder: str) -> list[str]:
+    """The names of the files in `folder` ([] while it does not exist). A local folder is listed
+    without Beam, whose match stats every file: polling a temp folder of thousands of parts twice a
+    second that way took a core's tenth from the workers."""
+    try:
+        if "://" not in folder or folder.startswith("file://"):
+            return os.listdir(folder.removeprefix("file://"))
+        return [posixpath.basename(md.path) for md in FileSystems.match([posixpath.join(folder, "*")])[0].metadata_list]
+    except Exception:  # noqa: BLE001 - the folder may not exist yet, or a listing may fail transiently
+        return []
+
+
+def input_name(unit: WorkUnit) -> str:
+    """The input a unit of work belongs to: its file (a byte range's too), or its --hf_dataset."""
+    if unit.format == FORMAT_HF:
+        return f"hf://{unit.hf_name}?split={unit.hf_split}"
+    return unit.path or unit.source
+
+
+class UnitProgress:
+    """Polls the temp folder every `poll_seconds` on a daemon thread and feeds a ProgressReporter:
+    inputs done of total, bytes read, rows written so far, shards written."""
+
+    def __init__(self, units: list[WorkUnit], temp_dir: str, *, every: float, poll_seconds: float = 0.5,
+                 terminal: bool | None = None) -> None:
+        self._temp_dir = temp_dir
+        self._units = {posixpath.basename(result_path(temp_dir, u.source)): u for u in units}
+        # Progress counts inputs as the summary does: a file split in byte ranges is one input, and so is
+        # a --hf_dataset (of many row ranges); an input is done when all its parts are.
+        self._parts = Counter(input_name(u) for u in self._units.values())
+        self.total = len(self._parts)
+        self._rows: dict[str, int] = {}
+        self._shards = 0
+        self._poll_seconds = poll_seconds
+        self._stop = threading.Event()
+        self.reporter = ProgressReporter(self.total, sum(u.size for u in units), desc="preprocess", every=every,
+                                         logger=_log, terminal=terminal)
+        self._poll()
+        self.reporter.start_from(self.done, self.done_bytes)
+        self._thread = threading.Thread(target=self._loop, name="maskbeam-progress", daemon=True)
+
+    @property
+    def done(self) -> int:
+        finished = Counter(input_name(self._units[name]) for name in self._rows)
+        return sum(1 for name, n in finished.items() if n == self._parts[name])
+
+    @property
+    def done_bytes(self) -> int:
+        return sum(self._units[name].size for name in self._rows)
+
+    def refresh(self) -> None:
+        """Look at the temp folder now (the thread looks every `poll_seconds`)."""
+        self._poll()
+
+    def _poll(self) -> None:
+        names = temp_names(self._temp_dir)
+        for name in names:
+            if name in self._units and name not in self._rows:
+                try:
+                    record = json.loads(read_text(posixpath.join(self._temp_dir, name)))
+                    self._rows[name] = int(record["result"]["counts"].get(m.ROWS, 0))
+                except (ValueError, KeyError, OSError):
+                    continue  # being written: counted at the next poll
+        # The temp folder is deleted when the run finishes: never count down.
+        self._shards = max(self._shards, len(fnmatch.filter(names, m.shard_record_name("*", "*"))))
+
+    def _extra(self) -> str:
+        rows = plural(sum(self._rows.values()), "row")
+        return f"{rows}, {plural(self._shards, 'shard')} written" if self._shards else rows
+
+    def _loop(self) -> None:
+        announced = self.done == self.total
+        while not self._stop.wait(self._poll_seconds):
+            self._poll()
+            self.reporter.update(self.done, self.done_bytes, self._extra())
+            if not announced and self.done == self.total:
+                announced = True
+                _log.info("stage 1 of 2 done (read, clean, tokenize, chunk: %s); stage 2: mask and write "
+                          "shards", plural(self.done, "input"))
+
+    def __enter__(self) -> UnitProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop(final=False)  # the closing line comes from finish(), with the manifest's shard count
+
+    def stop(self, final: bool = True) -> None:
+        """Stop polling; with `final`, one last poll and the closing line."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if final:
+            self.finish()
+
+    def finish(self, shards: int | None = None) -> None:
+        """The closing line, once, with the shard count of the manifest when given (shards of no rows
+        leave no record to count in the temp folder)."""
+        self._poll()
+        if shards is not None:
+            self._shards = shards
+        self.reporter.update(self.done, self.done_bytes, self._extra())
+        self.reporter.close()

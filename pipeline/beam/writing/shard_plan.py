@@ -1,0 +1,159 @@
+"""The shard plan of `sharding.plan_shards`, computed without holding every input in one place.
+
+Rows are ordered by content key; a key's first characters (its bucket) are monotone in that order,
+so the inputs of one bucket are contiguous rows. Each bucket is sorted on its own; the only global
+step is a summary of the rows per bucket and split (at most 16**BUCKET_CHARS entries for hex keys,
+whatever the number of inputs), from which each bucket knows where its rows start and cuts its own
+pieces of the shards. A shard gathers its pieces by key: its task is as large as the shard, never
+as the input list. The plan is the one `plan_shards` makes (tests compare them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.beam.run.config import PreprocessConfig
+from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.planning import shard_count
+from pipeline.beam.writing.sharding import PartSlice, ShardTask, config_key
+from schemas import manifest as m
+
+BUCKET_CHARS = 3  # 4,096 buckets of sha256 hex keys: about 250 inputs each at a million inputs
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """What planning needs of one input's result: its order and its parts (split -> (path, rows))."""
+
+    key: str
+    source: str
+    parts: tuple[tuple[str, str, int], ...]  # (split, part path, rows)
+
+    @property
+    def sort_key(self) -> tuple[str, str]:
+        return (self.key, self.source)
+
+
+def plan_record(result: UnitResult) -> list[tuple[str, PlanRecord]]:
+    """(bucket, record) of a result with rows; none for one without parts."""
+    if not result.parts:
+        return []
+    parts = tuple((split, path, rows) for split, (path, rows) in sorted(result.parts.items()))
+    return [(result.key[:BUCKET_CHARS], PlanRecord(result.key, result.source, parts))]
+
+
+def _split_parts(records: list[PlanRecord], split: str) -> list[tuple[str, int, str]]:
+    return [(path, rows, r.key) for r in records for s, path, rows in r.parts if s == split]
+
+
+def bucket_rows(bucket_and_records: tuple[str, Iterable[PlanRecord]]) -> tuple[str, dict[str, int]]:
+    """(bucket, rows per split): one entry of the global summary."""
+    bucket, records = bucket_and_records
+    records = list(records)
+    return bucket, {split: sum(rows for _, rows, _ in _split_parts(records, split)) for split in m.SPLITS}
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """Where each bucket's rows start, per split, and each split's rows per copy."""
+
+    starts: dict[str, dict[str, int]]
+    per_copy: dict[str, int]
+
+
+def row_summary(entries: Iterable[tuple[str, dict[str, int]]]) -> RowSummary:
+    ordered = sorted(entries)
+    starts: dict[str, dict[str, int]] = {split: {} for split in m.SPLITS}
+    per_copy = dict.fromkeys(m.SPLITS, 0)
+    for bucket, rows in ordered:
+        for split in m.SPLITS:
+            starts[split][bucket] = per_copy[split]
+            per_copy[split] += rows[split]
+    return RowSummary(starts=starts, per_copy=per_copy)
+
+
+def _count(summary: RowSummary, split: str, config: PreprocessConfig, bytes_per_row: int) -> int:
+    return shard_count(summary.per_copy[split] * config.copies, bytes_per_row, config.num_shards)
+
+
+def shard_keys(summary: RowSummary, config: PreprocessConfig, bytes_per_row: int) -> list[tuple[tuple[str, int], int]]:
+    """((split, index), count) of every shard, those without rows included."""
+    out = []
+    for split in m.SPLITS:
+        count = _count(summary, split, config, bytes_per_row)
+        out.extend(((split, index), count) for index in range(count))
+    return out
+
+
+def _first_shard(row: int, total: int, count: int) -> int:
+    """The shard holding global row `row`: the largest i with i * total // count <= row."""
+    index = min(count - 1, row * count // total)
+    while index > 0 and index * total // count > row:
+        index -= 1
+    while index + 1 < count and (index + 1) * total // count <= row:
+        index += 1
+    return index
+
+
+def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary: RowSummary,
+                  config: PreprocessConfig, bytes_per_row: int
+                  ) -> list[tuple[tuple[str, int], tuple[int, tuple[PartSlice, ...]]]]:
+    """((split, shard index), (global first row, slices)) of the shards this bucket's rows fall in."""
+    bucket, records = bucket_and_records
+    records = sorted(records, key=lambda r: r.sort_key)
+    out = []
+    for split in m.SPLITS:
+        parts = _split_parts(records, split)
+        rows = sum(r for _, r, _ in parts)
+        if not rows:
+            continue
+        per_copy = summary.per_copy[split]
+        total = per_copy * config.copies
+        count = _count(summary, split, config, bytes_per_row)
+        offsets = np.cumsum([0] + [r for _, r, _ in parts])
+        start = summary.starts[split][bucket]
+        for copy in range(config.copies):
+            begin, end = copy * per_copy + start, copy * per_copy + start + rows
+            index = _first_shard(begin, total, count)
+            while index < count and index * total // count < end:
+                lo, hi = max(begin, index * total // count), min(end, (index + 1) * total // count)
+                slices = _slices(parts, offsets, lo - begin, hi - begin, copy)
+                if slices:
+                    out.append(((split, index), (lo, tuple(slices))))
+                index += 1
+    return out
+
+
+def _slices(parts: list[tuple[str, int, str]], offsets: np.ndarray, local_begin: int, local_end: int,
+            copy: int) -> list[PartSlice]:
+    """The part slices of rows [local_begin, local_end) of this bucket (`plan_shards`' cut)."""
+    slices = []
+    first = int(np.searchsorted(offsets, local_begin, side="right")) - 1
+    position = local_begin
+    while position < local_end:
+        part_path, _, key = parts[first]
+        stop = min(local_end, int(offsets[first + 1]))
+        slices.append(PartSlice(part_path, key, position - int(offsets[first]), stop - int(offsets[first]), copy))
+        position = stop
+        first += 1
+    return slices
+
+
+def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, tuple[PartSlice, ...]]],
+               config: PreprocessConfig) -> ShardTask:
+    """One shard's task from its pieces (in row order), with the plan hash `plan_shards` gives it."""
+    slices = tuple(piece for _, chunk in sorted(pieces, key=lambda p: p[0]) for piece in chunk)
+    path = posixpath.join(config.output, split, m.shard_name(index, count))
+    plan = hashlib.sha256(json.dumps([config_key(config), split, index, count, [
+        (piece.key, piece.start, piece.stop, piece.copy) for piece in slices]]).encode()).hexdigest()
+    return ShardTask(split=split, index=index, count=count, path=path, slices=slices, plan=plan)
+
+
+__all__ = ["BUCKET_CHARS", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
+           "row_summary", "shard_keys", "shard_task"]

@@ -1,0 +1,1 @@
+"""Kernels of row work: chunking token streams into rows, and masking them."""

@@ -1,0 +1,1 @@
+"""The fast tokenizers' kernels, one package per family (matching `pipeline.tokenizer.<family>`)."""

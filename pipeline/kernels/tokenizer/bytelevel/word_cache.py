@@ -1,0 +1,181 @@
+"""A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
+
+A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
+(`word_key`: one unaligned 8-byte load each (`load8`), a mask, no loop, no byte compare). A record
+is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
+then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
+associative; a new word goes to way 0 and pushes the old way 0 to way 1), the set chosen by the
+top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
+up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
+running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
+
+A cache never changes ids: it only remembers what the kernel computed for a word. The kernel finds
+the words some way ahead of their lookup and prefetches their sets (`common/prefetch.py`), so that the fetches of
+several lookups overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.loads import load8
+
+WORD_BYTES = 24  # longest word the cache holds (its key is three uint64)
+RECORD_IDS = 9  # most ids one record holds
+MAX_IDS = 25  # most ids a word's entry holds: a wide entry takes both records of its set (>= WORD_BYTES)
+RECORD_WORDS = 8  # uint64 per record: 64 bytes
+SETS = 1 << 18  # sets of two records: 32 MB. 49 books have 154,000 distinct words; with 16 MB, 40,000 of the
+# 2 million lookups of a pass over them found their word evicted, and BPE again costs about 1 us a word
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX_2 = np.uint64(0x165667B19E3779F9)
+_LOW_BYTE = np.uint64(0xFF)
+_LOW_HALF = np.uint64(0xFFFFFFFF)
+_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@kernel(inline="always")
+def _low_bytes(key, n):
+    """The low n (1 <= n <= 8) bytes of key, the others zero."""
+    return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
+
+
+@kernel()
+def _tail_key(text, start, n):
+    """word_key of a word near the end of `text`, reading its bytes one at a time (rare: not inlined)."""
+    key = np.zeros(3, dtype=np.uint64)
+    for q in range(n):
+        key[q // 8] |= np.uint64(text[start + q]) << np.uint64(8 * (q % 8))
+    return key[0], key[1], key[2]
+
+
+@kernel(inline="always")
+def word_key(text, start, n):
+    """(k0, k1, k2): the bytes of text[start:start + n] (1 <= n <= WORD_BYTES) packed little-endian
+    in three uint64, zero beyond n. Reads whole 8-byte groups where the text has them (a word near
+    the end of `text` is read byte by byte: nothing past the text is ever read)."""
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if start + ((n + 7) & -8) > text.shape[0]:
+        return _tail_key(text, start, n)
+    if n <= 8:
+        return _low_bytes(load8(text, start), n), k1, k2
+    if n <= 16:
+        return load8(text, start), _low_bytes(load8(text, start + 8), n - 8), k2
+    return load8(text, start), load8(text, start + 8), _low_bytes(load8(text, start + 16), n - 16)
+
+
+@kernel(inline="always")
+def set_shift(records):
+    """The shift that maps a 64-bit hash to a set of `records` (64 - log2 of the number of sets)."""
+    bits = 0
+    while (1 << bits) < records.shape[0] // 2:
+        bits += 1
+    return np.uint64(64 - bits)
+
+
+@kernel(inline="always")
+def word_set(k0, k1, k2, n, shift):
+    """The first row of the set of the word (k0, k1, k2, n) (`shift` from `set_shift`)."""
+    mixed = (k0 ^ (k1 * _MIX_1) ^ (k2 * _MIX_2) ^ np.uint64(n)) * _GOLDEN
+    return np.int64(mixed >> shift) * 2
+
+
+@kernel(inline="always")
+def _hit(records, row, k0, k1, k2, n, out, n_out):
+    meta = records[row, 3]
+    if (records[row, 0] != k0 or (meta & _LOW_BYTE) != np.uint64(n) or records[row, 1] != k1
+            or records[row, 2] != k2):
+        return -1
+    count = np.int64((meta >> np.uint64(8)) & _LOW_BYTE)
+    out[n_out] = np.int32(meta >> np.uint64(32))
+    for q in range(1, count):
+        word = 4 + (q - 1) // 2  # past the record's 8 words: the next row (a wide entry's second half)
+        out[n_out + q] = np.int32((records[row + (word >> 3), word & 7] >> np.uint64(32 * ((q - 1) % 2)))
+                                  & _LOW_HALF)
+    return n_out + count
+
+
+@kernel(inline="always")
+def cached_ids(records, row, k0, k1, k2, n, out, n_out):
+    """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss."""
+    done = _hit(records, row, k0, k1, k2, n, out, n_out)
+    if done < 0 and (records[row, 3] >> np.uint64(8)) & _LOW_BYTE <= np.uint64(RECORD_IDS):
+        done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)  # way 1, unless way 0 spills into it
+    return done
+
+
+@kernel(inline="always")
+def remember(records, row, k0, k1, k2, n, ids, start, count):
+    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word, in way 0
+    (the old way 0 moves to way 1), or in both ways when they are more than RECORD_IDS. A wide entry
+    is never moved to way 1 (it would spill into the next set): a word that takes its way 0 drops it."""
+    wide_before = (records[row, 3] >> np.uint64(8)) & _LOW_BYTE > np.uint64(RECORD_IDS)
+    for q in range(RECORD_WORDS):
+        records[row + 1, q] = np.uint64(0) if wide_before or count > RECORD_IDS else records[row, q]
+        records[row, q] = 0
+    records[row, 0] = k0
+    records[row, 1] = k1
+    records[row, 2] = k2
+    records[row, 3] = np.uint64(n) | (np.uint64(count) << np.uint64(8)) | (np.uint64(ids[start]) << np.uint64(32))
+    for q in range(1, count):
+        word = 4 + (q - 1) // 2
+        records[row + (word >> 3), word & 7] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
+
+
+@dataclass(frozen=True)
+class PackedWordCache:
+    """Tokenized words remembered between kernel calls (bounded: 2 x sets words).
+
+    Attributes:
+        records: uint64, shape (2 * sets, RECORD_WORDS), 64-byte aligned (see the module docstring);
+            a record of length 0 is empty.
+    """
+
+    records: np.ndarray
+
+    @classmethod
+    def empty(cls, sets: int = SETS) -> PackedWordCache:
+        """A cache of `sets` sets of two records (a power of two, at least 2)."""
+        if sets < 2 or sets & (sets - 1):
+            raise ValueError(f"cache sets must be a power of two >= 2, got {sets}")
+        rows = 2 * sets
+        raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)  # numpy asks Linux for 2 MB pages itself
+        skip = (-raw.ctypes.data % 64) // 8
+        return cls(records=raw[skip:skip + rows * RECORD_WORDS].reshape(rows, RECORD_WORDS))
+
+
+def single_table(words: dict[bytes, int]) -> np.ndarray:
+    """The words (1 to 8 bytes) that are one token, as an open-addressing table for `single_id`:
+    uint64, shape (power of two >= 2 x len(words), 2): packed bytes, then length | id << 32 (length
+    0: empty). A hit reads one small, hot table instead of a record of the large cache."""
+    size = 1 << max(4, (2 * max(len(words), 1) - 1).bit_length())
+    table = np.zeros((size, 2), dtype=np.uint64)
+    shift = 64 - (size - 1).bit_length()
+    for word in sorted(words):
+        if not 1 <= len(word) <= 8:
+            raise ValueError(f"a single-token word has 1 to 8 bytes, got {word!r}")
+        key = int.from_bytes(word, "little")
+        slot = (((key ^ len(word)) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF) >> shift
+        while table[slot, 1]:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = (key, len(word) | (words[word] << 32))
+    return table
+
+
+@kernel(inline="always")
+def single_id(table, k0, n, shift):
+    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
+    or -1; `shift` is 64 - log2 of the table's size."""
+    mask = table.shape[0] - 1
+    slot = np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
+    while True:
+        meta = table[slot, 1]
+        if meta == 0:
+            return -1
+        if table[slot, 0] == k0 and (meta & _LOW_BYTE) == np.uint64(n):
+            return np.int64(meta >> np.uint64(32))
+        slot = (slot + 1) & mask

@@ -1,0 +1,298 @@
+"""SentencePiece-style text handling before the model: safe cuts, the normalizer and the
+Metaspace pre-tokenizer of one chunk (the loop over chunks, the chunk cache and the model calls
+are in `pipeline.kernels.tokenizer.sentencepiece.encode`).
+
+The text is cut into *chunks* at safe cuts (`CUT_DROP`: an ASCII space between two chosen ASCII
+characters, the space itself belonging to neither side; `CUT_KEEP`: before such a space, which
+opens the right chunk; `CUT_NONE`: never). A safe cut is one where encoding the parts as texts
+of their own and concatenating gives the ids of the whole (`pipeline.tokenizer.sentencepiece.fast`
+chooses the mode and the characters from the tokenizer's configuration and vocabulary), so every
+chunk is encoded exactly like a whole text:
+
+1. normalizer: every character through a per-code-point table (the output of the tokenizer's
+   per-character normalizers, probed on that character alone), then the *tail* operations that
+   look at more than one character (OP_*), in the configured order;
+2. pre-tokenizer: optionally split at Unicode whitespace (WhitespaceSplit), then Metaspace:
+   spaces become `▁`, one `▁` is prepended unless the text starts with one, and with `split` a
+   word starts at every `▁`;
+3. model: Unigram Viterbi or byte-fallback BPE per word.
+
+A chunk holding a character the table does not vouch for (flag 0: a combining mark, a Hangul jamo,
+a format character, a code point beyond the BMP, invalid UTF-8, ...) is not encoded here: maximal
+runs of such chunks are returned as fallback spans for the real tokenizer, their ids spliced in at
+the recorded position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.tokenizer.sentencepiece.unigram import utf8_width
+
+# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
+_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
+# Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
+OP_REPLACE = 1  # every non-overlapping occurrence of a literal pattern, left to right (Replace, String)
+OP_COLLAPSE_SPACES = 2  # runs of two or more ASCII spaces (Replace, Regex " {2,}")
+OP_TRIM_SPACES = 3  # ASCII spaces at both ends removed (Replace, Regex "\A +| +\z", "")
+OP_STRIP = 4  # Unicode whitespace at the left (pattern length 1) and/or right (content length 1) end (Strip)
+OP_PREPEND = 5  # content before a non-empty text (Prepend)
+OP_REPLACE_START = 6  # the pattern at the very start (Replace, Regex "\A<literal>")
+OP_MAP = 7  # every character through the per-code-point table (the per-character normalizers, fused)
+_META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
+
+
+@kernel()
+def is_white(cp):
+    """Rust's char::is_whitespace (the Unicode White_Space property)."""
+    if cp <= 0x20:
+        return cp == 0x20 or 0x09 <= cp <= 0x0D
+    if cp < 0x85:
+        return False
+    return (cp == 0x85 or cp == 0xA0 or cp == 0x1680 or 0x2000 <= cp <= 0x200A or cp == 0x2028 or cp == 0x2029
+            or cp == 0x202F or cp == 0x205F or cp == 0x3000)
+
+
+@_inner
+def _decode(buf, j):
+    """(code point, width) of the valid UTF-8 sequence at buf[j]."""
+    width = utf8_width(buf[j])
+    if width == 1:
+        return np.int64(buf[j]), 1
+    if width == 2:
+        return ((np.int64(buf[j]) & 0x1F) << 6) | (np.int64(buf[j + 1]) & 0x3F), 2
+    if width == 3:
+        return (((np.int64(buf[j]) & 0x0F) << 12) | ((np.int64(buf[j + 1]) & 0x3F) << 6)
+                | (np.int64(buf[j + 2]) & 0x3F)), 3
+    return (((np.int64(buf[j]) & 0x07) << 18) | ((np.int64(buf[j + 1]) & 0x3F) << 12)
+            | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
+
+
+@_inner
+def _next_code_point(text, i, n):
+    """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
+        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
+        if cp < 0x800 or 0xD800 <= cp < 0xE000:
+            return -1, 1
+        return cp, 3
+    return -1, 1
+
+
+@_inner
+def _apply_op(op, blob, src, m, dst):
+    """One tail operation from src[:m] into dst; returns the new length."""
+    code, p0, plen, c0, clen = op[0], op[1], op[2], op[3], op[4]
+    k = 0
+    if code == OP_REPLACE:
+        i = 0
+        while i < m:
+            hit = plen > 0 and i + plen <= m
+            if hit:
+                for t in range(plen):
+                    if src[i + t] != blob[p0 + t]:
+                        hit = False
+                        break
+            if hit:
+                for t in range(clen):
+                    dst[k] = blob[c0 + t]
+                    k += 1
+                i += plen
+            else:
+                dst[k] = src[i]
+                k += 1
+                i += 1
+        return k
+    if code == OP_COLLAPSE_SPACES:
+        i = 0
+        while i < m:
+            if src[i] == 32 and i + 1 < m and src[i + 1] == 32:
+                while i < m and src[i] == 32:
+                    i += 1
+                for t in range(clen):
+                    dst[k] = blob[c0 + t]
+                    k += 1
+            else:
+                dst[k] = src[i]
+                k += 1
+                i += 1
+        return k
+    if code in (OP_TRIM_SPACES, OP_STRIP):
+        a = np.int64(0)
+        b = m
+        if code == OP_TRIM_SPACES:
+            while a < b and src[a] == 32:
+                a += 1
+            while b > a and src[b - 1] == 32:
+                b -= 1
+        else:
+            if plen == 1:
+                while a < b:
+                    cp, width = _decode(src, a)
+                    if not is_white(cp):
+                        break
+                    a += width
+            if clen == 1:
+                while b > a:
+                    j = b - 1
+                    while j > a and (src[j] & 0xC0) == 0x80:
+                        j -= 1
+                    cp, width = _decode(src, j)
+                    if not is_white(cp):
+                        break
+                    b = j
+        for i in range(a, b):
+            dst[k] = src[i]
+            k += 1
+        return k
+    if code == OP_PREPEND:
+        if m > 0:
+            for t in range(clen):
+                dst[k] = blob[c0 + t]
+                k += 1
+        for i in range(m):
+            dst[k] = src[i]
+            k += 1
+        return k
+    # OP_REPLACE_START
+    i = 0
+    hit = plen <= m
+    if hit:
+        for t in range(plen):
+            if src[t] != blob[p0 + t]:
+                hit = False
+                break
+    if hit:
+        for t in range(clen):
+            dst[k] = blob[c0 + t]
+            k += 1
+        i = plen
+    while i < m:
+        dst[k] = src[i]
+        k += 1
+        i += 1
+    return k
+
+
+@_inner
+def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
+    """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
+    from n_words. Returns (k, n_words)."""
+    first = k
+    starts_meta = b - a >= 3 and norm[a] == _META0 and norm[a + 1] == _META1 and norm[a + 2] == _META2
+    if prepend and b > a and not starts_meta and norm[a] != 32:
+        words[k] = _META0
+        words[k + 1] = _META1
+        words[k + 2] = _META2
+        k += 3
+    for i in range(a, b):
+        if norm[i] == 32:
+            words[k] = _META0
+            words[k + 1] = _META1
+            words[k + 2] = _META2
+            k += 3
+        else:
+            words[k] = norm[i]
+            k += 1
+    begin = first
+    if split:
+        for i in range(first + 1, k - 2):
+            if words[i] == _META0 and words[i + 1] == _META1 and words[i + 2] == _META2:
+                bounds[n_words, 0] = begin
+                bounds[n_words, 1] = i
+                n_words += 1
+                begin = i
+    if k > begin:
+        bounds[n_words, 0] = begin
+        bounds[n_words, 1] = k
+        n_words += 1
+    return k, n_words
+
+
+@_inner
+def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
+    """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
+    k = 0
+    j = np.int64(0)
+    while j < m:
+        byte = src[j]
+        if byte < 0x80:
+            cp = np.int64(byte)
+            width = 1
+        else:
+            cp, width = _next_code_point(src, j, m)
+            if cp < 0:
+                return -1
+        if flags[cp] == 0:
+            return -1
+        for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
+            dst[k] = cp_blob[t]
+            k += 1
+        j += width
+    return k
+
+
+@kernel()
+def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
+    """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
+    and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
+    the real tokenizer."""
+    m = b - a
+    for t in range(m):
+        src[t] = text[a + t]
+    for r in range(ops.shape[0]):
+        if ops[r, 0] == OP_MAP:
+            m = _map(src, m, flags, cp_start, cp_len, cp_blob, dst)
+            if m < 0:
+                return -1
+        else:
+            m = _apply_op(ops[r], op_blob, src, m, dst)
+        src, dst = dst, src
+    ws_split, metaspace, prepend, split = pretok[0] != 0, pretok[1] != 0, pretok[2] != 0, pretok[3] != 0
+    if not metaspace:
+        for t in range(m):
+            words[t] = src[t]
+        bounds[0, 0] = 0
+        bounds[0, 1] = m
+        return 1 if m > 0 else 0
+    if not ws_split:
+        zero = np.int64(0)  # no literal arguments: each would compile _metaspace once more
+        return _metaspace(src, zero, m, prepend, split, words, zero, bounds, zero)[1]
+    k = np.int64(0)
+    n_words = np.int64(0)
+    i = np.int64(0)
+    while i < m:
+        cp, width = _decode(src, i)
+        if is_white(cp):
+            i += width
+            continue
+        e = i
+        while e < m:
+            cp, width = _decode(src, e)
+            if is_white(cp):
+                break
+            e += width
+        k, n_words = _metaspace(src, i, e, prepend, split, words, k, bounds, n_words)
+        i = e
+    return n_words
+
+
+@kernel()
+def safe_cuts(text, cut_mode, cut_left, cut_right, out):
+    """Byte positions of the safe cuts' spaces in text (uint8) into out; returns their count."""
+    count = 0
+    if cut_mode == CUT_NONE:
+        return 0
+    for j in range(1, text.shape[0] - 1):
+        if text[j] == 32 and cut_left[text[j - 1]] != 0 and cut_right[text[j + 1]] != 0:
+            out[count] = j
+            count += 1
+    return count

@@ -1,0 +1,1 @@
+"""The WordPiece kernel (BERT): basic pre-tokenization and greedy longest-match-first pieces."""

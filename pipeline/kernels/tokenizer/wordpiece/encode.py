@@ -1,0 +1,339 @@
+"""BERT-style WordPiece tokenization in one jitted pass over UTF-8 bytes.
+
+The kernel reproduces what a BERT-style tokenizer (a per-character normalizer, `BertPreTokenizer`,
+`WordPiece`) does, from a table that says, for every BMP code point, how that tokenizer treats it
+on its own (built by `pipeline.tokenizer.fast` by asking the real tokenizer):
+
+- CHUNK_SPACE (ASCII space, tab, CR, LF): every BERT-style normalizer and pre-tokenizer splits
+  there, so the text between two of them (a *chunk*) is tokenized independently of its neighbours;
+- LETTER: joins the word around it as a fixed ASCII string (itself, lower-cased, accents
+  stripped, or nothing for characters the normalizer deletes);
+- ISOLATED: a piece of its own (punctuation, CJK ideographs), with fixed ids;
+- INNER_SPACE: splits words (NBSP, ideographic space);
+- OTHER: anything the table cannot vouch for (a kept combining mark, a letter that does not
+  normalise to ASCII, a code point beyond the BMP, invalid UTF-8).
+
+Words (runs of LETTER characters, normalised) go through WordPiece: greedy longest match first,
+continuation pieces looked up with their prefix stripped, the whole word `[UNK]` when longer than
+`max_input_chars_per_word` or when some position matches nothing. A chunk holding an OTHER
+character is not tokenized here: maximal runs of such chunks (with the whitespace between them)
+are returned as *fallback spans* for the real tokenizer, and their ids are spliced in at the
+recorded position. A span starts and ends at a split point, so encoding it alone gives exactly the
+ids it gets inside the whole text.
+
+The vocabulary lives in two open-addressing hash tables of byte strings (word starts, and
+continuations without their prefix; `pipeline.kernels.common.hash_table.ByteTable`), keys compared byte
+for byte on every hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
+from pipeline.kernels.common.jit import kernel
+
+CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE, OTHER = 0, 1, 2, 3, 4
+BMP = 0x10000
+_FNV_OFFSET = FNV_OFFSET
+_HIGH_BITS = np.uint64(0xFFFFFFFFFFFF0000)  # a cache key is the hash's high bits and the word length
+CACHE_SLOTS = 1 << 16  # words (not single vocabulary entries) remembered per tokenizer: about 6 MB
+CACHE_WORD_BYTES = 32
+CACHE_IDS = 16  # a count, then up to 15 ids
+MAX_FALLBACK_BYTES = 1 << 16  # a fallback span is cut at a chunk boundary past this size
+MAX_WORD_BYTES = 1 << 16  # a longer word is [UNK] whatever max_input_chars_per_word says (<= 100 in practice)
+
+
+@kernel()
+def _next_code_point(text, i, n):
+    """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
+        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
+        if cp < 0x800 or 0xD800 <= cp < 0xE000:
+            return -1, 1
+        return cp, 3
+    return -1, 1
+
+
+@kernel()
+def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isolated_ids, unk_id, max_chars,
+                   max_key,
+                   w_blob, w_starts, w_lengths, w_ids, w_slots, c_blob, c_starts, c_lengths, c_ids, c_slots,
+                   cache_keys, cache_words, cache_ids, out, spans, max_span_bytes):
+    """Tokenize text; returns (n_out, n_spans). spans[k] = (byte start, byte stop, position in out).
+
+    A chunk is tokenized optimistically; at its first OTHER character the chunk's ids are dropped
+    and the chunk joins (or opens) a fallback span. WordPiece is written out inline at the one
+    place a word ends (a helper taking the ten table arrays cost ten times the lookup itself).
+
+    Words that are not one vocabulary entry are split once and kept in a direct-mapped cache
+    (cache_keys: hash and length, cache_words: the word's bytes, cache_ids: count then ids); a hit
+    is checked byte for byte, so the cache changes the speed, never the ids."""
+    cache_mask = cache_keys.shape[0] - 1
+    n = text.shape[0]
+    word = np.empty(MAX_WORD_BYTES + 8, dtype=np.uint8)
+    n_out = 0
+    n_spans = 0
+    open_span = False
+    i = 0
+    while i < n:
+        b = text[i]
+        if b == 32 or b == 9 or b == 10 or b == 13:
+            i += 1
+            continue
+        chunk_out = n_out
+        n_word = 0
+        word_hash = _FNV_OFFSET
+        j = i
+        fast = True
+        while True:
+            kind = CHUNK_SPACE  # the chunk ends at the next ASCII whitespace byte or the end of the text
+            cp = 0
+            width = 1
+            if j < n:
+                b = text[j]
+                if ascii_letter[b] != 0:  # the common case: an ASCII letter or digit, one byte
+                    if n_word < MAX_WORD_BYTES:
+                        word[n_word] = ascii_letter[b]
+                    word_hash = hash_step(word_hash, ascii_letter[b])
+                    n_word += 1
+                    j += 1
+                    continue
+                if not (b == 32 or b == 9 or b == 10 or b == 13):
+                    if b < 0x80:  # ASCII inline: the decoder is for the few multi-byte characters
+                        cp = np.int64(b)
+                    else:
+                        cp, width = _next_code_point(text, j, n)
+                    kind = OTHER if cp < 0 else cp_class[cp]
+            if kind == LETTER:
+                for k in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
+                    if n_word < MAX_WORD_BYTES:
+                        word[n_word] = letters[k]
+                    word_hash = hash_step(word_hash, letters[k])
+                    n_word += 1
+                j += width
+                continue
+            if kind == OTHER:
+                fast = False
+                break
+            if n_word > max_chars:
+                out[n_out] = unk_id
+                n_out += 1
+            elif n_word > 0:
+                # WordPiece: greedy longest match first. The whole word is tried first (most words
+                # are one vocabulary entry, and a whole hit is the longest match), then the cache.
+                h = word_hash  # FNV of the word, hashed as its letters arrived
+                whole = -1
+                if n_word <= max_key:
+                    whole = lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
+                if whole >= 0:
+                    out[n_out] = whole
+                    n_out += 1
+                else:
+                    slot = np.int64(h & np.uint64(cache_mask))
+                    key = (h & _HIGH_BITS) | np.uint64(n_word)
+                    hit = cache_keys[slot] == key
+                    if hit:
+                        for k in range(n_word):
+                            if cache_words[slot, k] != word[k]:
+                                hit = False
+                                break
+                    if hit:
+                        for k in range(cache_ids[slot, 0]):
+                            out[n_out] = cache_ids[slot, k + 1]
+                            n_out += 1
+                    else:
+                        first = n_out
+                        position = 0
+                        while position < n_word:
+                            best_end = -1
+                            best_id = -1
+                            if position > 0 and n_word - position <= max_key:
+                                h = _FNV_OFFSET
+                                for k in range(position, n_word):
+                                    h = hash_step(h, word[k])
+                                best_id = lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
+                                                  c_slots)
+                                if best_id >= 0:
+                                    best_end = n_word
+                            if best_end < 0:
+                                h = _FNV_OFFSET
+                                for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
+                                    h = hash_step(h, word[end - 1])
+                                    if position == 0:
+                                        found = lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids,
+                                                        w_slots)
+                                    else:
+                                        found = lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids,
+                                                        c_slots)
+                                    if found >= 0:
+                                        best_end = end
+                                        best_id = found
+                            if best_end < 0:  # some position matches nothing: the whole word is [UNK]
+                                n_out = first
+                                out[n_out] = unk_id
+                                n_out += 1
+                                break
+                            out[n_out] = best_id
+                            n_out += 1
+                            position = best_end
+                        if n_word <= cache_words.shape[1] and n_out - first < cache_ids.shape[1]:
+                            cache_keys[slot] = key
+                            for k in range(n_word):
+                                cache_words[slot, k] = word[k]
+                            cache_ids[slot, 0] = n_out - first
+                            for k in range(n_out - first):
+                                cache_ids[slot, k + 1] = out[first + k]
+            n_word = 0
+            word_hash = _FNV_OFFSET
+            if kind == CHUNK_SPACE:
+                break
+            for k in range(cp_start[cp], cp_start[cp] + cp_len[cp]):  # ISOLATED (INNER_SPACE has none)
+                out[n_out] = isolated_ids[k]
+                n_out += 1
+            j += width
+        if fast:
+            open_span = False
+            i = j
+            continue
+        n_out = chunk_out
+        while j < n and not (text[j] == 32 or text[j] == 9 or text[j] == 10 or text[j] == 13):
+            j += 1
+        if open_span and j - spans[n_spans - 1, 0] <= max_span_bytes:
+            spans[n_spans - 1, 1] = j
+        else:
+            spans[n_spans, 0] = i
+            spans[n_spans, 1] = j
+            spans[n_spans, 2] = n_out
+            n_spans += 1
+            open_span = True
+        i = j
+    return n_out, n_spans
+
+
+@kernel()
+def _longest_run(text, a, b):
+    longest = 0
+    run = 0
+    for i in range(text.shape[0]):
+        if text[i] == a or text[i] == b:
+            run = 0
+        else:
+            run += 1
+            if run > longest:
+                longest = run
+    return longest
+
+
+def longest_run_without(text: np.ndarray, separators: bytes) -> int:
+    """Length in bytes of the longest run of `text` (uint8) holding neither of two separator bytes."""
+    if len(separators) != 2:
+        raise ValueError(f"give two separator bytes, got {separators!r}")
+    return int(_longest_run(text, separators[0], separators[1]))
+
+
+@dataclass(frozen=True)
+class CodePointTable:
+    """How a tokenizer treats each BMP code point on its own.
+
+    Attributes:
+        kinds: uint8, shape (BMP,): CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE or OTHER.
+        starts, lengths: int32, shape (BMP,): where a LETTER's normalised bytes lie in `letters`, or
+            an ISOLATED character's ids in `isolated_ids`.
+        letters: uint8: normalised ASCII of the LETTER code points, one after another.
+        isolated_ids: int32: ids of the ISOLATED code points, one after another.
+    """
+
+    kinds: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    letters: np.ndarray
+    isolated_ids: np.ndarray
+
+
+def _ascii_letters(cps: CodePointTable) -> np.ndarray:
+    """uint8, shape (256,): the normalised byte of each ASCII LETTER that maps to one byte, else 0."""
+    out = np.zeros(256, dtype=np.uint8)
+    for byte in range(1, 0x80):
+        if cps.kinds[byte] == LETTER and cps.lengths[byte] == 1:
+            out[byte] = cps.letters[cps.starts[byte]]
+    return out
+
+
+@dataclass(frozen=True)
+class WordPieceTables:
+    """What the kernel needs of a WordPiece vocabulary (ASCII keys only) and its tokenizer."""
+
+    words: ByteTable
+    continuations: ByteTable
+    code_points: CodePointTable
+    unk_id: int
+    max_chars: int
+    max_key: int
+    ascii_letters: np.ndarray  # uint8 (256,): the normalised byte of each one-byte ASCII LETTER, else 0
+
+    @classmethod
+    def build(cls, vocab: dict[str, int], prefix: str, unk_id: int, max_chars: int,
+              code_points: CodePointTable) -> WordPieceTables:
+        words: dict[bytes, int] = {}
+        continuations: dict[bytes, int] = {}
+        for token, token_id in vocab.items():
+            # A word start is looked up as itself and a continuation as prefix + piece (the prefix
+            # may be "" or non-ASCII): keys that are not ASCII never equal a normalised ASCII word.
+            if token.isascii() and token:
+                words[token.encode()] = token_id
+            if token.startswith(prefix) and len(token) > len(prefix) and token[len(prefix):].isascii():
+                continuations[token[len(prefix):].encode()] = token_id
+        longest = max((len(k) for k in (*words, *continuations)), default=1)
+        return cls(ByteTable.build(words), ByteTable.build(continuations), code_points, unk_id, max_chars, longest,
+                   _ascii_letters(code_points))
+
+
+@dataclass(frozen=True)
+class WordCache:
+    """The kernel's direct-mapped cache of split words (bounded: CACHE_SLOTS entries)."""
+
+    keys: np.ndarray
+    words: np.ndarray
+    ids: np.ndarray
+
+    @classmethod
+    def empty(cls, slots: int = CACHE_SLOTS) -> WordCache:
+        if slots & (slots - 1):
+            raise ValueError(f"cache slots must be a power of two, got {slots}")
+        return cls(keys=np.zeros(slots, dtype=np.uint64), words=np.zeros((slots, CACHE_WORD_BYTES), dtype=np.uint8),
+                   ids=np.zeros((slots, CACHE_IDS), dtype=np.int32))
+
+
+def encode_bytes(text: np.ndarray, tables: WordPieceTables, cache: WordCache) -> tuple[np.ndarray, np.ndarray]:
+    """Tokenize UTF-8 bytes; what the tables cannot vouch for is left to the caller.
+
+    Args:
+        text: uint8, shape (n,): UTF-8 bytes of the text.
+        tables: the vocabulary as hash tables and the code point table of its tokenizer.
+        cache: split words remembered between calls (updated in place; never changes the ids).
+
+    Returns:
+        (ids: int32 (m,) with the fast part's ids, spans: int64 (k, 3)): each fallback span's byte
+        start and stop in `text` and the position in `ids` where its ids belong.
+    """
+    if text.dtype != np.uint8 or text.ndim != 1:
+        raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
+    cps = tables.code_points
+    most = max(1, int(cps.lengths.max(initial=1)))  # ids (or word bytes, hence tokens) per code point
+    out = np.empty(text.shape[0] * most + 1, dtype=np.int32)
+    spans = np.empty((text.shape[0] // 2 + 1, 3), dtype=np.int64)
+    w, c = tables.words, tables.continuations
+    n_out, n_spans = _encode_kernel(
+        np.ascontiguousarray(text), tables.ascii_letters, cps.kinds, cps.starts, cps.lengths, cps.letters,
+        cps.isolated_ids, tables.unk_id, tables.max_chars, tables.max_key, w.blob, w.starts, w.lengths, w.ids, w.slots,
+        c.blob, c.starts, c.lengths, c.ids, c.slots, cache.keys, cache.words, cache.ids, out, spans,
+        MAX_FALLBACK_BYTES)
+    return out[:n_out], spans[:n_spans]

@@ -1,0 +1,328 @@
+"""The fast path of the byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3 and OLMo style).
+
+`bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
+no normalizer (or an empty `Sequence` of them); a `ByteLevel` pre-tokenizer with its regex (any
+`add_prefix_space`), or a `Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted)
+followed by a regex-less `ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
+`continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id, hence `[UNK]` or
+byte fallback, goes to the real model word by word); no added tokens but special ones (which the
+job encodes as plain text).
+
+The regex's character classes are asked of the tokenizer's own regex engine (onig) for every code
+point, once per `tokenizers` version (cached on disk like the WordPiece table).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+from tokenizers import Regex, Tokenizer
+from tokenizers.pre_tokenizers import Split
+
+from pipeline.kernels.common.hash_table import ByteTable
+from pipeline.kernels.tokenizer.bytelevel.encode import (
+    GPT2_PATTERN,
+    LETTER,
+    LLAMA3_PATTERN,
+    N_CODE_POINTS,
+    NUMBER,
+    OTHER,
+    PATTERNS,
+    SPACE,
+    WINDOW_BYTES,
+    ByteLevelCache,
+    ByteLevelTables,
+    encode_bytes,
+    merge_table,
+)
+from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
+from pipeline.tokenizer.errors import UnsupportedTokenizer
+
+FAMILY = "byte-level BPE"
+_CACHE_ENV = "MASKBEAM_CACHE"
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-to-unicode alphabet (`bytes_char` in tokenizers' byte_level.rs)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + n)
+            n += 1
+    return chars
+
+
+BYTE_CHARS = _byte_chars()
+CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
+_TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
+_SPACE = np.array([32], dtype=np.uint8)
+
+
+def _utf8_reader():
+    """CPython's `PyUnicode_AsUTF8AndSize` (a str's UTF-8, computed once and kept with the str; for
+    an ASCII str its own characters), or None on an interpreter without it."""
+    try:
+        function = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    except AttributeError:
+        return None
+    function.argtypes = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)]
+    function.restype = ctypes.c_void_p
+    return function
+
+
+_AS_UTF8 = _utf8_reader()
+
+
+def utf8_view(text: str) -> np.ndarray:
+    """uint8, shape (n,): the UTF-8 of `text` without a copy where CPython keeps one (a read-only
+    view, valid while `text` lives), else `text.encode()`. Raises UnicodeEncodeError on a lone
+    surrogate, as `encode` does."""
+    if _AS_UTF8 is None or not text:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    size = ctypes.c_ssize_t()
+    address = _AS_UTF8(text, ctypes.byref(size))  # raises what encode() raises (ctypes passes the error on)
+    view = np.frombuffer((ctypes.c_uint8 * size.value).from_address(address), dtype=np.uint8)
+    view.flags.writeable = False
+    return view
+
+
+def byte_level_string(data: bytes) -> str:
+    """`data` in the byte-level alphabet (what the BPE model sees of a word)."""
+    return "".join([_TO_CHARS[b] for b in data])
+
+
+def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
+    """(regex pattern or None, add_prefix_space, problems) of a byte-level pre-tokenizer."""
+    pre = config.get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel":
+        if not pre.get("use_regex", True):
+            return None, False, ["ByteLevel without its regex (the whole text is one word)"]
+        return GPT2_PATTERN, bool(pre.get("add_prefix_space", True)), []
+    if pre.get("type") == "Sequence":
+        steps = pre.get("pretokenizers") or []
+        if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
+            split, level = steps
+            pattern = (split.get("pattern") or {}).get("Regex")
+            problems = []
+            if pattern not in PATTERNS:
+                problems.append(f"Split pattern {pattern!r} (only the GPT-2 and Llama-3 regexes)")
+            if split.get("behavior") != "Isolated" or split.get("invert"):
+                problems.append(f"Split behavior {split.get('behavior')} invert={split.get('invert')} "
+                                "(only Isolated, not inverted)")
+            if level.get("use_regex", True):
+                problems.append("ByteLevel with its regex after a Split")
+            if level.get("add_prefix_space", True):
+                problems.append("ByteLevel add_prefix_space after a Split")
+            return pattern, False, problems
+    return None, False, [f"pre-tokenizer {pre.get('type')} (only ByteLevel, or Split + ByteLevel)"]
+
+
+def claims(config: dict) -> bool:
+    """Whether a tokenizer belongs to this family (a BPE model behind a ByteLevel pre-tokenizer)."""
+    model = config.get("model") or {}
+    return model.get("type") == "BPE" and '"ByteLevel"' in json.dumps(config.get("pre_tokenizer"))
+
+
+def is_no_op_normalizer(normalizer: dict | None) -> bool:
+    """None, or a Sequence of no normalizers (nested Sequences of none included): text unchanged."""
+    if normalizer is None:
+        return True
+    return normalizer.get("type") == "Sequence" and all(
+        isinstance(child, dict) and is_no_op_normalizer(child) for child in normalizer.get("normalizers") or [])
+
+
+def bytelevel_support(config: dict) -> list[str]:
+    """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
+    problems = []
+    if not is_no_op_normalizer(config.get("normalizer")):
+        problems.append(f"normalizer {config['normalizer'].get('type')} (only none)")
+    problems += pre_tokenizer_shape(config)[2]
+    model = config.get("model") or {}
+    if model.get("type") != "BPE":
+        problems.append(f"model {model.get('type')} (only BPE)")
+    if model.get("dropout"):
+        problems.append(f"BPE dropout {model['dropout']}")
+    plain_added = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
+    if plain_added:
+        problems.append(f"{len(plain_added)} non-special added tokens (e.g. {plain_added[0]!r})")
+    return problems
+
+
+def _all_code_points() -> str:
+    cps = np.arange(N_CODE_POINTS, dtype="<u4")
+    cps = cps[(cps < 0xD800) | (cps >= 0xE000)]
+    return cps.tobytes().decode("utf-32-le")
+
+
+def probe_classes() -> np.ndarray:
+    """uint8, shape (N_CODE_POINTS,): how the tokenizers regex engine classes each code point
+    (`\\p{L}`, `\\p{N}`, `\\s`, else OTHER). One pass of `\\p{L}+|\\p{N}+|\\s+` over every code point
+    finds the runs; a second over the first character of each run says which class it is."""
+    text = _all_code_points()
+    classes = np.full(N_CODE_POINTS, OTHER, dtype=np.uint8)
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    runs = Split(Regex(r"\p{L}+|\p{N}+|\s+"), behavior="removed", invert=True).pre_tokenize_str(text)
+    firsts = "".join(piece[0] for piece, _ in runs)
+    kinds = np.full(len(runs), OTHER, dtype=np.uint8)
+    for pattern, kind in ((r"\p{L}", LETTER), (r"\p{N}", NUMBER), (r"\s", SPACE)):
+        for _, (start, _stop) in Split(Regex(pattern), behavior="removed", invert=True).pre_tokenize_str(firsts):
+            kinds[start] = kind
+    for kind, (_, (start, stop)) in zip(kinds, runs):
+        classes[cps[start:stop]] = kind
+    return classes
+
+
+def _cached_classes() -> np.ndarray:
+    """The probed class table, kept on disk per `tokenizers` version (probing takes a few seconds)."""
+    root = Path(os.environ.get(_CACHE_ENV) or Path.home() / ".cache" / "maskbeam") / "code-points"
+    path = root / f"regex-classes-{hashlib.sha256(tokenizers.__version__.encode()).hexdigest()[:16]}.npy"
+    try:
+        table = np.load(path)
+        if table.shape == (N_CODE_POINTS,) and table.dtype == np.uint8:
+            return table
+    except (OSError, ValueError):
+        pass
+    table = probe_classes()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, suffix=".npy", delete=False) as handle:
+            np.save(handle, table)
+        os.replace(handle.name, path)
+    except OSError:
+        pass  # a read-only home: probe again next time
+    return table
+
+
+def probe_fold(pattern: str) -> np.ndarray:
+    """int64, shape (0x2200,): the contraction letter each code point stands for in the pattern's
+    case-insensitive contractions (asked of the regex itself), 0 for none."""
+    fold = np.zeros(0x2200, dtype=np.int64)
+    if pattern != LLAMA3_PATTERN:
+        return fold
+    split = Split(Regex(pattern), behavior="isolated")
+    forms = ("s", "t", "m", "d", "re", "ve", "ll")
+    letters = "".join(sorted(set("".join(forms))))
+    for cp in range(fold.shape[0]):
+        char = chr(cp)
+        if not any(variant in letters for variant in (char.casefold(), char.lower(), char.upper().lower())):
+            continue
+        for form in forms:
+            for position, letter in enumerate(form):
+                word = "'" + form[:position] + char + form[position + 1:]
+                if [p for p, _ in split.pre_tokenize_str(word + "a")] == [word, "a"]:
+                    fold[cp] = ord(letter)
+    return fold
+
+
+def _one_token_words(real, vocab: dict[str, int], suffix: str) -> dict[bytes, int]:
+    """Every word of up to 8 bytes that the real model (`real`) makes one token, with that token's
+    id: each token's text (less the end-of-word suffix) is tried as a word, and the model itself says."""
+    words: dict[bytes, int] = {}
+    for token in vocab:
+        word = token[:-len(suffix)] if suffix and token.endswith(suffix) else token
+        if not word or len(word) > 8 or not all(c in CHAR_BYTES for c in word):
+            continue
+        found = real.tokenize(word)
+        if len(found) == 1:
+            words[bytes(CHAR_BYTES[c] for c in word)] = found[0].id
+    return words
+
+
+@lru_cache(maxsize=4)
+def _tables(tokenizer_json: str) -> ByteLevelTables:
+    """The kernel's tables of a tokenizer, built once per process."""
+    config = json.loads(tokenizer_json)
+    model = config["model"]
+    pattern = pre_tokenizer_shape(config)[0]
+    vocab: dict[str, int] = model["vocab"]
+    prefix = model.get("continuing_subword_prefix") or ""
+    suffix = model.get("end_of_word_suffix") or ""
+    plen = len(prefix.encode())
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
+    for rank, merge in enumerate(model.get("merges") or []):
+        a, b = merge.split(" ") if isinstance(merge, str) else merge
+        new = (a.encode() + b.encode()[plen:]).decode("utf-8", "surrogatepass")
+        pairs[(vocab[a], vocab[b])] = (rank, vocab[new])
+    initial = np.full((4, 256), -1, dtype=np.int32)
+    for byte, char in BYTE_CHARS.items():
+        for variant, token in enumerate((char, prefix + char, prefix + char + suffix, char + suffix)):
+            initial[variant, byte] = vocab.get(token, -1)
+    by_bytes = {}
+    for token, token_id in vocab.items():
+        if token and all(c in CHAR_BYTES for c in token):
+            by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
+    words = ByteTable.build(by_bytes)
+    keys, values = merge_table(pairs)
+    singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
+    classes = _cached_classes()
+    ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
+    return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
+                           fold=probe_fold(pattern), pattern=PATTERNS[pattern],
+                           ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
+                           merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,
+                           vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
+                           max_key=max((len(k) for k in by_bytes), default=1), singles=singles)
+
+
+class ByteLevelFastTokenizer:
+    """Encodes text as the given real byte-level BPE tokenizer does (special-token strings as plain
+    text, no special tokens added): the kernel for every word its tables vouch for, the real
+    model for the others, the real tokenizer for text that is not valid UTF-8."""
+
+    def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
+        config = json.loads(tokenizer_json)
+        problems = bytelevel_support(config)
+        if problems:
+            raise UnsupportedTokenizer("; ".join(problems))
+        self.tokenizer = tokenizer
+        self.tables = _tables(tokenizer_json)
+        self.prefix_space = pre_tokenizer_shape(config)[1]
+        self.cache = ByteLevelCache.empty()
+        self.window = WINDOW_BYTES  # bytes of words a kernel call tokenizes (its buffers grow with it)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Content ids of `text` (any length: the kernel bounds its own buffers), int32, shape (n,)."""
+        try:
+            data = utf8_view(text)  # strict: a lone surrogate is not UTF-8
+        except UnicodeEncodeError:
+            return self._real(" " + text if self.prefix_space and not text.startswith(" ") else text)
+        if self.prefix_space and data.shape[0] and data[0] != 32:  # bytes, not `" " + text`: a new str has
+            data = np.concatenate((_SPACE, data))  # no UTF-8 kept, and encoding it again costs more than a copy
+        return self._encode_valid(data)
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
+            return self._real(data.decode("utf-8", "surrogatepass"))
+        if self.prefix_space and data and not data.startswith(b" "):
+            data = b" " + data
+        return self._encode_valid(np.frombuffer(data, dtype=np.uint8))
+
+    def _real(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def _encode_valid(self, text: np.ndarray) -> np.ndarray:
+        """Ids of valid UTF-8 `text` (uint8, shape (n,), the prefix space already in)."""
+        ids, fallback = encode_bytes(text, self.tables, self.cache, self.window)
+        if fallback.shape[0] == 0:
+            return ids
+        parts, previous = [], 0
+        for start, stop, position in fallback.tolist():
+            parts.append(ids[previous:position])
+            tokens = self.tokenizer.model.tokenize(byte_level_string(text[start:stop].tobytes()))
+            parts.append(np.asarray([t.id for t in tokens], dtype=np.int32))
+            previous = position
+        parts.append(ids[previous:])
+        return np.concatenate(parts)

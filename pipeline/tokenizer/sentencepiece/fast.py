@@ -1,0 +1,543 @@
+"""The fast path for SentencePiece-style tokenizers (XLM-R, DeBERTa-v3, ALBERT, T5: Unigram;
+Llama / Gemma: BPE with byte fallback), with ids identical to the real tokenizer's.
+
+`sentencepiece_support(config)` lists what the kernel does not reproduce; a tokenizer with nothing on
+that list gets `SentencePieceFastTokenizer`. How exactness is reached:
+
+- the model (Unigram Viterbi, byte-fallback BPE) is a transcription of `tokenizers`' Rust code,
+  with Unigram scores read back from `Tokenizer.to_str()` (the exact float64s the Rust model holds);
+- the normalizer is split into the per-character part (Precompiled, Nmt, NFKC/NFC/NFKD/NFD,
+  Lowercase, StripAccents), which is *probed* on every BMP code point alone, and tail operations on
+  spaces and the text's ends (the Replace/Strip/Prepend forms the converters write), which the
+  kernel performs. A code point is vouched for only where the probe shows it acts alone: not a
+  combining, spacing or enclosing mark, format character, Hangul jamo or other grapheme extender,
+  not the second half of a canonical composition, its output starting with a starter, and the
+  output unchanged between neighbours (`_vouched`). Any other character sends its chunk to the real
+  tokenizer;
+- the text is cut only at safe cuts (`SafeCuts`), where encoding the parts separately gives the
+  ids of the whole, so a chunk sent to the real tokenizer gets exactly the ids it has in the text.
+- a Llama / Gemma-style BPE (byte fallback, no pre-tokenizer, Prepend and one-character
+  Replaces: `stream.stream_form`) is encoded as one BPE word cut where no merge can cross
+  (`pipeline.kernels.tokenizer.sentencepiece.bpe_stream`), the chunk path above only for text that is
+  not valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import tokenizers
+from tokenizers import Tokenizer
+
+from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
+from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import stream_encode
+from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel, remember_chunk
+from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
+    CUT_DROP,
+    CUT_KEEP,
+    CUT_NONE,
+    OP_COLLAPSE_SPACES,
+    OP_MAP,
+    OP_PREPEND,
+    OP_REPLACE,
+    OP_REPLACE_START,
+    OP_STRIP,
+    OP_TRIM_SPACES,
+    safe_cuts,
+)
+from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramTables
+from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
+from pipeline.tokenizer.sentencepiece.stream import stream_form
+from pipeline.tokenizer.table_cache import cached_arrays
+
+META = "\u2581"
+BMP = 0x10000
+CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
+_PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
+_TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
+# Grapheme extenders and prepends that are letters by category (Grapheme_Cluster_Break SpacingMark,
+# Extend or Prepend): a Precompiled normalizer maps whole grapheme clusters, so they are not alone.
+_NOT_ALONE = {0x0E33, 0x0EB3, 0x0D4E, 0xFF9E, 0xFF9F, 0x0D}
+_JAMO = ((0x1100, 0x1200), (0xA960, 0xA980), (0xD7B0, 0xD800))
+_MARKS = {"Mn", "Mc", "Me", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+class UnsupportedSentencePiece(ValueError):
+    """The tokenizer is not one the SentencePiece fast path reproduces exactly (the message says why)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the kernel does with a tokenizer, read from its configuration."""
+
+    per_character: list[dict]  # the per-character normalizers, fused into one table (OP_MAP)
+    ops: list[tuple[int, str, str]]  # (opcode, pattern, content), OP_MAP among them, in order
+    metaspace: dict | None
+    whitespace_split: bool
+    problems: list[str]
+
+
+def _flatten(node: dict | None, kind: str, key: str) -> list[dict]:
+    if node is None:
+        return []
+    if node.get("type") == kind:
+        return [leaf for child in node.get(key, []) for leaf in _flatten(child, kind, key)]
+    return [node]
+
+
+def _plan(config: dict) -> _Plan:
+    problems: list[str] = []
+    per_character: list[dict] = []
+    ops: list[tuple[int, str, str]] = []
+    mapped = False
+    for node in _flatten(config.get("normalizer"), "Sequence", "normalizers"):
+        kind = node.get("type")
+        if kind in _PER_CHARACTER:
+            if mapped and ops[-1][0] != OP_MAP:
+                problems.append(f"normalizer {kind} after a multi-character operation")
+            if not ops or ops[-1][0] != OP_MAP:
+                ops.append((OP_MAP, "", ""))
+            mapped = True
+            per_character.append(node)
+        elif kind == "Replace":
+            pattern, content = node.get("pattern", {}), node.get("content", "")
+            if "String" in pattern and pattern["String"]:
+                ops.append((OP_REPLACE, pattern["String"], content))
+            elif pattern.get("Regex") in _TAIL_REGEX and (pattern["Regex"] != r"\A +| +\z" or content == ""):
+                ops.append((_TAIL_REGEX[pattern["Regex"]], "", content))
+            elif (pattern.get("Regex") or "").startswith(r"\A") and _is_literal(pattern["Regex"][2:]):
+                ops.append((OP_REPLACE_START, pattern["Regex"][2:], content))
+            else:
+                problems.append(f"normalizer Replace with pattern {pattern}")
+        elif kind == "Strip":
+            ops.append((OP_STRIP, " " if node.get("strip_left", True) else "", " " if node.get("strip_right", True)
+                        else ""))
+        elif kind == "Prepend":
+            ops.append((OP_PREPEND, "", node.get("prepend", "")))
+        else:
+            problems.append(f"normalizer {kind}")
+    if not mapped:
+        ops.insert(0, (OP_MAP, "", ""))  # no per-character normalizer: the table only checks the UTF-8
+    metaspace, whitespace_split = None, False
+    pres = _flatten(config.get("pre_tokenizer"), "Sequence", "pretokenizers")
+    kinds = [p.get("type") for p in pres]
+    if kinds == ["WhitespaceSplit", "Metaspace"]:
+        whitespace_split, metaspace = True, pres[1]
+    elif kinds == ["Metaspace"]:
+        metaspace = pres[0]
+    elif kinds:
+        problems.append(f"pre-tokenizer {'+'.join(kinds)} (only Metaspace, WhitespaceSplit+Metaspace or none)")
+    if metaspace is not None:
+        if metaspace.get("replacement") != META:
+            problems.append(f"Metaspace replacement {metaspace.get('replacement')!r} (only {META!r})")
+        if whitespace_split and _scheme(metaspace) == "first":
+            problems.append("WhitespaceSplit before Metaspace with prepend_scheme first")
+    model = config.get("model") or {}
+    kind = model.get("type")
+    if kind == "BPE":
+        if model.get("dropout") not in (None, 0, 0.0):
+            problems.append(f"BPE dropout {model['dropout']}")
+        for option in ("continuing_subword_prefix", "end_of_word_suffix"):
+            if model.get(option):
+                problems.append(f"BPE {option} {model[option]!r}")
+    elif kind != "Unigram":
+        problems.append(f"model {kind} (only Unigram or BPE)")
+    plain = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
+    if plain:
+        problems.append(f"{len(plain)} non-special added tokens (e.g. {plain[0]!r})")
+    for option in ("truncation", "padding"):
+        if config.get(option):
+            problems.append(f"{option} is set")
+    return _Plan(per_character, ops, metaspace, whitespace_split, problems)
+
+
+def _is_literal(pattern: str) -> bool:
+    return bool(pattern) and not any(c in pattern for c in "\\.^$|?*+()[]{}")
+
+
+def _scheme(metaspace: dict) -> str:
+    if metaspace.get("add_prefix_space") is False:
+        return "never"
+    return metaspace.get("prepend_scheme", "always")
+
+
+def sentencepiece_support(config: dict) -> list[str]:
+    """What the SentencePiece fast path cannot reproduce of a tokenizer (empty: covered exactly).
+
+    Covered: a Unigram or BPE model (byte_fallback, fuse_unk, ignore_merges; no dropout, no subword
+    prefix or suffix); a Metaspace pre-tokenizer (replacement `▁`, any prepend_scheme, split or
+    not), alone or after WhitespaceSplit, or none (the `Prepend("▁")` + `Replace(" ", "▁")` form);
+    normalizers Precompiled, Nmt, NFKC, NFC, NFKD, NFD, Lowercase, StripAccents (consecutive),
+    Replace with a literal pattern or the converters' regexes (` {2,}`, `\\A +| +\\z`, `\\A▁`), Strip,
+    Prepend; special added tokens only (encoded as text)."""
+    return _plan(config).problems
+
+
+_CODE_POINT_FORMAT = 1
+_CODE_POINT_ARRAYS = ("flags", "starts", "lengths", "blob")
+_FORM_ARRAYS = ("plain_map", "plain_prefix", "plain_cp", "run_bytes", "edges")
+
+
+def _code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(flags uint8, starts int32, lengths int32, blob uint8) over the BMP: which code points the kernel
+    may normalise alone, and the UTF-8 of their output. Kept on disk (a second or more to probe):
+    keyed by the normalizers, the `tokenizers` version that normalises and Python's Unicode version."""
+    if not per_character:
+        return _probe_code_points(per_character)
+    key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(per_character, sort_keys=True)}")
+    arrays = cached_arrays("sentencepiece", key, _CODE_POINT_ARRAYS,
+                           lambda: dict(zip(_CODE_POINT_ARRAYS, _probe_code_points(per_character))))
+    return tuple(arrays[name] for name in _CODE_POINT_ARRAYS)
+
+
+def _probe_code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    normalize = _normalizer(json.dumps(per_character)) if per_character else (lambda s: s)
+    seconds = _composition_seconds()
+    flags = np.zeros(BMP, dtype=np.uint8)
+    starts = np.zeros(BMP, dtype=np.int32)
+    lengths = np.zeros(BMP, dtype=np.int32)
+    parts: list[bytes] = []
+    total = 0
+    for cp in range(BMP):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        char = chr(cp)
+        out = normalize(char) if per_character else char
+        if not _vouched(cp, char, out, seconds, normalize, per_character):
+            continue
+        data = out.encode("utf-8")
+        flags[cp], starts[cp], lengths[cp] = 1, total, len(data)
+        parts.append(data)
+        total += len(data)
+    blob = np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy()
+    return flags, starts, lengths, blob
+
+
+def _vouched(cp: int, char: str, out: str, seconds: frozenset[int], normalize, per_character: list[dict]) -> bool:
+    if not per_character:
+        return True  # no normalizer: any character is itself
+    if unicodedata.category(char) in _MARKS or cp in _NOT_ALONE or cp in seconds:
+        return False
+    if unicodedata.combining(char) or any(lo <= cp < hi for lo, hi in _JAMO):
+        return False
+    if out and (unicodedata.combining(out[0]) or ord(out[0]) in seconds
+                or unicodedata.category(out[0]) in ("Mn", "Mc", "Me")):
+        return False
+    return normalize(char + char) == out + out and normalize("a" + char + "a") == normalize("a") + out + normalize("a")
+
+
+@lru_cache(maxsize=1)
+def _composition_seconds() -> frozenset[int]:
+    """Code points that canonical composition can join to the character before them."""
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))  # Hangul V and T jamo
+    for cp in range(0x30000):  # no code point above U+2FA1D has a canonical decomposition
+        decomposition = unicodedata.decomposition(chr(cp)) if not 0xD800 <= cp < 0xE000 else ""
+        if decomposition and not decomposition.startswith("<"):
+            parts = decomposition.split()
+            if len(parts) == 2 and unicodedata.normalize("NFC", chr(int(parts[0], 16)) + chr(int(parts[1], 16))) \
+                    == chr(cp):
+                seconds.add(int(parts[1], 16))
+    return frozenset(seconds)
+
+
+def _normalizer(per_character_json: str):
+    """normalize_str of a Sequence of the given normalizers (a throwaway tokenizer carries it)."""
+    config = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+              "normalizer": {"type": "Sequence", "normalizers": json.loads(per_character_json)},
+              "pre_tokenizer": None, "post_processor": None, "decoder": None,
+              "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}
+    return Tokenizer.from_str(json.dumps(config)).normalizer.normalize_str
+
+
+def _chunk_cache(slots: int) -> np.ndarray:
+    """An empty chunk cache for the kernel (see `pipeline.kernels.tokenizer.sentencepiece.encode.chunk_cache`)."""
+    return chunk_cache(slots)
+
+
+class SentencePieceFastTokenizer:
+    """Encodes text as the given real SentencePiece-style tokenizer does (special-token strings as
+    plain text, no special tokens added): the kernel where it can vouch for a chunk, the real
+    tokenizer for the rest."""
+
+    def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
+        problems = sentencepiece_support(json.loads(tokenizer_json))
+        if problems:
+            raise UnsupportedSentencePiece("; ".join(problems))
+        self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
+        self.tokenizer.encode_special_tokens = True
+        self.tables = _tables(tokenizer_json)
+        self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
+        self.cache = _chunk_cache(CACHE_SLOTS)
+
+    def encode(self, text: str) -> np.ndarray:
+        """Content ids of `text`, int32, shape (n,)."""
+        return self.encode_bytes(text.encode("utf-8", "surrogatepass"))
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        if self.tables.stream is not None:
+            ids = self._encode_stream(data)
+            if ids is not None:
+                return ids
+        return self._encode_chunks(data)
+
+    def _encode_stream(self, data: bytes) -> np.ndarray | None:
+        """The ids by segments of one BPE word (`kernels.tokenizer.sentencepiece.bpe_stream`); None where
+        `data` is not valid UTF-8 (lone surrogates): the chunk path hands such text to the real tokenizer."""
+        stream, growth = self.tables.stream, int(self.tables.stream[-1][0])
+        text = np.frombuffer(data, dtype=np.uint8)
+        out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
+        n_out, position = 0, 0
+        while True:
+            n_out, position, bad = stream_encode(text, position, stream, self.tables.bpe, self.cache, out, n_out)
+            if bad:
+                return None
+            if position >= len(data):
+                return out[:n_out].copy()
+            more = growth * (len(data) - position) + len(stream[5]) + 64
+            out = np.concatenate([out[:n_out], np.empty(more, dtype=np.int32)])
+
+    def _encode_chunks(self, data: bytes) -> np.ndarray:
+        """The ids chunk by chunk (`pipeline.kernels.tokenizer.sentencepiece.encode`), with fallback spans."""
+        cuts, normalizer, uni, bpe = self._tables_args
+        text = np.frombuffer(data, dtype=np.uint8)
+        out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
+        spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
+        n_out, n_spans, position = 0, 0, 0
+        while True:
+            n_out, n_spans, position = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out, n_out,
+                                                     spans, n_spans)
+            if position >= len(data):
+                break
+            out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
+        ids = out[:n_out]
+        if n_spans == 0:
+            return ids.copy()
+        pieces = [data[a:b].decode("utf-8", "surrogatepass") for a, b, _ in spans[:n_spans].tolist()]
+        encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
+        parts, previous = [], 0
+        for (start, stop, at), encoding in zip(spans[:n_spans].tolist(), encodings):
+            parts.append(ids[previous:at])
+            real_ids = np.asarray(encoding.ids, dtype=np.int32)
+            parts.append(real_ids)
+            remember_chunk(self.cache, text, start, stop, real_ids)  # the same chunk again: a cache hit
+            previous = at
+        parts.append(ids[previous:])
+        return np.concatenate(parts)
+
+    def safe_cuts(self, data: bytes) -> np.ndarray:
+        """Byte positions of the spaces at which UTF-8 `data` may be cut (int64, ascending); see
+        `sentencepiece_safe_cut` for what a cut means under each mode."""
+        text = np.frombuffer(data, dtype=np.uint8)
+        out = np.empty(max(len(data), 1), dtype=np.int64)
+        return out[:safe_cuts(text, self.tables.cut_mode, self.tables.cut_left, self.tables.cut_right, out)].copy()
+
+
+def sentencepiece_safe_cut(fast: SentencePieceFastTokenizer, text: str, position: int) -> tuple[int, int] | None:
+    """The last safe cut of `text` whose left part ends at or before `position`, as (left end, right
+    start) character offsets, or None where there is none (or the tokenizer allows none).
+
+    `fast.encode(text[:left_end])` followed by `fast.encode(text[right_start:])` gives exactly
+    `fast.encode(text)` (and so the real tokenizer's ids). A cut is always at an ASCII space between
+    two ASCII characters the tokenizer is known to keep as they are: with a `▁` prepended to every
+    text (Metaspace always/first, or the Prepend normalizer) the space is dropped (right_start =
+    left_end + 1: the prefix the right part gets is the space's own `▁`); without one (prepend_scheme
+    never) the space opens the right part (right_start = left_end). A Unigram model that sees the
+    whole text as one piece (Metaspace split false, or no pre-tokenizer) allows no cut."""
+    t = fast.tables
+    if t.cut_mode == CUT_NONE:
+        return None
+    at = min(position, len(text) - 2)
+    while at >= 1:
+        at = text.rfind(" ", 1, at + 1)
+        if at < 1 or at + 1 >= len(text):
+            return None
+        left, right = ord(text[at - 1]), ord(text[at + 1])
+        if left < 128 and right < 128 and t.cut_left[left] and t.cut_right[right]:
+            return (at, at + 1) if t.cut_mode == CUT_DROP else (at, at)
+        at -= 1
+    return None
+
+
+@dataclass(frozen=True)
+class _Tables:
+    cut_mode: int
+    cut_left: np.ndarray
+    cut_right: np.ndarray
+    flags: np.ndarray
+    cp_start: np.ndarray
+    cp_len: np.ndarray
+    cp_blob: np.ndarray
+    ops: np.ndarray
+    op_blob: np.ndarray
+    pretok: np.ndarray
+    growth: np.ndarray
+    plain_map: np.ndarray
+    plain_prefix: np.ndarray
+    plain_cp: np.ndarray
+    run_bytes: np.ndarray
+    edges: np.ndarray
+    uni: tuple
+    bpe: tuple
+    stream: tuple | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
+
+    @property
+    def cuts(self) -> tuple:
+        return (np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left, self.cut_right,
+                self.run_bytes, self.edges)
+
+    @property
+    def normalizer(self) -> tuple:
+        return (self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok, self.growth,
+                self.plain_map, self.plain_prefix, self.plain_cp)
+
+
+def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+    blob = bytearray()
+    rows = []
+    for code, pattern, content in plan.ops:
+        p, c = pattern.encode(), content.encode()
+        if code == OP_STRIP:
+            rows.append((code, 0, len(p), 0, len(c)))  # left / right flags as lengths 1 / 0
+            continue
+        rows.append((code, len(blob), len(p), len(blob) + len(p), len(c)))
+        blob += p + c
+    return np.array(rows, dtype=np.int64).reshape(-1, 5), np.frombuffer(bytes(blob) or b"\0", dtype=np.uint8).copy()
+
+
+def _growth(plan: _Plan, cp_len: np.ndarray) -> np.ndarray:
+    """[the longest output of one code point in bytes]: the kernel bounds each chunk's buffers from it
+    and the tail operations (`sentencepiece_encode._bounds`)."""
+    del plan
+    return np.array([max(1, int(cp_len.max(initial=1)))], dtype=np.int64)
+
+
+def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set[str],
+              pairs: set[tuple[str, str]] | None) -> tuple[int, np.ndarray, np.ndarray]:
+    """The cut mode and the ASCII bytes allowed left and right of a cut space (see sentencepiece_safe_cut)."""
+    left = np.zeros(256, dtype=np.uint8)
+    right = np.zeros(256, dtype=np.uint8)
+    codes = [code for code, _, _ in plan.ops]
+    meta = plan.metaspace
+    is_bpe = (config.get("model") or {}).get("type") == "BPE"
+    split = meta is not None and meta.get("split", True)
+    prepends_norm = [content for code, _, content in plan.ops if code == OP_PREPEND]
+    replaces_space = (OP_REPLACE, " ", META) in plan.ops
+    literal_long = any(code == OP_REPLACE and len(p) > 1 for code, p, _ in plan.ops)
+    if not flags[32] or map_out(" ") != " " or literal_long or (not is_bpe and not split and not plan.whitespace_split):
+        return CUT_NONE, left, right
+    meta_prepends = meta is not None and _scheme(meta) != "never"
+    if plan.whitespace_split or (meta_prepends and not prepends_norm) or (
+            meta is None and prepends_norm == [META] and replaces_space):
+        mode = CUT_DROP  # the right part's own prefix `▁` stands for the dropped space
+    elif not meta_prepends and not prepends_norm and OP_STRIP not in codes and OP_TRIM_SPACES not in codes:
+        mode = CUT_KEEP
+    else:
+        return CUT_NONE, left, right
+    space_becomes = META if (meta is not None or replaces_space) else " "
+    bigram_rule = is_bpe and not split and not plan.whitespace_split
+    if bigram_rule and space_becomes not in pieces:
+        return CUT_NONE, left, right
+    for byte in range(0x21, 0x7F):
+        char = chr(byte)
+        if not flags[byte] or map_out(char) != char:
+            continue
+        right[byte] = 1
+        if not bigram_rule or (char in pieces and (char, space_becomes) not in pairs):
+            left[byte] = 1
+    return mode, left, right
+
+
+def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
+    """Where a SentencePiece-style tokenizer's text may be cut, for the document encoder: None where
+    no cut is safe (the whole text is one piece), else (mode, left, right): a cut is at an ASCII space
+    whose neighbours are in `left` and `right`; mode "drop" (the space belongs to neither part) or
+    "keep" (it opens the right part). See `sentencepiece_safe_cut`."""
+    t = _tables(tokenizer_json)
+    if t.cut_mode == CUT_NONE:
+        return None
+    left = "".join(chr(b) for b in range(128) if t.cut_left[b])
+    right = "".join(chr(b) for b in range(128) if t.cut_right[b])
+    return ("drop" if t.cut_mode == CUT_DROP else "keep"), left, right
+
+
+@lru_cache(maxsize=4)
+def _tables(tokenizer_json: str) -> _Tables:
+    """The kernel's tables of a tokenizer, built once per process."""
+    config = json.loads(tokenizer_json)
+    plan = _plan(config)
+    flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
+    exact = json.loads(Tokenizer.from_str(tokenizer_json).to_str())["model"]  # the float64s the Rust model holds
+    pairs = None
+    if exact["type"] == "Unigram":
+        unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
+                                      exact.get("byte_fallback", False))
+        pieces = {t for t, _ in exact["vocab"]}
+        uni = _unigram_tuple(unigram)
+        bpe = _empty_bpe()
+        is_bpe = 0
+        stream = None
+    else:
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
+        tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
+                                 exact.get("fuse_unk", False), exact.get("ignore_merges", False))
+        pieces = set(exact["vocab"])
+        pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
+        bpe = _bpe_tuple(tables)
+        uni = _empty_unigram()
+        is_bpe = 1
+        stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
+                             exact, exact["vocab"], tables)
+
+    def map_out(char: str) -> str:
+        cp = ord(char)
+        return bytes(cp_blob[cp_start[cp]:cp_start[cp] + cp_len[cp]]).decode("utf-8")
+
+    cut_mode, cut_left, cut_right = _cut_rule(plan, config, flags, map_out, pieces, pairs)
+    ops, op_blob = _ops(plan)
+    meta = plan.metaspace
+    pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
+                       meta is not None and bool(meta.get("split", True)), is_bpe], dtype=np.int64)
+    def mapped(char: str) -> str | None:
+        return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
+
+    prepends = None if meta is None else _scheme(meta) != "never"
+    split = meta is not None and bool(meta.get("split", True))
+
+    def forms() -> dict[str, np.ndarray]:  # a second or more of per-code-point loops: kept on disk
+        return dict(zip(_FORM_ARRAYS, (*plain_form(plan.ops, prepends, split, plan.whitespace_split, mapped, BMP),
+                                       *whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends, split, mapped, BMP))))
+
+    key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(plan.per_character, sort_keys=True)}|{plan.ops!r}|{prepends}|{split}|"
+           f"{plan.whitespace_split}|{cut_mode == CUT_DROP}")
+    saved = cached_arrays("sentencepiece-forms", key, _FORM_ARRAYS, forms)
+    plain_map, plain_prefix, plain_cp, run_bytes, edges = (saved[name] for name in _FORM_ARRAYS)
+    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
+                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe, stream)
+
+
+def _unigram_tuple(unigram: UnigramTables) -> tuple:
+    u = unigram.pieces
+    return (u.cells, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
+            np.array([unigram.unk_id, unigram.byte_fallback]))
+
+
+def _empty_unigram() -> tuple:
+    return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
+
+
+def _bpe_tuple(tables: BpeTables) -> tuple:
+    v = tables.vocab
+    return (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.pair_keys, tables.pair_slots, tables.byte_ids,
+            np.array([2 if tables.bytes_isolated else int(tables.byte_fallback), tables.fuse_unk, tables.ignore_merges,
+                      tables.unk_mode, tables.unk_id], dtype=np.int64), tables.char_ids, tables.merge_table)
+
+
+def _empty_bpe() -> tuple:
+    return _bpe_tuple(BpeTables.build({"a": 0}, [], None, False, False, False))

@@ -1,0 +1,1 @@
+"""The WordPiece family (BERT): its fast path."""

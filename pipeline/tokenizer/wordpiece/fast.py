@@ -1,0 +1,222 @@
+"""The fast path of the WordPiece family: the jitted WordPiece kernel for what it can prove, the
+real tokenizer for the rest, with ids identical to the real tokenizer's.
+
+`wordpiece_support` reads the tokenizer JSON and lists what the kernel does not reproduce; only a
+tokenizer with nothing on that list gets the fast path.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from functools import lru_cache
+
+import numpy as np
+import tokenizers
+from tokenizers import Tokenizer
+
+from pipeline.kernels.tokenizer.wordpiece.encode import (
+    BMP,
+    CHUNK_SPACE,
+    INNER_SPACE,
+    ISOLATED,
+    LETTER,
+    MAX_WORD_BYTES,
+    OTHER,
+    CodePointTable,
+    WordCache,
+    WordPieceTables,
+    encode_bytes,
+)
+from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.table_cache import cached_arrays
+
+# Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
+# or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars touch only control
+# characters and CJK, which the kernel hands to the real tokenizer.
+_ASCII_PRESERVING = {"NFD", "NFC", "NFKD", "NFKC", "StripAccents"}
+
+_COMPOSING = {"NFC", "NFKC"}
+FAMILY = "WordPiece"
+DEFAULT_MAX_CHARS = 100
+
+
+def _normalizer_support(normalizer: dict | None) -> tuple[list[str], bool]:
+    """(problems, lowercase) of a normalizer tree."""
+    if normalizer is None:
+        return [], False
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        problems, lowercase = [], False
+        composed = None
+        for child in normalizer.get("normalizers", []):
+            child_problems, child_lower = _normalizer_support(child)
+            problems += child_problems
+            lowercase |= child_lower
+            if child.get("type") in _COMPOSING:
+                composed = child["type"]
+            elif child.get("type") == "StripAccents" and composed:
+                # "e\u0301": composed to "\u00e9" first, which StripAccents keeps, while the mark alone
+                # is deleted: the normalizer is not per character, so the code point table cannot say it.
+                problems.append(f"normalizer {composed} before StripAccents (composes accents it would strip)")
+        return problems, lowercase
+    if kind == "BertNormalizer":
+        return [], bool(normalizer.get("lowercase", True))
+    if kind == "Lowercase":
+        return [], True
+    if kind in _ASCII_PRESERVING:
+        return [], False
+    return [f"normalizer {kind}"], False
+
+
+def claims(config: dict) -> bool:
+    """Whether a tokenizer belongs to this family (a WordPiece model)."""
+    return (config.get("model") or {}).get("type") == "WordPiece"
+
+
+def max_chars_per_word(model: dict) -> int:
+    """`max_input_chars_per_word` as the real tokenizer reads it (0 is 0: every word is [UNK])."""
+    value = model.get("max_input_chars_per_word")
+    return DEFAULT_MAX_CHARS if value is None else int(value)
+
+
+def wordpiece_support(config: dict) -> list[str]:
+    """What the WordPiece fast path cannot reproduce of a tokenizer (empty when it covers it)."""
+    return wordpiece_support_and_case(config)[0]
+
+
+def wordpiece_support_and_case(config: dict) -> tuple[list[str], bool]:
+    """What the fast path cannot reproduce of a tokenizer (empty when it covers it), and whether it
+    lower-cases. Covered: WordPiece with a BertPreTokenizer, a BertNormalizer (lowercase on or off,
+    any strip_accents, handle_chinese_chars) or a sequence of Unicode normal forms, StripAccents and
+    Lowercase, and no added tokens but special ones (which the job encodes as plain text)."""
+    problems, lowercase = _normalizer_support(config.get("normalizer"))
+    model = config.get("model") or {}
+    if model.get("type") != "WordPiece":
+        problems.append(f"model {model.get('type')} (only WordPiece)")
+    pre = config.get("pre_tokenizer") or {}
+    if pre.get("type") != "BertPreTokenizer":
+        problems.append(f"pre-tokenizer {pre.get('type')} (only BertPreTokenizer)")
+    plain_added = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
+    if plain_added:
+        problems.append(f"{len(plain_added)} non-special added tokens (e.g. {plain_added[0]!r})")
+    if max_chars_per_word(model) >= MAX_WORD_BYTES:
+        problems.append(f"max_input_chars_per_word >= {MAX_WORD_BYTES}")
+    return problems, lowercase
+
+
+_PROBE = "x"  # a neighbour every supported normalizer keeps as it is (lower-case ASCII letter)
+
+
+def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
+    """Ask the tokenizer how it treats each BMP code point between two letters: split there,
+    join the word as some ASCII, stand alone as its own piece (then with which ids), or something
+    else. The normalizers `fast_support` accepts act on each character alone, so this is how the
+    character behaves anywhere; a character that is a combining mark the normalizer keeps, or whose
+    result is not plain ASCII inside a word, is OTHER and goes to the real tokenizer."""
+    normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer else (lambda s: s)
+    pre_tokenize = tokenizer.pre_tokenizer.pre_tokenize_str
+    kinds = np.full(BMP, OTHER, dtype=np.uint8)
+    starts = np.zeros(BMP, dtype=np.int32)
+    lengths = np.zeros(BMP, dtype=np.int32)
+    letters: list[bytes] = []
+    letter_bytes = 0
+    isolated: list[int] = []
+    alone: list[int] = []
+
+    def pieces(text: str) -> list[str]:
+        return [piece for piece, _ in pre_tokenize(normalize(text))]
+
+    for cp in range(BMP):
+        if 0xD800 <= cp < 0xE000:
+            continue
+        char = chr(cp)
+        if char in " \t\r\n":
+            kinds[cp] = CHUNK_SPACE
+            continue
+        around = pieces(_PROBE + char + _PROBE)
+        if around == [_PROBE, _PROBE]:
+            kinds[cp] = INNER_SPACE
+        elif len(around) == 1 and len(around[0]) >= 2:
+            middle = around[0][1:-1]
+            if around[0] == _PROBE + middle + _PROBE and middle.isascii() and (middle == "" or middle.isalnum()) \
+                    and (middle == "" or unicodedata.combining(char) == 0):
+                kinds[cp], starts[cp], lengths[cp] = LETTER, letter_bytes, len(middle)
+                letters.append(middle.encode())
+                letter_bytes += len(middle)
+        elif (len(around) == 3 and around[0] == around[2] == _PROBE and unicodedata.combining(char) == 0
+              and pieces(_PROBE + char + char + _PROBE) == [_PROBE, around[1], around[1], _PROBE]):
+            alone.append(cp)
+    encodings = tokenizer.encode_batch_fast([chr(cp) for cp in alone], add_special_tokens=False)
+    for cp, encoding in zip(alone, encodings):
+        if encoding.ids:
+            kinds[cp], starts[cp], lengths[cp] = ISOLATED, len(isolated), len(encoding.ids)
+            isolated.extend(encoding.ids)
+    return CodePointTable(kinds=kinds, starts=starts, lengths=lengths,
+                          letters=np.frombuffer(b"".join(letters) or b"\0", dtype=np.uint8).copy(),
+                          isolated_ids=np.asarray(isolated or [0], dtype=np.int32))
+
+
+_TABLE_FORMAT = 1
+
+
+def _code_points(tokenizer: Tokenizer, tokenizer_json: str) -> CodePointTable:
+    """The probed table, from the on-disk cache when an earlier process made it (probing takes
+    about a second, once per worker process otherwise): keyed by the tokenizer JSON and the
+    `tokenizers` version that answered the probes."""
+    names = tuple(CodePointTable.__dataclass_fields__)
+
+    def probe() -> dict[str, np.ndarray]:
+        table = probe_code_points(tokenizer)
+        return {name: getattr(table, name) for name in names}
+
+    key = f"{_TABLE_FORMAT}|{tokenizers.__version__}|{tokenizer_json}"
+    return CodePointTable(**cached_arrays("wordpiece", key, names, probe))
+
+
+@lru_cache(maxsize=4)
+def _tables(tokenizer_json: str) -> WordPieceTables:
+    """The kernel's tables of a tokenizer, built once per process."""
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    tokenizer.encode_special_tokens = True
+    model = json.loads(tokenizer_json)["model"]
+    unk = tokenizer.token_to_id(model.get("unk_token") or "[UNK]")
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    unk_id = -1 if unk is None else unk
+    max_chars = max_chars_per_word(model)
+    prefix = model.get("continuing_subword_prefix")
+    return WordPieceTables.build(vocab, "##" if prefix is None else prefix, unk_id, max_chars,
+                                 _code_points(tokenizer, tokenizer_json))
+
+
+class WordPieceFastTokenizer:
+    """Encodes text as the given real tokenizer does (with special-token strings as plain text,
+    no special tokens added): the kernel where its tables vouch for the text, `tokenizer` for the
+    rest."""
+
+    def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
+        problems = wordpiece_support(json.loads(tokenizer_json))
+        if problems:
+            raise UnsupportedTokenizer("; ".join(problems))
+        self.tokenizer = tokenizer
+        self.tables = _tables(tokenizer_json)
+        self.cache = WordCache.empty()
+
+    def encode(self, text: str) -> np.ndarray:
+        """Content ids of `text`, int32, shape (n,)."""
+        return self.encode_bytes(text.encode("utf-8", "surrogatepass"))
+
+    def encode_bytes(self, data: bytes) -> np.ndarray:
+        """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        ids, spans = encode_bytes(np.frombuffer(data, dtype=np.uint8), self.tables, self.cache)
+        if spans.shape[0] == 0:
+            return ids
+        pieces = [data[start:stop].decode("utf-8", "surrogatepass") for start, stop, _ in spans.tolist()]
+        encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
+        parts, previous = [], 0
+        for (_, _, position), encoding in zip(spans.tolist(), encodings):
+            parts.append(ids[previous:position])
+            parts.append(np.asarray(encoding.ids, dtype=np.int32))
+            previous = position
+        parts.append(ids[previous:])
+        return np.concatenate(parts)
