@@ -13,7 +13,6 @@ from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.tokenizer.encode import iter_paragraphs
 from schemas.options import TOKENIZER_KINDS
 
-KINDS = TOKENIZER_KINDS
 BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 BPE_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 SAVED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")  # what save_tokenizer writes
@@ -47,7 +46,8 @@ class TrainingText:
                         yield paragraph
 
 
-def build_trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, ...]]:
+def _trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, ...]]:
+    """An untrained tokenizer of `kind` (its normalizer, pre-tokenizer and decoder) and its special tokens."""
     if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
         tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
@@ -61,7 +61,7 @@ def build_trainable(kind: str, lowercase: bool) -> tuple[Tokenizer, tuple[str, .
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
         tok.decoder = decoders.ByteLevel()
         return tok, BPE_SPECIALS
-    raise ValueError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
+    raise ValueError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
 
 
 def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, lowercase: bool = True,
@@ -70,7 +70,7 @@ def train_tokenizer(texts: Iterable[str], kind: str, vocab_size: int, lowercase:
     the library's progress bars (for a terminal: elsewhere they are only blank lines)."""
     if vocab_size < 100:
         raise ValueError(f"vocab_size must be >= 100, got {vocab_size}")
-    tok, specials = build_trainable(kind, lowercase)
+    tok, specials = _trainable(kind, lowercase)
     if kind == "wordpiece":
         trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
                                             special_tokens=list(specials), continuing_subword_prefix="##",

@@ -21,7 +21,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
-from pipeline.beam.input_splits import RangeTask, scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import WorkUnit, split_large_inputs
 from pipeline.beam.run.config import PreprocessConfig
@@ -33,6 +33,7 @@ from pipeline.beam.units import (
     STAGE_TOKENIZE,
     STAGE_WRITE_PARTS,
     StageClock,
+    UnitContext,
     process_unit,
 )
 from pipeline.beam.writing.finalize import finalize_output
@@ -47,7 +48,6 @@ from pipeline.beam.writing.shard_plan import (
     shard_task,
 )
 from pipeline.beam.writing.sharding import STAGE_SHARDS, ShardTask, row_bytes, write_shard
-from pipeline.kernels.rows.chunking import RowLayout
 from pipeline.tokenizer.derived_cuts import no_cut_reason
 from pipeline.tokenizer.errors import TokenizerPanic, is_panic, panic_error
 from pipeline.tokenizer.fast import FastTokenizer
@@ -109,14 +109,13 @@ class _CountingFn(beam.DoFn):
 
 class _TokenizerFn(_CountingFn):
     """A DoFn holding the tokenizer and the row layout, built once per worker: the tokenizer at the
-    first element (a DoFn that gets none, as the byte-range tokenizer in most runs, never builds one)."""
+    first element (a DoFn that gets none, as the input-split tokenizer in most runs, never builds one)."""
 
-    def __init__(self, spec: SpecFile, config: PreprocessConfig, temp_dir: str,
-                 tokenizer_threads: int | None) -> None:
+    def __init__(self, spec: SpecFile, context: UnitContext, tokenizer_threads: int | None) -> None:
         super().__init__()
         self._spec_file = spec
-        self._config = config
-        self._temp_dir = temp_dir
+        self._context = context
+        self._config = context.config
         self._tokenizer_threads = tokenizer_threads
 
     def setup(self) -> None:
@@ -126,17 +125,17 @@ class _TokenizerFn(_CountingFn):
             os.environ["RAYON_NUM_THREADS"] = str(self._tokenizer_threads)
         self._spec = self._spec_file.load()
         self._built = None
-        self._layout = self._spec.layout(self._config.max_seq_length, self._config.min_tokens)
 
     @property
-    def _tokenizer(self):
+    def _worker_context(self) -> UnitContext:
         if self._built is None:
             # One at a time: worker threads start together, and the second then finds the family's
             # tables built (cached per process) instead of building them again on the other core.
             with _SETUP_LOCK:
                 tokenizer = build_tokenizer(self._spec)
-                self._built = (FastTokenizer(tokenizer, self._spec.json)
-                               if self._config.tokenizer_backend == BACKEND_FAST else tokenizer)
+                if self._config.tokenizer_backend == BACKEND_FAST:
+                    tokenizer = FastTokenizer(tokenizer, self._spec.json)
+                self._built = self._context.with_tokenizer(tokenizer)
         return self._built
 
     def _failed(self, source: str, error: BaseException) -> WorkFailed:
@@ -149,11 +148,10 @@ class _TokenizerFn(_CountingFn):
 
 class _ProcessUnitFn(_TokenizerFn):
     def process(self, unit: WorkUnit):
-        tokenizer = self._tokenizer
+        context = self._worker_context
         clock = StageClock()
-        args = (unit, tokenizer, self._layout, _id_dtype(self._spec), self._config, self._temp_dir, clock)
         try:
-            outcome = scan_for_ranges(*args) if unit.split_bytes else process_unit(*args)
+            outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
         except Exception as error:
             raise self._failed(unit.source, error) from error
         except BaseException as error:
@@ -164,14 +162,14 @@ class _ProcessUnitFn(_TokenizerFn):
             yield self._count(outcome, clock)
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
-        yield from outcome  # RangeTasks
+        yield from outcome  # SplitTasks
 
 
 class _TokenizeRangeFn(_TokenizerFn):
     def process(self, task):
-        tokenizer = self._tokenizer
+        context = self._worker_context
         try:
-            tokens = tokenize_range(task, tokenizer, self._layout, self._config, self._temp_dir)
+            tokens = tokenize_split(task, context)
         except Exception as error:
             raise self._failed(task.source, error) from error
         except BaseException as error:
@@ -184,17 +182,14 @@ class _TokenizeRangeFn(_TokenizerFn):
 class _StitchRangesFn(_CountingFn):
     """Needs the row layout, not the tokenizer (whose spec would be one more copy in the job graph)."""
 
-    def __init__(self, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig, temp_dir: str) -> None:
+    def __init__(self, context: UnitContext) -> None:
         super().__init__()
-        self._layout = layout
-        self._id_dtype = id_dtype
-        self._config = config
-        self._temp_dir = temp_dir
+        self._context = context
 
     def process(self, source_and_ranges):
         source, ranges = source_and_ranges
         try:
-            result = stitch_ranges(list(ranges), self._layout, self._id_dtype, self._config, self._temp_dir)
+            result = stitch_splits(list(ranges), self._context)
         except Exception as error:
             raise WorkFailed(f"input {source}", error) from error
         yield self._count(result)
@@ -273,23 +268,21 @@ def _is_unit_result(element: object) -> bool:
     return isinstance(element, UnitResult)
 
 
-def _is_range_task(element: object) -> bool:
-    return isinstance(element, RangeTask)
+def _is_split_task(element: object) -> bool:
+    return isinstance(element, SplitTask)
 
 
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
-    A large text input marked for splitting is scanned by one worker, its byte ranges tokenized
-    by many, and its rows stitched by one (ranges.py)."""
+    A large text input marked for splitting is scanned by one worker, its input splits tokenized
+    by many, and its rows stitched by one (`input_splits`)."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
-        self._args = (ship_spec(spec, temp_dir), config, temp_dir, tokenizer_threads)
-        self._layout = spec.layout(config.max_seq_length, config.min_tokens)
-        self._id_dtype = _id_dtype(spec)
+        self._args = (ship_spec(spec, temp_dir), UnitContext.from_spec(spec, config, temp_dir), tokenizer_threads)
         self._local_workers = local_workers
 
     def expand(self, units):
@@ -298,11 +291,11 @@ class TokenizeAndChunk(beam.PTransform):
                      | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)))
         results = processed | "UnitResults" >> beam.Filter(_is_unit_result)
         stitched = (processed
-                    | "Ranges" >> beam.Filter(_is_range_task)
+                    | "Ranges" >> beam.Filter(_is_split_task)
                     | "SpreadRanges" >> SpreadUnits(n_bins=self._local_workers)
                     | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
                     | "GroupRanges" >> beam.GroupByKey()
-                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._layout, self._id_dtype, *self._args[1:3])))
+                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._args[1])))
         return (results, stitched) | "AllUnitResults" >> beam.Flatten()
 
 

@@ -1,38 +1,72 @@
 """One unit of work (a book, a jsonl file, a dataset range) to unmasked rows in part files: the two
-passes (scan, then tokenize and cut rows) and the quality gates between them. The result model and
-resume records live in `unit_results`, exact duplicates in `duplicates`, the part files in
-`part_writer`."""
+passes (scan, then tokenize and cut rows) and the quality gates between them, with what every unit
+of a job is processed with (`UnitContext`). The result model and resume records live in
+`unit_results`, exact duplicates in `dedup.exact`, the part files in `writing.part_writer`."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.reading.reader import SIGNATURE_SEED, UnitReader, UnitScan, input_changed
-from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
+from pipeline.beam.reading.formats.registry import input_format
+from pipeline.beam.reading.formats.text import SIGNATURE_SEED
+from pipeline.beam.reading.reader import UnitReader, UnitScan, input_changed
+from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult, load_result, save_result
 from pipeline.beam.writing.part_writer import PartWriter
 from pipeline.kernels.common.hashing import digest_to_u64, short_row_targets
 from pipeline.kernels.rows.chunking import RowLayout, RowStream
 from pipeline.kernels.text.quality import MinHasher, script_shares
-from pipeline.tokenizer.encode import (
-    AnyTokenizer,
-    DocumentEncoder,
-    DocumentTooLong,
-    nonzero_lengths,
-    tokenize_sentences,
-    tokenize_text,
-)
+from pipeline.tokenizer.encode import AnyTokenizer, DocumentEncoder, DocumentTooLong, nonzero_lengths
+from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
 from schemas.options import PACKING_CONCAT, PACKING_SENTENCES
+from schemas.shard import id_dtype_for_vocab
 
 STAGE_READ = "read_clean"
 STAGE_QUALITY = "quality"  # script mix and MinHash signature
 STAGE_TOKENIZE = "tokenize_chunk"
 STAGE_WRITE_PARTS = "write_parts"
+
+
+@dataclass(frozen=True)
+class UnitContext:
+    """What every unit of one job is tokenized and written with, built once (`TokenizeAndChunk`) and
+    shipped to the workers without its tokenizer: a worker builds the tokenizer at its first element
+    and adds it (`with_tokenizer`). Stitching an input's splits needs no tokenizer."""
+
+    layout: RowLayout
+    id_dtype: np.dtype
+    config: PreprocessConfig
+    temp_dir: str
+    tokenizer: AnyTokenizer | None = None
+
+    @classmethod
+    def from_spec(cls, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
+                  tokenizer: AnyTokenizer | None = None) -> UnitContext:
+        """The context of a job tokenizing with `spec`: its row layout for `config`, its id dtype."""
+        return cls(spec.layout(config.max_seq_length, config.min_tokens), id_dtype_for_vocab(spec.vocab_size), config,
+                   temp_dir, tokenizer)
+
+    def with_tokenizer(self, tokenizer: AnyTokenizer) -> UnitContext:
+        return dataclasses.replace(self, tokenizer=tokenizer)
+
+    @property
+    def encoder_tokenizer(self) -> AnyTokenizer:
+        """The tokenizer, for the steps that tokenize.
+
+        Raises:
+            RuntimeError: the context has none (built on the launcher; see `with_tokenizer`).
+        """
+        if self.tokenizer is None:
+            raise RuntimeError("this UnitContext has no tokenizer: a worker adds its own with with_tokenizer()")
+        return self.tokenizer
 
 
 class StageClock:
@@ -51,28 +85,25 @@ class StageClock:
         self._since = time.perf_counter()
 
 
-def process_unit(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
-                 config: PreprocessConfig, temp_dir: str, clock: StageClock | None = None) -> UnitResult:
+def process_unit(unit: WorkUnit, context: UnitContext, clock: StageClock | None = None) -> UnitResult:
     """Read, clean, tokenize and chunk one unit; write its train and validation rows as parts.
 
-    A unit finished by an interrupted run of the same config (its result record is in `temp_dir`
-    and the input is unchanged) is not processed again."""
-    done = load_result(temp_dir, unit)
+    A unit finished by an interrupted run of the same config (its result record is in the context's
+    `temp_dir` and the input is unchanged) is not processed again."""
+    done = load_result(context.temp_dir, unit)
     if done is not None:
         return done
-    result = _process(unit, tokenizer, layout, id_dtype, config, temp_dir, clock or StageClock())
-    save_result(temp_dir, unit, result)
+    result = _process(unit, context, clock or StageClock())
+    save_result(context.temp_dir, unit, result)
     return result
 
 
-def _process(unit: WorkUnit, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
-             config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
-    reader = UnitReader(unit, config.text_column, config.keep_boilerplate)
-    result, scan = scan_unit(reader, config, clock)
+def _process(unit: WorkUnit, context: UnitContext, clock: StageClock) -> UnitResult:
+    reader = UnitReader(unit, context.config.text_column, context.config.keep_boilerplate)
+    result, scan = scan_unit(reader, context.config, clock)
     if result.skip_reason is not None or scan.skip_reason is not None:
         return result
-    result = tokenize_unit(reader, result, tokenizer, layout, id_dtype, config, temp_dir, clock)
-    return check_unchanged(unit, result)
+    return check_unchanged(unit, tokenize_unit(reader, result, context, clock))
 
 
 def check_unchanged(unit: WorkUnit, result: UnitResult) -> UnitResult:
@@ -100,9 +131,9 @@ def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -
     clock.restart()
     scan = reader.scan()
     clock.lap(STAGE_READ)
-    # A byte range of a large file is not a file: the file counts once, with its first range.
+    # A line range of a large file is not a file: the file counts once, with its first range.
     is_range = bool(unit.path)
-    counts[m.FILES_READ] = int(unit.format != FORMAT_HF and (not is_range or unit.start == 0))
+    counts[m.FILES_READ] = int(input_format(unit.format).from_file and (not is_range or unit.start == 0))
     counts[m.REPLACED_BYTES] = scan.replaced_bytes
     counts[m.BOILERPLATE_CHARS_REMOVED] = scan.boilerplate_chars_removed
     counts[m.RECORDS_SKIPPED] = sum(scan.records_skipped.values())
@@ -127,15 +158,14 @@ def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -
     return result, scan
 
 
-def tokenize_unit(reader: UnitReader, result: UnitResult, tokenizer: AnyTokenizer, layout: RowLayout,
-                  id_dtype: np.dtype, config: PreprocessConfig, temp_dir: str, clock: StageClock) -> UnitResult:
+def tokenize_unit(reader: UnitReader, result: UnitResult, context: UnitContext, clock: StageClock) -> UnitResult:
     """The second pass: rows into the unit's parts, then the [UNK] gate."""
     counts = result.counts
-    writer = PartWriter(temp_dir, reader.unit.source, layout, id_dtype, config)
+    writer = PartWriter(context.temp_dir, reader.unit.source, context.layout, context.id_dtype, context.config)
     # Text inputs get their signature in the first pass; records here, once their joined size is known.
     signature = MinHasher(reader.scanned.joined_bytes, seed=SIGNATURE_SEED) if not result.signature else None
     try:
-        _write_rows(reader, tokenizer, layout, id_dtype, config, writer, signature, counts)
+        _write_rows(reader, context, writer, signature, counts)
     except DocumentTooLong as error:  # an input, not a failure: skipped with the reason
         writer.abort()
         return _gated(result, str(error))
@@ -145,7 +175,7 @@ def tokenize_unit(reader: UnitReader, result: UnitResult, tokenizer: AnyTokenize
     if signature is not None:
         result.signature = signature.signature().tobytes().hex()
     clock.lap(STAGE_TOKENIZE)
-    return finish_parts(result, writer, config, clock)
+    return finish_parts(result, writer, context.config, clock)
 
 
 def finish_parts(result: UnitResult, writer: PartWriter, config: PreprocessConfig,
@@ -175,60 +205,54 @@ def _gated(result: UnitResult, reason: str) -> UnitResult:
     return result
 
 
-def _write_rows(reader: UnitReader, tokenizer: AnyTokenizer, layout: RowLayout, id_dtype: np.dtype,
-                config: PreprocessConfig, writer: PartWriter, signature: MinHasher | None,
+def _write_rows(reader: UnitReader, context: UnitContext, writer: PartWriter, signature: MinHasher | None,
                 counts: dict[str, int]) -> None:
     """The second pass: tokenize each document's pieces and cut rows as `--packing` says."""
-    sentences = config.packing == PACKING_SENTENCES
-    concat = config.packing == PACKING_CONCAT and not sentences
-
-    def new_stream(digest: str) -> tuple[RowStream, np.uint64]:
-        return new_row_stream(digest, layout, id_dtype, config)
-
-    shared = new_stream(reader.scanned.key) if concat else None
+    sentences = context.config.packing == PACKING_SENTENCES
+    concat = context.config.packing == PACKING_CONCAT and not sentences
+    shared = new_row_stream(reader.scanned.key, context) if concat else None
     for index, (digest, pieces) in enumerate(reader.documents()):
-        stream, key = shared if concat else new_stream(digest)
+        stream, key = shared if concat else new_row_stream(digest, context)
         if index and signature is not None:
             signature.update(b"\n")
         if index and concat:  # [SEP] between documents: not a content token
-            writer.add(stream.add(np.array([layout.sep_id], dtype=np.int32)), stream, key)
+            writer.add(stream.add(np.array([context.layout.sep_id], dtype=np.int32)), stream, key)
             counts[m.TOKENS] -= 1
-        # One encoder per document: a piece ends anywhere, so the encoder holds back what follows the
-        # piece's last safe cut (and the sentence in progress) and puts it before the next piece.
-        encoder = DocumentEncoder(tokenizer, sentences)
-        for piece in pieces:
-            if signature is not None:
-                signature.update(piece.encode("utf-8", "surrogatepass"))
-            tokens, lengths = encoder.feed(piece)
-            counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
-            writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
-        tokens, lengths = encoder.finish()
-        counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
-        writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
+        _write_document(pieces, DocumentEncoder(context.encoder_tokenizer, sentences), context.layout, stream, key,
+                        writer, signature, counts)
         if not concat:
             finish_stream(stream, key, writer, counts)
     if concat:
         finish_stream(*shared, writer, counts)
 
 
-def tokenize_piece(tokenizer: AnyTokenizer, piece: str, sentences: bool) -> tuple[np.ndarray, np.ndarray | None]:
-    """Content ids of a whole document's clean text, and with `sentences` the token count of each
-    sentence (a document fed in pieces goes through `DocumentEncoder`)."""
-    if sentences:
-        return tokenize_sentences(tokenizer, piece)
-    return tokenize_text(tokenizer, piece), None
+def _write_document(pieces: Iterator[str], encoder: DocumentEncoder, layout: RowLayout, stream: RowStream,
+                    key: np.uint64, writer: PartWriter, signature: MinHasher | None, counts: dict[str, int]) -> None:
+    """One document's pieces through its own encoder into the row stream: a piece ends anywhere, so
+    the encoder holds back what follows the piece's last safe cut (and the sentence in progress)
+    and puts it before the next piece."""
+    for piece in pieces:
+        if signature is not None:
+            signature.update(piece.encode("utf-8", "surrogatepass"))
+        tokens, lengths = encoder.feed(piece)
+        counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
+        writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
+    tokens, lengths = encoder.finish()
+    counts[m.UNK_TOKENS] += int((tokens == layout.unk_id).sum())
+    writer.add(stream.add(tokens, nonzero_lengths(lengths)), stream, key)
 
 
-def new_row_stream(digest: str, layout: RowLayout, id_dtype: np.dtype, config: PreprocessConfig
-                   ) -> tuple[RowStream, np.uint64]:
+def new_row_stream(digest: str, context: UnitContext) -> tuple[RowStream, np.uint64]:
     """The row stream of one document (or, with --packing concat, of a unit) and its content key."""
+    config, layout = context.config, context.layout
     sentences = config.packing == PACKING_SENTENCES
     key = digest_to_u64(digest)
     targets = (lambda n: short_row_targets(key, n, config.short_seq_prob, layout.content_len)) if sentences else None
-    return RowStream(layout, id_dtype, sentences=sentences, short_targets=targets), key
+    return RowStream(layout, context.id_dtype, sentences=sentences, short_targets=targets), key
 
 
 def finish_stream(stream: RowStream, key: np.uint64, writer: PartWriter, counts: dict[str, int]) -> None:
+    """The stream's last row into the writer, and the stream's tokens and rows into the counts."""
     last = stream.finish()
     writer.add(last, stream, key)
     counts[m.TOKENS] += stream.tokens

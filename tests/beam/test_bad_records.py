@@ -7,6 +7,7 @@ prints its example) on top of the fixed regression examples."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -22,12 +23,11 @@ from pipeline.beam.reading.formats.jsonl import SKIP_TOO_DEEP, long_number_reaso
 from pipeline.beam.reading.formats.parquet import SKIP_NOT_UTF8
 from pipeline.beam.reading.work_units import expand_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import process_unit
+from pipeline.beam.units import UnitContext, process_unit
 from pipeline.kernels.text.cleaning import SKIP_SURROGATE, decode
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m
-from schemas.shard import id_dtype_for_vocab
 
 EXAMPLES = int(os.environ.get("MASKBEAM_FUZZ_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
@@ -39,17 +39,16 @@ DEEP = 100_000  # past any recursion limit the JSON reader works under
 
 @pytest.fixture(scope="module")
 def worker(spec):
-    """What a worker holds: the real tokenizer, the row layout, the id dtype."""
+    """What a worker holds: the real tokenizer, the row layout, the id dtype, the config (its temp_dir set per input)."""
     config = PreprocessConfig(inputs=("x",), output="unused", tokenizer="bert", max_seq_length=32, min_tokens=1,
                               max_unk_fraction=1.0, validation_fraction=0.0)
     tokenizer = FastTokenizer(build_tokenizer(spec), spec.json)
-    return tokenizer, spec.layout(config.max_seq_length, config.min_tokens), id_dtype_for_vocab(spec.vocab_size), config
+    return UnitContext.from_spec(spec, config, "", tokenizer)
 
 
 def _process(path: Path, worker):
-    tokenizer, layout, dtype, config = worker
     with tempfile.TemporaryDirectory() as temp:
-        return process_unit(expand_inputs([str(path)])[0], tokenizer, layout, dtype, config, temp)
+        return process_unit(expand_inputs([str(path)])[0], dataclasses.replace(worker, temp_dir=temp))
 
 
 def _jsonl(folder: Path, lines: list[bytes], encoding: str = "utf-8") -> Path:

@@ -12,11 +12,10 @@ from pipeline.beam.dedup.exact import by_input, mark_duplicates
 from pipeline.beam.dedup.near import band_records, candidate_pairs, mark_near_duplicates
 from pipeline.beam.reading.work_units import expand_inputs, split_large_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import process_unit
+from pipeline.beam.units import UnitContext, process_unit
 from pipeline.kernels.text.quality import MinHasher, minhash_signature, signature_similarity
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
-from schemas.shard import id_dtype_for_vocab
 
 WORDS = ("tea time river stone bread horse garden letter window candle market winter silver "
          "forest doctor music number paper summer castle").split()
@@ -26,12 +25,11 @@ def _results(paths, split_bytes, spec, tmp_path):
     config = PreprocessConfig(inputs=tuple(map(str, paths)), output=str(tmp_path / "out"), tokenizer="bert",
                               split_bytes=split_bytes)
     tokenizer = FastTokenizer(build_tokenizer(spec), spec.json)
-    layout = spec.layout(config.max_seq_length, config.min_tokens)
     units = split_large_inputs(expand_inputs([str(p) for p in paths]), split_bytes)
     temp = tmp_path / f"temp{split_bytes}"
     temp.mkdir()
-    return [process_unit(u, tokenizer, layout, id_dtype_for_vocab(spec.vocab_size), config, str(temp))
-            for u in units]
+    context = UnitContext.from_spec(spec, config, str(temp), tokenizer)
+    return [process_unit(u, context) for u in units]
 
 
 def _near(results, threshold):

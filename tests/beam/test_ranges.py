@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.input_splits import scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading.work_units import expand_inputs, split_large_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import StageClock, process_unit
+from pipeline.beam.units import StageClock, UnitContext, process_unit
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m
-from schemas.shard import id_dtype_for_vocab
 
 
 def _split_run(tmp_path, spec):
@@ -22,37 +22,35 @@ def _split_run(tmp_path, spec):
     config = PreprocessConfig(inputs=(str(path),), output=str(tmp_path / "out"), tokenizer="bert", split_bytes=4096,
                               validation_fraction=0.0)
     (unit,) = split_large_inputs(expand_inputs([str(path)]), config.split_bytes)
-    tokenizer = FastTokenizer(build_tokenizer(spec), spec.json)
-    layout, dtype = spec.layout(config.max_seq_length, config.min_tokens), id_dtype_for_vocab(spec.vocab_size)
     temp = str(tmp_path / "temp")
     os.makedirs(temp)
-    tasks = scan_for_ranges(unit, tokenizer, layout, dtype, config, temp, StageClock())
+    context = _worker(spec, config, temp)
+    tasks = scan_for_splits(unit, context, StageClock())
     assert isinstance(tasks, list) and len(tasks) > 2
-    tokens = [tokenize_range(task, tokenizer, layout, config, temp) for task in tasks]
-    return path, (layout, dtype, config, temp), tokens
+    tokens = [tokenize_split(task, context) for task in tasks]
+    return path, context, tokens
 
 
 def test_a_retried_stitch_returns_its_saved_result(tmp_path, spec):
-    """The retry deleted nothing it needed before: it raised FileNotFoundError on the range files."""
-    _, args, tokens = _split_run(tmp_path, spec)
-    first = stitch_ranges(tokens, *args)
-    again = stitch_ranges(tokens, *args)
+    """The retry deleted nothing it needed before: it raised FileNotFoundError on the splits' token files."""
+    _, context, tokens = _split_run(tmp_path, spec)
+    first = stitch_splits(tokens, context)
+    again = stitch_splits(tokens, context)
     assert first.skip_reason is None and first.counts[m.ROWS] > 0
     assert again == first
 
 
 def test_an_input_changed_between_scan_and_stitch_is_skipped_with_the_reason(tmp_path, spec):
-    path, args, tokens = _split_run(tmp_path, spec)
+    path, context, tokens = _split_run(tmp_path, spec)
     with open(path, "a") as handle:
-        handle.write("A paragraph added while the ranges were tokenized.\n")
-    result = stitch_ranges(tokens, *args)
+        handle.write("A paragraph added while the input splits were tokenized.\n")
+    result = stitch_splits(tokens, context)
     assert result.skip_reason.startswith("unreadable: changed while being read"), result.skip_reason
     assert result.parts == {} and result.counts[m.ROWS] == 0 and result.counts[m.FILES_SKIPPED] == 1
 
 
-def _worker(spec, config):
-    tokenizer = FastTokenizer(build_tokenizer(spec), spec.json)
-    return tokenizer, spec.layout(config.max_seq_length, config.min_tokens), id_dtype_for_vocab(spec.vocab_size)
+def _worker(spec, config, temp_dir) -> UnitContext:
+    return UnitContext.from_spec(spec, config, str(temp_dir), FastTokenizer(build_tokenizer(spec), spec.json))
 
 
 def test_a_file_that_grows_while_it_is_read_once_is_skipped_naming_the_growth(tmp_path, spec):
@@ -63,22 +61,23 @@ def test_a_file_that_grows_while_it_is_read_once_is_skipped_naming_the_growth(tm
     records.write_text("".join(f'{{"text": "record {i} about tea and the river"}}\n' for i in range(20)))
     config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert",
                               validation_fraction=0.0, min_tokens=4)
-    worker = _worker(spec, config)
+    worker = _worker(spec, config, "")
     for path, more in ((book, "More text written while the job read it. " * 10),
                        (records, '{"text": "a record appended while the job read the file"}\n')):
         (unit,) = expand_inputs([str(path)])
         listed = path.stat().st_size
-        assert process_unit(unit, *worker, config, str(tmp_path / "fresh" / path.name)).skip_reason is None
+        fresh = dataclasses.replace(worker, temp_dir=str(tmp_path / "fresh" / path.name))
+        assert process_unit(unit, fresh).skip_reason is None
         with open(path, "a") as handle:  # what the one read reads: the listed bytes and more
             handle.write(more)
-        result = process_unit(unit, *worker, config, str(tmp_path / "grown" / path.name))
+        result = process_unit(unit, dataclasses.replace(worker, temp_dir=str(tmp_path / "grown" / path.name)))
         assert result.skip_reason == (f"unreadable: changed while being read: grew from {listed:,} to "
                                       f"{path.stat().st_size:,} bytes since it was listed"), result.skip_reason
         assert result.parts == {} and result.counts[m.ROWS] == 0 and result.counts[m.FILES_SKIPPED] == 1
 
 
 def test_an_unsplittable_input_marked_for_splitting_that_grows_is_skipped(tmp_path, spec):
-    """UTF-16 over --split_bytes: its scan finds no ranges and the scanning worker tokenizes it whole."""
+    """UTF-16 over --split_bytes: its scan finds no input splits and the scanning worker tokenizes it whole."""
     path = tmp_path / "book.txt"
     path.write_bytes(("A UTF-16 book about tea and the river. " * 200).encode("utf-16"))
     config = PreprocessConfig(inputs=(str(path),), output=str(tmp_path / "out"), tokenizer="bert", split_bytes=4096,
@@ -88,7 +87,7 @@ def test_an_unsplittable_input_marked_for_splitting_that_grows_is_skipped(tmp_pa
     with open(path, "ab") as handle:
         handle.write("More text.".encode("utf-16-le"))
     os.makedirs(tmp_path / "temp")
-    result = scan_for_ranges(unit, *_worker(spec, config), config, str(tmp_path / "temp"), StageClock())
+    result = scan_for_splits(unit, _worker(spec, config, tmp_path / "temp"), StageClock())
     assert not isinstance(result, list)
     assert result.skip_reason.startswith("unreadable: changed while being read: grew from "), result.skip_reason
 
@@ -102,6 +101,6 @@ def test_a_file_rewritten_to_the_same_size_while_it_is_read_once_is_skipped(tmp_
     os.utime(path, ns=(later, later))
     config = PreprocessConfig(inputs=(str(path),), output=str(tmp_path / "out"), tokenizer="bert",
                               validation_fraction=0.0, min_tokens=4)
-    result = process_unit(unit, *_worker(spec, config), config, str(tmp_path / "temp"))
+    result = process_unit(unit, _worker(spec, config, tmp_path / "temp"))
     assert result.skip_reason.startswith("unreadable: changed while being read: modified at "), result.skip_reason
     assert result.counts[m.ROWS] == 0

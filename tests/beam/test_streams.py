@@ -14,13 +14,12 @@ import zstandard
 from pipeline.beam.reading import reader as streams
 from pipeline.beam.reading.work_units import expand_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import process_unit
+from pipeline.beam.units import UnitContext, process_unit
 from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas import manifest as m
 from schemas.options import PACKING_MODES
-from schemas.shard import id_dtype_for_vocab
 from tests.conftest import BOOKS
 
 
@@ -58,8 +57,7 @@ def test_a_truncated_compressed_stream_is_skipped_as_unreadable(tmp_path, suffix
 
 def _parts(unit, spec, config, temp_dir) -> dict[str, tuple]:
     tokenizer = FastTokenizer(build_tokenizer(spec), spec.json)
-    layout = spec.layout(config.max_seq_length, config.min_tokens)
-    result = process_unit(unit, tokenizer, layout, id_dtype_for_vocab(spec.vocab_size), config, str(temp_dir))
+    result = process_unit(unit, UnitContext.from_spec(spec, config, str(temp_dir), tokenizer))
     out = {}
     for split, (path, rows) in result.parts.items():
         part = read_part(path, config.max_seq_length)

@@ -139,15 +139,15 @@ def _check_text(tmp_path_factory, lines, encoding, newline, junk, suffix, cuts, 
     if suffix or want is None:
         return
     reader, scan, _ = _read(unit, "text", keep, read_sizes, split_bytes=split_bytes)
-    if not scan.ranges:  # UTF-16: never split
+    if not scan.splits:  # UTF-16: never split
         assert encoding == "utf-16"
         return
-    assert scan.ranges[0].start == 0 and scan.ranges[-1].stop == len(raw)
+    assert scan.splits[0].start == 0 and scan.splits[-1].stop == len(raw)
     joined = "".join(
         "".join(clean_pieces(decoded_pieces(exact_blocks(str(path), r.start, r.stop, read_sizes.read_bytes),
                                             RawTextStats(), reader.piece_bytes, at_start=r.start == 0),
                              scan.strip, r.strip_state))
-        for r in scan.ranges)
+        for r in scan.splits)
     assert joined == want
 
 
@@ -278,11 +278,11 @@ def test_split_rows_equal_unsplit_rows(tmp_path_factory, spec, row_tools, run):
 
 
 def _check_split_rows(tmp_path_factory, spec, row_tools, lines, newline, split_bytes, packing):
-    """Rows of the split path (scan, ranges, stitch) against the unsplit unit, byte for byte, in every
-    packing mode (with sentences, a piece or range end is never taken for a sentence end)."""
-    from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+    """Rows of the split path (scan, input splits, stitch) against the unsplit unit, byte for byte, in
+    every packing mode (with sentences, a piece or split end is never taken for a sentence end)."""
+    from pipeline.beam.input_splits import scan_for_splits, stitch_splits, tokenize_split
     from pipeline.beam.run.config import PreprocessConfig
-    from pipeline.beam.units import StageClock, process_unit
+    from pipeline.beam.units import StageClock, UnitContext, process_unit
     from pipeline.beam.writing.arrow_io import read_part
 
     tokenizer, dtype = row_tools
@@ -295,15 +295,15 @@ def _check_split_rows(tmp_path_factory, spec, row_tools, lines, newline, split_b
     layout = spec.layout(config.max_seq_length, config.min_tokens)
     (unit,) = expand_inputs([str(path)])
     os.makedirs(folder / "whole")
-    whole = process_unit(unit, tokenizer, layout, dtype, config, str(folder / "whole"))
+    whole = process_unit(unit, UnitContext(layout, dtype, config, str(folder / "whole"), tokenizer))
     (marked,) = split_large_inputs([unit], split_bytes)
     os.makedirs(folder / "split")
-    tasks = scan_for_ranges(marked, tokenizer, layout, dtype, config, str(folder / "split"), StageClock())
+    context = UnitContext(layout, dtype, config, str(folder / "split"), tokenizer)
+    tasks = scan_for_splits(marked, context, StageClock())
     if not isinstance(tasks, list):
         split = tasks
     else:
-        tokens = [tokenize_range(t, tokenizer, layout, config, str(folder / "split")) for t in tasks]
-        split = stitch_ranges(tokens, layout, dtype, config, str(folder / "split"))
+        split = stitch_splits([tokenize_split(t, context) for t in tasks], context)
     assert (split.skip_reason, split.key, split.counts) == (whole.skip_reason, whole.key, whole.counts)
     for name in whole.parts:
         a, b = read_part(whole.parts[name][0], 32), read_part(split.parts[name][0], 32)

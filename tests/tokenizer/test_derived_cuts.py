@@ -16,7 +16,7 @@ from pipeline.beam.reading import reader as streams
 from pipeline.beam.reading.reader import UnitReader
 from pipeline.beam.reading.work_units import FORMAT_TEXT, WorkUnit, expand_inputs, split_large_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import process_unit
+from pipeline.beam.units import UnitContext, process_unit
 from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer import encode
 from pipeline.tokenizer.derived_cuts import cut_rule_and_reason, no_cut_reason
@@ -91,7 +91,7 @@ def test_the_job_gives_the_real_tokenizers_ids_of_the_whole_cleaned_document(tmp
                               validation_fraction=0.0, packing=packing, max_seq_length=64, min_tokens=1)
     layout, dtype = spec.layout(64, 1), id_dtype_for_vocab(spec.vocab_size)
     unit = expand_inputs([str(path)])[0]
-    result = process_unit(unit, build_tokenizer(spec), layout, dtype, config, str(tmp_path / "work"))
+    result = process_unit(unit, UnitContext(layout, dtype, config, str(tmp_path / "work"), build_tokenizer(spec)))
     reader = UnitReader(unit, config.text_column, config.keep_boilerplate)
     reader.scan()
     (_, pieces), = list(reader.documents())
@@ -138,8 +138,8 @@ def test_a_document_past_the_carry_bound_is_skipped_with_the_reason(tmp_path, mo
     path.write_text(_book()[:10_000], encoding="utf-8")
     config = PreprocessConfig(inputs=(str(path),), output=str(tmp_path / "out"), tokenizer="t",
                               validation_fraction=0.0, max_seq_length=64, min_tokens=1)
-    result = process_unit(expand_inputs([str(path)])[0], build_tokenizer(spec), spec.layout(64, 1),
-                          id_dtype_for_vocab(spec.vocab_size), config, str(tmp_path / "work"))
+    result = process_unit(expand_inputs([str(path)])[0],
+                          UnitContext.from_spec(spec, config, str(tmp_path / "work"), build_tokenizer(spec)))
     assert result.skip_reason is not None and "4,000 characters" in result.skip_reason
     assert result.counts[m.TOKENS] == 0 and not result.parts
 

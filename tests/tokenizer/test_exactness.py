@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from pipeline.beam.input_splits import scan_for_ranges, stitch_ranges, tokenize_range
+from pipeline.beam.input_splits import scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading import reader as streams
 from pipeline.beam.reading.work_units import expand_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import StageClock, process_unit
+from pipeline.beam.units import StageClock, UnitContext, process_unit
 from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer.encode import DocumentEncoder, tokenize_sentences, tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, fast_support
@@ -166,12 +166,11 @@ def test_byte_ranges_give_the_rows_of_the_unsplit_input(tmp_path, spec, monkeypa
     layout = own_spec.layout(config.max_seq_length, config.min_tokens)
     dtype = id_dtype_for_vocab(own_spec.vocab_size)
     unit = expand_inputs([str(path)])[0]
-    whole = process_unit(unit, tokenizer, layout, dtype, config, str(tmp_path / "whole"))
-    tasks = scan_for_ranges(dataclasses.replace(unit, split_bytes=16384), tokenizer, layout, dtype, config,
-                            str(tmp_path / "split"), StageClock())
+    whole = process_unit(unit, UnitContext(layout, dtype, config, str(tmp_path / "whole"), tokenizer))
+    context = UnitContext(layout, dtype, config, str(tmp_path / "split"), tokenizer)
+    tasks = scan_for_splits(dataclasses.replace(unit, split_bytes=16384), context, StageClock())
     assert isinstance(tasks, list) and len(tasks) >= 4  # at least three junctions, on either corpus
-    ranges = [tokenize_range(task, tokenizer, layout, config, str(tmp_path / "split")) for task in tasks]
-    split = stitch_ranges(ranges, layout, dtype, config, str(tmp_path / "split"))
+    split = stitch_splits([tokenize_split(task, context) for task in tasks], context)
     assert split.counts == whole.counts and whole.counts[m.ROWS] > 100
     for part in m.SPLITS:
         a, b = (read_part(r.parts[part][0], config.max_seq_length) for r in (whole, split))

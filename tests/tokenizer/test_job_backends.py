@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.beam.reading.work_units import expand_inputs
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.units import process_unit
+from pipeline.beam.units import UnitContext, process_unit
 from pipeline.beam.writing.arrow_io import read_part
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
@@ -49,7 +49,7 @@ def test_fast_and_hf_make_the_same_rows(tmp_path, packing, name):
     for unit in expand_inputs([str(_inputs(tmp_path / "in"))]):
         rows = []
         for name, tokenizer in (("hf", real), ("fast", FastTokenizer(real, raw))):
-            result = process_unit(unit, tokenizer, layout, dtype, config, str(tmp_path / name))
+            result = process_unit(unit, UnitContext(layout, dtype, config, str(tmp_path / name), tokenizer))
             rows.append({split: read_part(path, 128).ids.tobytes() + read_part(path, 128).lengths.tobytes()
                          for split, (path, _) in result.parts.items()})
         assert rows[0] == rows[1] and rows[0]

@@ -1,9 +1,14 @@
-"""A range of a file: the whole lines whose first byte lies in [start, stop).
+"""Byte ranges of one file, read two ways:
 
-A large uncompressed `.jsonl` file is cut into such ranges when it is listed (one work unit
-each); a large text file is cut by the worker that scans it (at piece boundaries, see
-`pipeline.beam.input_splits`). Either way a range is a part of one input, never an input of its own:
-`file_of` names the file a unit's source belongs to, and deduplication groups by it.
+* a line range (`line_blocks`): the whole lines whose first byte lies in [start, stop). A large
+  uncompressed `.jsonl` file is cut into line ranges when it is listed, one work unit each
+  (`WorkUnit.path`, `start`, `stop`; its source is `line_range_source`);
+* exact bytes (`exact_blocks`, and `blocks_after` to the file's end): bytes [start, stop) as they
+  are, which an input split of a large text file reads (`pipeline.beam.input_splits`: the worker
+  that scans the file cuts it at piece boundaries).
+
+Either way a range is a part of one input, never an input of its own: its results carry the file
+(`UnitResult.file`), and deduplication groups by it.
 """
 
 from __future__ import annotations
@@ -19,14 +24,9 @@ READ_BLOCK_BYTES = 4 << 20
 _RANGE_MARK = "@"
 
 
-def range_source(path: str, start: int, stop: int) -> str:
-    """The source name of the byte range [start, stop) of `path`."""
+def line_range_source(path: str, start: int, stop: int) -> str:
+    """The source name of the line range [start, stop) of `path`."""
     return f"{path}{_RANGE_MARK}{start}-{stop}"
-
-
-def file_of(source: str, path: str = "") -> str:
-    """The file a unit belongs to: `path` for a byte range (its WorkUnit.path), else the source."""
-    return path or source
 
 
 def line_blocks(handle, start: int, stop: int, block_bytes: int = 0) -> Iterator[bytes]:
@@ -80,6 +80,18 @@ def exact_blocks(path: str, start: int, stop: int, block_bytes: int = 0) -> Iter
             if not block:
                 raise EOFError(f"{path} ended at byte {position}, before {stop}: changed while being read")
             position += len(block)
+            yield block
+
+
+def blocks_after(path: str, start: int, block_bytes: int = 0) -> Iterator[bytes]:
+    """The bytes of a file from `start` to its end (what follows an input split, read as its lookahead)."""
+    block_bytes = block_bytes or READ_BLOCK_BYTES
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.seek(start)
+        while True:
+            block = handle.read(block_bytes)
+            if not block:
+                return
             yield block
 
 

@@ -1,7 +1,7 @@
-"""The inputs a job reads, as every job lists them: the files `--input` names (readers.expand_inputs),
-less the job's own `--output` and any MaskBeam output found among them (a preprocess output, or a
-train_tokenizer folder): their manifests, shards and tokenizer files are no training text, and each
-output left out is said in one line."""
+"""The inputs a job reads, as every job lists them: the files `--input` names
+(`work_units.expand_inputs`), less the job's own `--output` and any MaskBeam output found among them
+(a preprocess output, or a train_tokenizer folder): their manifests, shards and tokenizer files are
+no training text, and each output left out is said in one line."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _without_outputs(units: list[WorkUnit], left_out: dict[str, int]) -> list[Wo
 
 
 def list_inputs(patterns: list[str], output: str) -> ListedInputs:
-    """The units of `patterns` (see readers.expand_inputs: deduplicated, sorted by path) outside
+    """The units of `patterns` (see `work_units.expand_inputs`: deduplicated, sorted by path) outside
     `output` and outside any MaskBeam output among them. Each pattern is judged alone, as the
     workers list them (transforms.ListInputs), so the launcher and the workers find the same units.
 

@@ -1,9 +1,9 @@
 """List local inputs without leaving the input folder: the files a path, folder or glob names.
 
-Beam's own listing of a local folder drops broken links and unreadable entries silently, and the
-glob that used to find them followed symbolic links into loops (`a -> .`, `b -> .` recursed until
-memory ran out). This listing walks each folder once, never follows a link to a folder, and reads
-a linked file only when the link resolves inside the input root; a link out of it (a planted
+Beam's own listing of a local folder drops broken links and unreadable entries silently, and a
+glob that follows symbolic links recurses through loops (`a -> .`, `b -> .`) until memory runs
+out. This listing walks each folder once, never follows a link to a folder, and reads a linked
+file only when the link resolves inside the input root; a link out of it (a planted
 `book.txt -> ~/.aws/credentials`) is listed as refused, with the reason, and never opened.
 """
 

@@ -7,7 +7,9 @@ for tokenizing, since the rows' keys and seeds need the document's content key f
 pass. A unit whose clean text fits in CACHE_CHARS is kept from the first pass and not read again;
 a larger one is streamed twice (compressed ones too: they are decompressed again).
 
-The formats, compression and byte ranges are `pipeline.beam.reading`; this module runs the passes.
+The unit's format (`formats.registry`) says whether it is one text document or records, and which
+reader reads the records; this module runs the passes over either, on the bytes that `raw_blocks`
+gives (decompressed, or a line range's whole lines).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -33,19 +36,12 @@ from pipeline.beam.reading.compression import (
     output_bound,
     sniffed_suffix,
 )
-from pipeline.beam.reading.formats.hf import hf_values
-from pipeline.beam.reading.formats.jsonl import (
-    MAX_LINE_BYTES,
-    FieldsSeen,
-    jsonl_values,
-    long_line_reason,
-    missing_field_reason,
-)
-from pipeline.beam.reading.formats.parquet import PARQUET_BATCH_ROWS, parquet_values
-from pipeline.beam.reading.formats.text import COMPRESSED_TEXT_RATIO, SIGNATURE_SEED, scan_text_input
-from pipeline.beam.reading.work_units import FORMAT_HF, FORMAT_JSONL, FORMAT_PARQUET, WorkUnit
+from pipeline.beam.reading.formats.jsonl import MAX_LINE_BYTES
+from pipeline.beam.reading.formats.registry import input_format
+from pipeline.beam.reading.formats.text import scan_text_input
+from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.kernels.common.hashing import content_digest
-from pipeline.kernels.text.cleaning import SKIP_EMPTY, NotText, clean_text
+from pipeline.kernels.text.cleaning import NotText, clean_text
 from pipeline.kernels.text.quality import script_letter_counts
 from pipeline.kernels.text.text_stream import (
     PIECE_BYTES,
@@ -55,9 +51,7 @@ from pipeline.kernels.text.text_stream import (
     decoded_pieces,
 )
 
-__all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "input_changed", "READ_BLOCK_BYTES",
-           "COMPRESSED_BLOCK_BYTES", "CACHE_CHARS", "SIGNATURE_SEED", "COMPRESSED_TEXT_RATIO", "PARQUET_BATCH_ROWS",
-           "UNREADABLE"]
+__all__ = ["UnitReader", "UnitScan", "ReadSizes", "raw_blocks", "input_changed", "CACHE_CHARS"]
 
 CACHE_CHARS = 32 << 20
 CHANGED = "unreadable: changed while being read"
@@ -90,11 +84,11 @@ def _open(path: str):
 
 def input_changed(unit: WorkUnit) -> str | None:
     """Why a file is not the one listed (its size or modification time differ, or it is gone), or
-    None; asked after every read of it. A file read twice (two passes, or a scan and its ranges)
+    None; asked after every read of it. A file read twice (two passes, or a scan and its input splits)
     must be the same both times, else its rows would carry the first version's content key; a file
     read once must be the one listed, else its tokens are those of more (or fewer) bytes than the
     manifest records."""
-    if unit.format == FORMAT_HF or unit.refused:
+    if not input_format(unit.format).from_file or unit.refused:
         return None
     path = unit.file
     try:
@@ -155,7 +149,7 @@ class UnitScan:
     records_skipped: dict[str, int] = field(default_factory=dict)
     strip: bool = False
     signature: np.ndarray | None = None  # text inputs: the MinHash signature, from this pass
-    ranges: list[ByteRange] = field(default_factory=list)  # a split text input: its byte ranges
+    splits: list[ByteRange] = field(default_factory=list)  # an input marked for splitting: its input splits
     missing_field: str = ""  # records only: why no record had the text column (the fields found)
 
     def skip_record(self, reason: str) -> None:
@@ -173,7 +167,8 @@ class UnitReader:
     """Reads one unit as clean documents, in two passes (see the module docstring).
 
     `scan()` first; then `documents()` yields (content digest, iterator of clean text pieces) per
-    document, in order. Bad content is never raised: `scan()` returns the reason."""
+    document, in order. Bad content is never raised: `scan()` returns the reason. A record format's
+    reader reads the unit through this object (a `formats.source.RecordSource`)."""
 
     def __init__(self, unit: WorkUnit, text_column: str, keep_boilerplate: bool,
                  piece_bytes: int | None = None, split_bytes: int = 0, sizes: ReadSizes | None = None) -> None:
@@ -182,13 +177,20 @@ class UnitReader:
         self._keep_boilerplate = keep_boilerplate
         self._split_bytes = split_bytes
         self.sizes = sizes or ReadSizes()
+        self.format = input_format(unit.format)
         self.piece_bytes = min(piece_bytes or self.sizes.piece_bytes, split_bytes or PIECE_BYTES)
         self._cache: list[str] | None = None
         self.scanned: UnitScan | None = None
 
     @property
-    def _is_text(self) -> bool:
-        return self.unit.format not in (FORMAT_JSONL, FORMAT_PARQUET, FORMAT_HF)
+    def max_line_bytes(self) -> int:
+        return self.sizes.max_line_bytes
+
+    def open_file(self) -> BinaryIO:
+        return _open(self.unit.file)
+
+    def decoded_lines(self, stats: RawTextStats, on_long_line: Callable[[int], None]) -> Iterator[str]:
+        return self._decoded(stats, at_spaces=False, records=True, on_long_line=on_long_line)
 
     def scan(self) -> UnitScan:
         out = UnitScan()
@@ -196,10 +198,10 @@ class UnitReader:
         try:
             if self.unit.refused:
                 raise NotText(self.unit.refused)
-            if self._is_text:
-                self._scan_text(out)
-            else:
+            if self.format.records:
                 self._scan_records(out)
+            else:
+                self._scan_text(out)
         except NotText as reason:  # the whole input is skipped: nothing of it is counted
             out = self.scanned = UnitScan(skip_reason=str(reason))
         except UNREADABLE as error:
@@ -235,7 +237,7 @@ class UnitReader:
 
     def _scan_text(self, out: UnitScan) -> None:
         stats = RawTextStats()
-        # An input marked for splitting is read again by its ranges: keeping its pieces would be waste.
+        # An input marked for splitting is read again by its input splits: keeping its pieces would be waste.
         pieces = self._decoded(stats) if self._split_bytes else self._caching(self._decoded(stats))
         scan = scan_text_input(pieces, stats, self.unit.size, is_compressed(self.unit.source),
                                self._keep_boilerplate, split_bytes=self._split_bytes)
@@ -248,7 +250,7 @@ class UnitReader:
         out.boilerplate_chars_removed = scan.boilerplate_chars_removed
         out.strip = scan.strip
         out.signature = scan.measure.signature()
-        out.ranges = scan.ranges
+        out.splits = scan.ranges
 
     def _scan_records(self, out: UnitScan) -> None:
         keys = hashlib.sha256()
@@ -269,7 +271,7 @@ class UnitReader:
         scan = self.scanned
         if scan is None or scan.skip_reason is not None:
             raise RuntimeError("documents() needs a successful scan() first")
-        if self._is_text:
+        if not self.format.records:
             pieces = iter(self._cache) if self._cache is not None else self._decoded(RawTextStats())
             yield scan.key, clean_pieces(pieces, scan.strip)
             return
@@ -280,7 +282,7 @@ class UnitReader:
     def _records(self, out: UnitScan | None) -> Iterator[str]:
         """The clean text of each usable record; `out` (first pass only) counts the skipped ones."""
         skip = out.skip_record if out is not None else (lambda reason: None)
-        for value in self._record_values(out, skip):
+        for value in self.format.read(self, self._text_column, skip, out):
             if not isinstance(value, str):
                 skip(f"text column is {type(value).__name__}, not a string")
                 continue
@@ -288,36 +290,3 @@ class UnitReader:
                 yield clean_text(value, keep_boilerplate=True).text
             except NotText as reason:
                 skip(str(reason))
-
-    def _record_values(self, out: UnitScan | None, skip: Callable[[str], None]) -> Iterator[object]:
-        unit, column = self.unit, self._text_column
-        if unit.format == FORMAT_HF:
-            yield from hf_values(unit.hf_name, unit.hf_split, unit.revision, unit.start, unit.stop, column)
-        elif unit.format == FORMAT_PARQUET:
-            with _open(unit.source) as handle:
-                yield from parquet_values(handle, column, skip)
-        else:
-            yield from self._jsonl_values(column, skip, out)
-
-    def _jsonl_values(self, column: str, skip: Callable[[str], None], out: UnitScan | None) -> Iterator[object]:
-        stats = RawTextStats()
-        fields = FieldsSeen()
-        has_text = False
-        long_line = long_line_reason(self.sizes.max_line_bytes)
-
-        def pieces() -> Iterator[str]:
-            nonlocal has_text
-            for piece in self._decoded(stats, at_spaces=False, records=True,
-                                       on_long_line=lambda length: skip(long_line)):
-                has_text = has_text or not (piece == "" or piece.isspace())
-                yield piece
-
-        yield from jsonl_values(pieces(), column, skip, fields)
-        if out is not None:
-            # No whole-input binary share here: each line is judged as a record (a byte range
-            # must judge its lines as the whole file does, whatever else the file holds).
-            if not has_text and not out.records_skipped:
-                raise NotText(SKIP_EMPTY)
-            out.replaced_bytes = stats.replaced
-            if out.records_skipped.get(missing_field_reason(column)):
-                out.missing_field = fields.describe(column)

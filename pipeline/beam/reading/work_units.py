@@ -1,6 +1,7 @@
-"""Find inputs: work units from `--input` patterns (local ones listed by `inputs.listing`, others
-through Beam's FileSystems), split plans, and `datasets` row ranges (`inputs.hf`). Reading a unit
-is `streams.py` with the per-format readers of `pipeline.beam.reading`."""
+"""Work units: what one worker reads at a time (a file, a byte range of whole lines of a large
+`.jsonl` file, a row range of a `datasets` dataset), from `--input` patterns (local ones listed by
+`reading.listing`, others through Beam's FileSystems) and `--hf_dataset`. Each unit's format is the
+registry's (`reading.formats.registry`); reading a unit is `reading.reader`."""
 
 from __future__ import annotations
 
@@ -12,26 +13,34 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.reading.byte_ranges import range_source, starts_utf16
+from pipeline.beam.reading.byte_ranges import line_range_source, starts_utf16
 from pipeline.beam.reading.compression import COMPRESSED_SUFFIXES, SNIFF_BYTES, is_compressed, sniffed_suffix
 from pipeline.beam.reading.formats.hf import hf_revision, load_hf_dataset
+from pipeline.beam.reading.formats.registry import (
+    FORMAT_HF,
+    FORMAT_JSONL,
+    FORMAT_PARQUET,
+    FORMAT_TEXT,
+    SPREAD_INPUT_SPLITS,
+    SPREAD_LINE_RANGES,
+    SPREAD_NONE,
+    format_of_path,
+    input_format,
+)
 from pipeline.beam.reading.listing import GLOB_CHARS, InputError, list_local
 from pipeline.console.preflight import no_input_message
 
-FORMAT_TEXT = "text"
-FORMAT_JSONL = "jsonl"
-FORMAT_PARQUET = "parquet"
-FORMAT_HF = "hf_dataset"
 HF_ROWS_PER_UNIT = 20_000
 
 __all__ = ["FORMAT_TEXT", "FORMAT_JSONL", "FORMAT_PARQUET", "FORMAT_HF", "COMPRESSED_SUFFIXES", "InputError",
-           "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "input_format", "expand_inputs",
+           "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "expand_inputs",
            "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT"]
 
 
 @dataclass(frozen=True, order=True)
 class WorkUnit:
-    """One element of work: a file, or a row range of a `datasets` dataset."""
+    """One element of work: a file, a line range of a large file (`path`, `start`, `stop`), or a row
+    range of a `datasets` dataset (`hf_name`, `hf_split`, `start`, `stop`)."""
 
     source: str  # a path, or "hf://NAME?split=SPLIT&rows=START-STOP" for dataset ranges
     format: str
@@ -41,9 +50,9 @@ class WorkUnit:
     start: int = 0
     stop: int = 0
     modified: float = 0.0  # last-modified time from the filesystem, part of the identity --resume checks
-    path: str = ""  # the file a byte range (start, stop) of a large .jsonl comes from; "" for whole files
+    path: str = ""  # a line range's file (the range is bytes [start, stop) of it); "" for whole files
     revision: str = ""  # a --hf_dataset's Hub commit or local fingerprint
-    split_bytes: int = 0  # a large uncompressed text file: scanned, then tokenized in ranges of this size
+    split_bytes: int = 0  # a large uncompressed text file: scanned, then tokenized in input splits of this size
     refused: str = ""  # listed but never opened (a link out of the input folder): the skip reason
 
     @property
@@ -57,27 +66,41 @@ class WorkUnit:
 
 
 def split_large_inputs(units: list[WorkUnit], split_bytes: int, split_text: bool = True) -> list[WorkUnit]:
-    """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
-    into byte ranges here (a line belongs to the range holding its first byte); a text file is
-    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py),
-    unless `split_text` is False (a tokenizer whose text has no proven cut: each range would read
-    to the document's end). Compressed files cannot be split (a suffix or a signature says so): one
-    worker streams each; nor can UTF-16 ones (two-byte newlines)."""
+    """Spread uncompressed files larger than `split_bytes` over many workers, as their format's
+    `spread` says: a .jsonl file is cut into byte ranges of whole lines here (a line belongs to the
+    range holding its first byte); a text file is marked, and its input splits are cut at paragraph
+    breaks by the worker that scans it (`pipeline.beam.input_splits`), unless `split_text` is False
+    (a tokenizer whose text has no proven cut: each split would read to the document's end).
+    Compressed files cannot be split (a suffix or a signature says so): one worker streams each;
+    nor can a UTF-16 file be cut into line ranges (two-byte newlines)."""
     out = []
     for unit in units:
-        if (is_compressed(unit.source) or unit.size <= split_bytes or unit.refused
-                or unit.format not in (FORMAT_JSONL, FORMAT_TEXT)
-                or (unit.format == FORMAT_JSONL and starts_utf16(unit.source)) or compressed_content(unit.source)):
-            out.append(unit)
-        elif unit.format == FORMAT_TEXT:
+        spread = _spread(unit, split_bytes)
+        if spread == SPREAD_INPUT_SPLITS:
             out.append(dataclasses.replace(unit, split_bytes=split_bytes) if split_text else unit)
+        elif spread == SPREAD_LINE_RANGES:
+            out.extend(_line_ranges(unit, split_bytes))
         else:
-            for start in range(0, unit.size, split_bytes):
-                stop = min(start + split_bytes, unit.size)
-                out.append(WorkUnit(source=range_source(unit.source, start, stop), format=FORMAT_JSONL,
-                                    size=stop - start, start=start, stop=stop, modified=unit.modified,
-                                    path=unit.source))
+            out.append(unit)
     return out
+
+
+def _spread(unit: WorkUnit, split_bytes: int) -> str:
+    """How `unit` is spread over workers: its format's way, if it is a large uncompressed file."""
+    spread = input_format(unit.format).spread
+    if spread == SPREAD_NONE or unit.size <= split_bytes or unit.refused or is_compressed(unit.source):
+        return SPREAD_NONE
+    if spread == SPREAD_LINE_RANGES and starts_utf16(unit.source):
+        return SPREAD_NONE
+    return SPREAD_NONE if compressed_content(unit.source) else spread
+
+
+def _line_ranges(unit: WorkUnit, split_bytes: int) -> list[WorkUnit]:
+    """The units of a large file's byte ranges of whole lines, `split_bytes` each."""
+    return [WorkUnit(source=line_range_source(unit.source, start, min(start + split_bytes, unit.size)),
+                     format=unit.format, size=min(start + split_bytes, unit.size) - start, start=start,
+                     stop=min(start + split_bytes, unit.size), modified=unit.modified, path=unit.source)
+            for start in range(0, unit.size, split_bytes)]
 
 
 def compressed_content(path: str) -> bool:
@@ -105,20 +128,6 @@ def unsplittable_inputs(units: list[WorkUnit], split_bytes: int) -> list[WorkUni
     return [u for u in units if u.size > split_bytes and is_compressed(u.source)]
 
 
-def input_format(path: str) -> str:
-    """The format of a file from its name, compression suffix ignored."""
-    name = path.lower()
-    for suffix in COMPRESSED_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    if name.endswith((".jsonl", ".ndjson", ".json")):
-        return FORMAT_JSONL
-    if name.endswith(".parquet"):
-        return FORMAT_PARQUET
-    return FORMAT_TEXT
-
-
 def _match(pattern: str) -> list:
     results = FileSystems.match([pattern])
     return [m for result in results for m in result.metadata_list]
@@ -141,7 +150,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
     """Files named by paths, directories (recursively) and globs, deduplicated and sorted by path.
     A directory is never an input: one a glob matches brings its files. Local entries Beam's
     listing would drop (broken links, FIFOs) are units whose reading reports why; links out of
-    the input folder are units refused without being opened (see `inputs.listing`).
+    the input folder are units refused without being opened (see `reading.listing`).
 
     Raises:
         InputError: naming the first pattern that matches no file (an empty folder included).
@@ -156,7 +165,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
             raise InputError(no_input_message(pattern))
         for path, size, modified, refused in entries:
             found[path] = (size, modified, refused)
-    return [WorkUnit(source=path, format=input_format(path), size=size, modified=modified, refused=refused)
+    return [WorkUnit(source=path, format=format_of_path(path).name, size=size, modified=modified, refused=refused)
             for path, (size, modified, refused) in sorted(found.items())]
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.beam.reading.formats.source import RecordScan, RecordSource, Skip
 from pipeline.beam.reading.listing import InputError
 
 
@@ -50,3 +51,9 @@ def _hub_revision(revision: str) -> str:
 def hf_values(name: str, split: str, revision: str, start: int, stop: int, column: str) -> Iterator[object]:
     """The `column` values of rows [start, stop) of a dataset."""
     yield from load_hf_dataset(name, split, revision).select(range(start, stop))[column]
+
+
+def read_hf(source: RecordSource, column: str, skip: Skip, scan: RecordScan | None) -> Iterator[object]:
+    """The `column` values of a dataset unit's row range."""
+    unit = source.unit
+    yield from hf_values(unit.hf_name, unit.hf_split, unit.revision, unit.start, unit.stop, column)

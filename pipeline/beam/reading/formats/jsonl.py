@@ -11,6 +11,10 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 
+from pipeline.beam.reading.formats.source import RecordScan, RecordSource, Skip
+from pipeline.kernels.text.cleaning import SKIP_EMPTY, NotText
+from pipeline.kernels.text.text_stream import RawTextStats
+
 MAX_LINE_BYTES = 64 << 20  # a longer line is skipped as a record, never held whole
 MAX_FIELDS_NAMED = 8
 SKIP_NUL = "line holds NUL bytes"
@@ -76,3 +80,32 @@ def jsonl_values(pieces: Iterable[str], column: str, skip: Callable[[str], None]
                 skip(missing_field_reason(column))
                 continue
             yield record[column]
+
+
+def read_jsonl(source: RecordSource, column: str, skip: Skip, scan: RecordScan | None) -> Iterator[object]:
+    """The `column` value of each record of a `.jsonl` unit (a file, or a byte range of whole lines
+    of one); on the first pass (`scan`) its replaced bytes and why no record had the field.
+
+    Raises:
+        NotText: (first pass) the unit holds no text and no line to skip.
+    """
+    stats = RawTextStats()
+    fields = FieldsSeen()
+    has_text = False
+    long_line = long_line_reason(source.max_line_bytes)
+
+    def pieces() -> Iterator[str]:
+        nonlocal has_text
+        for piece in source.decoded_lines(stats, on_long_line=lambda length: skip(long_line)):
+            has_text = has_text or not (piece == "" or piece.isspace())
+            yield piece
+
+    yield from jsonl_values(pieces(), column, skip, fields)
+    if scan is not None:
+        # No whole-input binary share here: each line is judged as a record (a byte range
+        # must judge its lines as the whole file does, whatever else the file holds).
+        if not has_text and not scan.records_skipped:
+            raise NotText(SKIP_EMPTY)
+        scan.replaced_bytes = stats.replaced
+        if scan.records_skipped.get(missing_field_reason(column)):
+            scan.missing_field = fields.describe(column)

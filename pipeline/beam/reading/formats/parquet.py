@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from pipeline.beam.reading.formats.source import RecordScan, RecordSource, Skip
 from pipeline.kernels.text.cleaning import NotText
 
 PARQUET_BATCH_ROWS = 4096
@@ -35,3 +36,9 @@ def parquet_values(handle, column: str, skip: Callable[[str], None],
                     skip(SKIP_NOT_UTF8)
                     continue
                 yield python
+
+
+def read_parquet(source: RecordSource, column: str, skip: Skip, scan: RecordScan | None) -> Iterator[object]:
+    """The `column` values of a parquet unit's file (see `parquet_values`)."""
+    with source.open_file() as handle:
+        yield from parquet_values(handle, column, skip)
