@@ -15,8 +15,6 @@ the tokenizing is spread.
 from __future__ import annotations
 
 import copy
-import hashlib
-import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.reading.byte_ranges import blocks_after, exact_blocks
 from pipeline.beam.reading.reader import UnitReader
 from pipeline.beam.reading.work_units import WorkUnit
-from pipeline.beam.unit_results import UnitResult, load_result, save_result
+from pipeline.beam.unit_results import UnitResult, load_result, save_result, unit_file_stem
 from pipeline.beam.units import (
     StageClock,
     UnitContext,
@@ -101,8 +99,7 @@ def scan_for_splits(unit: WorkUnit, context: UnitContext, clock: StageClock) -> 
 
 
 def _split_file(temp_dir: str, task: SplitTask) -> str:
-    name = hashlib.sha256(task.unit.source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return posixpath.join(temp_dir, f"{name}-split{task.index:05d}.ids")
+    return f"{unit_file_stem(temp_dir, task.unit.source)}-split{task.index:05d}.ids"
 
 
 def _split_texts(task: SplitTask) -> Iterator[tuple[str, bool]]:

@@ -76,6 +76,11 @@ def load_result(temp_dir: str, unit: WorkUnit) -> UnitResult | None:
 
 
 def part_path(temp_dir: str, source: str, split: str) -> str:
-    """A part's path is built from a hash of the source, never from the input's own name."""
+    """The path of a unit's part of `split`."""
+    return f"{unit_file_stem(temp_dir, source)}-{split}.arrow"
+
+
+def unit_file_stem(temp_dir: str, source: str) -> str:
+    """Where a unit's temporary files go: a name from a hash of the source, never the input's own name."""
     name = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return posixpath.join(temp_dir, f"{name}-{split}.arrow")
+    return posixpath.join(temp_dir, name)

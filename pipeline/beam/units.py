@@ -152,10 +152,13 @@ def scan_unit(reader: UnitReader, config: PreprocessConfig, clock: StageClock) -
         result.signature = scan.signature.tobytes().hex()
     clock.lap(STAGE_QUALITY)
     if config.scripts and result.dominant_script not in config.scripts:
-        result = _gated(result, f"script: mostly {result.dominant_script or 'no letters'} "
-                                f"({', '.join(f'{k} {v:.0%}' for k, v in result.scripts.items()) or 'no letters'}), "
-                                f"not in --scripts {','.join(config.scripts)}")
+        result = _gated(result, _script_reason(result, config.scripts))
     return result, scan
+
+
+def _script_reason(result: UnitResult, scripts: tuple[str, ...]) -> str:
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in result.scripts.items()) or "no letters"
+    return f"script: mostly {result.dominant_script or 'no letters'} ({shares}), not in --scripts {','.join(scripts)}"
 
 
 def tokenize_unit(reader: UnitReader, result: UnitResult, context: UnitContext, clock: StageClock) -> UnitResult:

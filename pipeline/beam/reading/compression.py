@@ -135,33 +135,47 @@ def decompressed(name: str, blocks: Iterable[bytes], max_output: int | None = No
         yield from blocks
         return
     block_bytes = block_bytes or COMPRESSED_BLOCK_BYTES
-    single_stream = lower.endswith(".deflate")
-    produced = 0
-    member: _Member | None = None  # None: the next data starts a new member
-    ended = False  # at least one member ended and no later one has begun
+    stream = _Members(lower, max_output)
     for block in blocks:
         for offset in range(0, len(block), block_bytes):
-            data = block[offset: offset + block_bytes]
-            while data:
-                if member is None:
-                    if ended and (single_stream or not data.strip(b"\x00")):
-                        break  # trailing zero padding after the last gzip member is allowed
-                    member, ended = _Member(lower), False
-                try:
-                    for out in member.feed(data):
-                        produced += len(out)
-                        if max_output is not None and produced > max_output:
-                            raise OutputTooLarge(
-                                f"too large: decompresses to more than {max_output:,} bytes (the bound for a "
-                                f"compressed input: {MAX_EXPANSION_RATIO}x its size, at least "
-                                f"{MIN_OUTPUT_BOUND >> 20} MiB; a decompression bomb?)")
-                        yield out
-                except (OutputTooLarge, *UNREADABLE):
-                    raise
-                except Exception as error:  # zstd raises its own error type: report it as corrupt
-                    raise ValueError(f"corrupt compressed stream: {error}") from None
-                if not member.eof:
-                    break
-                data, member, ended = member.rest, None, True
-    if not ended:
+            yield from stream.feed(block[offset: offset + block_bytes])
+    if not stream.ended:
         raise EOFError("compressed stream ended before its end-of-stream marker (truncated)")
+
+
+class _Members:
+    """A compressed stream's members one after another (a new decompressor at each member's start),
+    its output counted against `max_output`."""
+
+    def __init__(self, name: str, max_output: int | None) -> None:
+        self._name = name
+        self._single_stream = name.endswith(".deflate")
+        self._max_output = max_output
+        self._produced = 0
+        self._member: _Member | None = None  # None: the next data starts a new member
+        self.ended = False  # at least one member ended and no later one has begun
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The output of the next compressed bytes of the stream."""
+        while data:
+            if self._member is None:
+                if self.ended and (self._single_stream or not data.strip(b"\x00")):
+                    return  # trailing zero padding after the last gzip member is allowed
+                self._member, self.ended = _Member(self._name), False
+            member = self._member
+            try:
+                for out in member.feed(data):
+                    self._produced += len(out)
+                    if self._max_output is not None and self._produced > self._max_output:
+                        raise OutputTooLarge(
+                            f"too large: decompresses to more than {self._max_output:,} bytes (the bound for a "
+                            f"compressed input: {MAX_EXPANSION_RATIO}x its size, at least "
+                            f"{MIN_OUTPUT_BOUND >> 20} MiB; a decompression bomb?)")
+                    yield out
+            except (OutputTooLarge, *UNREADABLE):
+                raise
+            except Exception as error:  # zstd raises its own error type: report it as corrupt
+                raise ValueError(f"corrupt compressed stream: {error}") from None
+            if not member.eof:
+                return
+            data, self._member, self.ended = member.rest, None, True

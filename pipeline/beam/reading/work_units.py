@@ -32,6 +32,8 @@ from pipeline.console.preflight import no_input_message
 
 HF_ROWS_PER_UNIT = 20_000
 
+# The format names and hf helpers are the registry's and formats.hf's, named here too for the callers
+# that build or inspect units.
 __all__ = ["FORMAT_TEXT", "FORMAT_JSONL", "FORMAT_PARQUET", "FORMAT_HF", "COMPRESSED_SUFFIXES", "InputError",
            "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "expand_inputs",
            "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT"]
