@@ -280,7 +280,7 @@ def _is_range_task(element: object) -> bool:
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
     A large text input marked for splitting is scanned by one worker, its byte ranges tokenized
-    by many, and its rows stitched by one (ranges.py)."""
+    by many, and its rows stitched by one (input_splits.py)."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:

@@ -1,6 +1,6 @@
 """Find inputs: work units from `--input` patterns (local ones listed by `inputs.listing`, others
 through Beam's FileSystems), split plans, and `datasets` row ranges (`inputs.hf`). Reading a unit
-is `streams.py` with the per-format readers of `pipeline.beam.reading`."""
+is `reader.py` with the per-format readers of `pipeline.beam.reading.formats`."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class WorkUnit:
 def split_large_inputs(units: list[WorkUnit], split_bytes: int, split_text: bool = True) -> list[WorkUnit]:
     """Spread uncompressed files larger than `split_bytes` over many workers: a .jsonl file is cut
     into byte ranges here (a line belongs to the range holding its first byte); a text file is
-    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see ranges.py),
+    marked, and its ranges are cut at paragraph breaks by the worker that scans it (see input_splits.py),
     unless `split_text` is False (a tokenizer whose text has no proven cut: each range would read
     to the document's end). Compressed files cannot be split (a suffix or a signature says so): one
     worker streams each; nor can UTF-16 ones (two-byte newlines)."""
