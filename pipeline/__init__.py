@@ -1,11 +1,11 @@
 """MaskBeam library code, in layers that import only downwards (kept by import-linter, setup.cfg):
 
-    beam/       the Apache Beam layer: readers and inputs/, streams, units (+ unit_results, part_writer,
-                duplicates, near_duplicates), ranges, sharding, transforms, finalize, resume, runner options
-    consumers/  loader, training, validation, inspection, report, publish: never import Beam
-    tokenizer/  the `tokenizers` adapter: tokenizer spec, resolution/download, paragraph encoding
-    storage/    the consumers' filesystem layer: fsspec paths and memory-mapped Arrow files
-    kernels/    pure numpy/numba: hashing, masking, chunking, planning, sentences, cleaning
+    beam/       the Apache Beam layer: reading/ (listing, work units, the reader, formats), units,
+                dedup/, writing/ (parts, shard plan, shards, manifest), run/ (the job, options, resume)
+    consumers/  loading/, training/, validation, inspection, report, publish: never import Beam
+    tokenizer/  the `tokenizers` adapter: spec, resolution, encoding, one folder per fast family
+    storage/    the consumers' filesystem layer: fsspec paths, Arrow files, the shard cache
+    kernels/    pure numpy/numba: common/ primitives, text/, rows/, tokenizer/<family>/
     console/    what the jobs print: logging set-up, progress, clean interrupts (standard library only)
     sample/     the embedded sample: three short public-domain books and the bert-base-uncased tokenizer
     (schemas/, beside this package, holds every name, dtype, key and enum value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -15,9 +16,11 @@ from pipeline.tokenizer.spec import TokenizerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MASKBEAM_SHARED", REPO.parent / "shared"))
-# The shared 49-book corpus when this checkout has it (CI does); else the embedded 3-book sample, on
-# which every guarantee's test runs too; only the tests that need particular corpus books (named in
-# their skip reason) are skipped (marker `corpus`, or `corpus_book(name)`).
+# Tests that need particular corpus books read their excerpts in tests/data/books (`excerpt`,
+# `book_cases`), in every checkout. The shared 49-book corpus when this checkout has it (CI does);
+# else the embedded 3-book sample, on which every run of the whole corpus runs too. Only the
+# whole-book variants of the full tier (marker `corpus`) skip without it.
+EXCERPTS = REPO / "tests" / "data" / "books"
 HAVE_CORPUS = (SHARED / "corpus" / "books").is_dir() and (SHARED / "tokenizers" / "bert-base-uncased").is_dir()
 BOOKS = SHARED / "corpus" / "books" if HAVE_CORPUS else SAMPLE_BOOKS
 TOKENIZER_DIR = SHARED / "tokenizers" / "bert-base-uncased" if HAVE_CORPUS else SAMPLE_TOKENIZER
@@ -66,9 +69,33 @@ def corpus_book(name: str) -> Path:
     return path
 
 
-def require_corpus() -> None:
-    if not HAVE_CORPUS:
-        pytest.skip(f"needs the shared corpus (not found under {SHARED}; set MASKBEAM_SHARED)")
+def excerpt(name: str) -> Path:
+    """The excerpt of a corpus book in tests/data/books (tests/data/README.md: where each is cut and
+    why it has its size): the same bytes in every checkout, with or without the shared corpus."""
+    path = EXCERPTS / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no excerpt {path}: add its cut to tests/data/make_books.py and run it")
+    return path
+
+
+class Book(NamedTuple):
+    """A test's book: its excerpt (`whole=False`, every tier and checkout) or the whole corpus book."""
+
+    name: str
+    whole: bool
+
+    @property
+    def path(self) -> Path:
+        return corpus_book(self.name) if self.whole else excerpt(self.name)
+
+
+def book_cases(*names: str) -> list:
+    """Parameters for a test that reads books: each book's excerpt, and the whole book of the shared
+    corpus in the full tier (markers `slow` and `corpus`)."""
+    stem = lambda name: name.split("__")[-1].removesuffix(".txt")
+    return ([pytest.param(Book(name, False), id=stem(name)) for name in names]
+            + [pytest.param(Book(name, True), id=f"{stem(name)}-whole", marks=(pytest.mark.slow, pytest.mark.corpus))
+               for name in names])
 
 
 @pytest.fixture(scope="session")

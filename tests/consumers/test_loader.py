@@ -175,7 +175,7 @@ def test_epoch_tagged_indices_reach_persistent_workers(outputs):
 
 def test_static_output_over_several_epochs_repeats_the_stored_masks(outputs):
     """Epoch-tagged indices (the sampler's tag_epoch, used by jobs.train) on static output: every
-    epoch gets the stored rows; it used to stop at epoch 1 with an IndexError."""
+    epoch gets the stored rows (no IndexError at epoch 1)."""
     ds = MlmShardDataset(str(outputs / "static"))
     sampler = ResumableSampler(len(ds), seed=0, tag_epoch=True)
     loader = DataLoader(ds, batch_size=16, sampler=sampler, collate_fn=MlmCollator())
@@ -284,7 +284,7 @@ def test_elastic_resume_consumes_exactly_what_an_uninterrupted_run_would(resume_
 def test_a_resume_with_another_window_layout_keeps_the_saved_order_to_the_epochs_end(resumed_windows):
     """Saved on 2 ranks reading windows of 3 shards, resumed on 3 ranks with windows of 4 (a larger
     --cache_limit) or none (local data): the rest of epoch 0 is the saved order, so the 120 rows are
-    each seen once (the layout alone used to give 111 and 94 distinct rows); a state saved again
+    each seen once (the layout alone gives 111 and 94 distinct rows); a state saved again
     mid-way still holds the saved layout; epoch 1 takes the new layout."""
     layout = lambda k: {"shard_rows": SHARD_ROWS, "window_shards": k} if k else {}  # noqa: E731
     reference = list(ResumableSampler(120, seed=5, **layout(3)))
@@ -422,8 +422,8 @@ def test_compact_batches_widen_to_the_same_int64_values(outputs):
 
 
 def test_a_second_iteration_without_set_epoch_starts_the_next_epoch():
-    """A plain epoch loop that never calls set_epoch: the second pass used to yield nothing (counted
-    to the end) or epoch 0 again (uncounted), while len() said a full share."""
+    """A plain epoch loop that never calls set_epoch: the second pass yields the next epoch, not nothing
+    (counted to the end) nor epoch 0 again (uncounted), and len() says a full share."""
     fresh = ResumableSampler(10, seed=1)
     fresh.set_epoch(1)
     epoch1 = list(fresh)
@@ -573,7 +573,7 @@ def test_s3_through_the_cache_gives_the_local_batches_over_epochs(outputs, on_s3
             assert len(got[rank][epoch]) == len(want[rank][epoch])
             for a, b in zip(got[rank][epoch], want[rank][epoch]):
                 assert all(torch.equal(a[key], b[key]) for key in b)
-    for epoch in range(2):  # each epoch whole on every rank (the second used to be empty)
+    for epoch in range(2):  # each epoch whole on every rank (the second too)
         rows = sum(b["input_ids"].shape[0] for rank in range(world) for b in got[rank][epoch])
         assert rows == world * -(-len(local) // world)
     first = torch.cat([b["labels"] for b in got[0][0]])

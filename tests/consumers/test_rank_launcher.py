@@ -103,7 +103,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_ranks_die_with_a_killed_launcher(tmp_path, rank_module):
     """SIGKILL (or the OOM killer) of the launcher: its ranks, in sessions of their own, get SIGTERM from
-    the kernel and are gone within seconds instead of training on (they used to run on, parent pid 1)."""
+    the kernel and are gone within seconds instead of training on (orphans, parent pid 1)."""
     proc = _launch(tmp_path, "stop", 2)
     _wait_for_ranks(tmp_path, 2)
     pids = [json.loads((tmp_path / f"env-{r}").read_text())["pid"] for r in range(2)]

@@ -50,11 +50,11 @@ def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
     manifest = load_manifest(str(out))
     processed = {e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]}
     skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
-    # a folder a glob matches is never an input: its files are (it was skipped as IsADirectoryError)
+    # a folder a glob matches is never an input: its files are (not skipped as an IsADirectoryError)
     assert processed == {"book.txt", "invalid_utf8.txt", "utf16.txt", "inner.txt", "long_word.txt"}
     # mostly [UNK] for bert-base-uncased (emoji, RTL): gated, with the share
     assert skipped["scripts.txt"].startswith("[UNK] gate: ") and "(--max_unk_fraction 0.1)" in skipped["scripts.txt"]
-    # a 1 MB word is one [UNK], as the real tokenizer makes it (it was cut into 20 KB pieces, 50 [UNK]s, and
+    # a 1 MB word is one [UNK], as the real tokenizer makes it (not 20 KB pieces: 50 [UNK]s, and
     # gated): 1 of its 251 content tokens (the manifest rounds shares to 3 decimals)
     long_word = next(e for e in manifest[m.KEY_INPUTS] if e[m.KEY_PATH].endswith("/long_word.txt"))
     assert long_word[m.KEY_UNK_FRACTION] == pytest.approx(1 / 251, abs=5e-4)

@@ -310,7 +310,7 @@ def test_a_shard_cache_smaller_than_the_split_reads_window_by_window(windowed, t
 def test_an_evicted_copy_is_fetched_again_and_the_validation_split_stays_cached(windowed, tmp_path):
     """Two datasets on one cache (what jobs.train does): a copy deleted behind a dataset's back (by
     another dataset's windows, another process, a user) is downloaded again when a fresh DataLoader
-    worker opens it (it used to fail with FileNotFoundError); and a train split read window by window
+    worker opens it (not a FileNotFoundError); and a train split read window by window
     never evicts the validation copies it was told to keep, whose bytes count in the limit."""
     from torch.utils.data import DataLoader
 

@@ -154,8 +154,8 @@ def test_plural_and_printable():
 
 
 def test_report_plot_labels_are_not_cut_off(tmp_path):
-    """An input's long name as a bar label: the saved image holds the whole label (it was cut at the
-    left edge when tight_layout could not make room)."""
+    """An input's long name as a bar label: the saved image holds the whole label (not cut at the
+    left edge where tight_layout cannot make room)."""
     import matplotlib.image
     import numpy as np
 

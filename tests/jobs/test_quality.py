@@ -13,7 +13,7 @@ import pytest
 from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.kernels.text.quality import NUM_PERM, minhash_signature, script_mix, signature_similarity
 from schemas import manifest as m
-from tests.conftest import corpus_book, run_preprocess
+from tests.conftest import TOKENIZER_DIR, excerpt, run_preprocess
 
 AUSTEN = "classics__pride_and_prejudice.txt"
 HOMER = ("poetry__iliad.txt", "poetry__odyssey.txt")
@@ -31,7 +31,7 @@ def _edition(text: str, seed: int = 0) -> str:
 
 
 def _text(name: str) -> str:
-    return clean_bytes((corpus_book(name)).read_bytes()).text
+    return clean_bytes(excerpt(name).read_bytes()).text
 
 
 def test_signatures_estimate_the_similarity_of_editions_and_books():
@@ -56,10 +56,10 @@ def test_script_mix():
 @pytest.fixture(scope="module")
 def quality_inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("quality_inputs")
-    shutil.copy(corpus_book(AUSTEN), folder / "a_pride_and_prejudice.txt")
+    shutil.copy(excerpt(AUSTEN), folder / "a_pride_and_prejudice.txt")
     (folder / "b_pride_and_prejudice_second_edition.txt").write_text(_edition(_text(AUSTEN)), encoding="utf-8")
     for name in (*HOMER, CHINESE):
-        shutil.copy(corpus_book(name), folder / name)
+        shutil.copy(excerpt(name), folder / name)
     return folder
 
 
@@ -99,7 +99,7 @@ def chinese_tokenizer(tmp_path_factory):
     from jobs.train_tokenizer import run
 
     folder = tmp_path_factory.mktemp("chinese_tokenizer")
-    run(["--input", str(corpus_book(CHINESE)), "--vocab_size", "6000", "--min_frequency", "1", "--output", str(folder)])
+    run(["--input", str(excerpt(CHINESE)), "--vocab_size", "6000", "--min_frequency", "1", "--output", str(folder)])
     return folder
 
 
@@ -108,7 +108,7 @@ def test_unk_gate_and_scripts(quality_inputs, chinese_tokenizer, tmp_path):
     run_preprocess([quality_inputs], tmp_path / "bert")
     manifest = _manifest(tmp_path / "bert")
     gated = {s[m.KEY_PATH]: s for s in manifest[m.KEY_SKIPPED]}[chinese]
-    assert gated[m.KEY_REASON].startswith("[UNK] gate: ") and "bert-base-uncased" in gated[m.KEY_REASON]
+    assert gated[m.KEY_REASON].startswith("[UNK] gate: ") and str(TOKENIZER_DIR) in gated[m.KEY_REASON]
     assert gated[m.KEY_UNK_FRACTION] > 0.5 and gated[m.KEY_DOMINANT_SCRIPT] == "Han"
     kept = {e[m.KEY_PATH]: e for e in manifest[m.KEY_INPUTS]}
     assert all(e[m.KEY_UNK_FRACTION] < 0.01 and e[m.KEY_DOMINANT_SCRIPT] == "Latin" for e in kept.values())

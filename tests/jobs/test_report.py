@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from tests.conftest import HAVE_CORPUS, corpus_book, run_preprocess
+from tests.conftest import HAVE_CORPUS, corpus_book, excerpt, run_preprocess
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +44,14 @@ def test_report_shows_the_gates(tmp_path):
     import shutil
 
     from jobs.report import run
-    from tests.jobs.test_quality import _edition, _text
+    from pipeline.kernels.text.cleaning import clean_bytes
+    from tests.jobs.test_quality import _edition
 
     books = tmp_path / "books"
     books.mkdir()
-    shutil.copy(corpus_book("classics__shen_yin_yu.txt"), books)
+    shutil.copy(excerpt("classics__shen_yin_yu.txt"), books)
     shutil.copy(corpus_book("classics__yellow_wallpaper.txt"), books / "a.txt")
-    (books / "b.txt").write_text(_edition(_text("classics__yellow_wallpaper.txt")), encoding="utf-8")
+    (books / "b.txt").write_text(_edition(clean_bytes((books / "a.txt").read_bytes()).text), encoding="utf-8")
     run_preprocess([books], tmp_path / "data", "--max_seq_length", "128")
     run([str(tmp_path / "data"), "--html", str(tmp_path / "report.html")])
     page = (tmp_path / "report.html").read_text()

@@ -91,7 +91,7 @@ def test_ranks_and_world_size_changes_train_the_same_model(one_book, tmp_path, c
     assert f"resumed at step {s1} (epoch 0, sample {12 * s1}) from 2 ranks onto 3" in err2, err2
     stopped = [line for line in err2.splitlines() if "stopped by" in line]
     assert len(stopped) == 1 and "continue with: torchrun --nproc_per_node 3 -m jobs.train" in stopped[0], err2
-    assert "train_loop.py" not in err2, err2  # no traceback of ours
+    assert "training/loop.py" not in err2, err2  # no traceback of ours
     s2 = int(re.search(r"stopped by SIGTERM at step (\d+) of 10", stopped[0]).group(1))
     assert s1 < s2 < 10 and re.search(r"exitcode\s*:\s*143", err2), err2
 

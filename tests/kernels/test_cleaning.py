@@ -16,11 +16,11 @@ from pipeline.kernels.text.cleaning import (
     normalize_newline_bytes,
     strip_gutenberg,
 )
-from tests.conftest import HTML_PAGES, corpus_book
+from tests.conftest import HTML_PAGES, excerpt
 
 
 def test_real_gutenberg_book_is_cleaned():
-    raw = (corpus_book("drama__hamlet.txt")).read_bytes()
+    raw = excerpt("drama__hamlet.txt").read_bytes()
     assert raw.startswith(b"\xef\xbb\xbf") and b"\r\n" in raw
     cleaned = clean_bytes(raw)
     assert "\r" not in cleaned.text and not cleaned.text.startswith("\ufeff")
@@ -34,7 +34,7 @@ def test_real_gutenberg_book_is_cleaned():
 @pytest.mark.parametrize("name", HTML_PAGES)
 def test_html_pages_are_not_text(name):
     with pytest.raises(NotText, match=re.escape(SKIP_HTML)):
-        clean_bytes((corpus_book(name)).read_bytes())
+        clean_bytes(excerpt(name).read_bytes())
 
 
 def test_newlines_bom_and_markers():

@@ -1,5 +1,5 @@
-"""numba's cache checks only the file defining a kernel: a kernel whose jitted helper lives in another,
-changed module kept running the old helper. The kernels' cache is dropped when any kernel source changed,
+"""numba's cache checks only the file defining a kernel: a kernel whose jitted helper lives in another
+module keeps running the old helper once that module changes. The kernels' cache is dropped when any kernel source changed,
 wherever numba keeps it: `__pycache__`, or the folder `NUMBA_CACHE_DIR` maps the sources to."""
 
 from __future__ import annotations

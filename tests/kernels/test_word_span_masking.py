@@ -12,12 +12,12 @@ from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.spec import build_tokenizer
 from schemas.shard import IGNORE_INDEX
-from tests.conftest import binomial_tolerance, corpus_book
+from tests.conftest import binomial_tolerance, book_cases
 
 
-@pytest.fixture(scope="module")
-def book_rows(spec):
-    text = clean_bytes((corpus_book("classics__pride_and_prejudice.txt")).read_bytes()).text
+@pytest.fixture(scope="module", params=book_cases("classics__pride_and_prejudice.txt"))
+def book_rows(spec, request):
+    text = clean_bytes(request.param.path.read_bytes()).text
     chunks = chunk_tokens(tokenize_text(build_tokenizer(spec), text), spec.layout(512, 64), np.int16)
     return chunks.rows, mask_seeds(row_keys(np.uint64(99), chunks.rows.shape[0]), 0)
 
@@ -54,7 +54,7 @@ def test_whole_word_selects_every_piece_and_keeps_the_ratio(spec, book_rows):
             multi_piece_selected += int(targets.all() and end - start > 1)
             lengths.append(end - start)
             chosen.append(bool(targets.all()))
-    assert multi_piece_selected > 100
+    assert multi_piece_selected > 50
     assert abs(n_selected_words / n_words - 0.15) < binomial_tolerance(0.15, n_words)
     lengths, chosen = np.array(lengths), np.array(chosen)
     token_sd = np.sqrt(0.15 * 0.85 * (lengths ** 2).sum()) / lengths.sum()

@@ -97,7 +97,7 @@ def test_publish_never_ships_a_file_the_manifest_points_outside(tiny, tmp_path, 
 
 
 def test_shard_paths_never_leave_an_object_store_prefix():
-    """An absolute name joined onto `s3://bucket/out/train` used to replace the whole URL."""
+    """An absolute name joined onto `s3://bucket/out/train` must not replace the whole URL."""
     manifest = valid()
     assert shard_paths("s3://bucket/out", manifest, m.TRAIN) == [
         f"s3://bucket/out/train/{m.shard_name(i, 2)}" for i in range(2)]
@@ -203,7 +203,7 @@ def _forge_int32_labels(out: Path, label: int) -> None:
 def test_manifest_numbers_never_size_an_allocation(tiny, tmp_path, how, capsys):
     """Finding 7: vocab_size 2e9 (14.9 GiB of tables), a shard of 5e9 rows, a label of 2e9 (the
     report's bincount asked 14.9 GiB) are refused before anything is allocated (peak below 64 MB).
-    Not run against the old code: it would take the machine's memory."""
+    Not run without the checks: it would take the machine's memory."""
     from jobs.validate import run as validate
     from pipeline.consumers.report import collect
 

@@ -48,9 +48,9 @@ def _refused(config: dict, tmp_path, match: str) -> str:
 
 
 def test_an_id_near_2_31_is_refused_before_serialising(tmp_path):
-    """The crafted file of the finding: one id at 2,147,483,640 passed the old id check, and
-    `to_str()` (which resolve calls) then asked for 8 GiB, the masking tables for ~30 GB more.
-    Not run against the old code for that reason: it would take the machine's memory."""
+    """The crafted file of the finding: one id at 2,147,483,640 (it fits int32), for which
+    `to_str()` (which resolve calls) asks for 8 GiB, the masking tables for ~30 GB more.
+    Not run without the check for that reason: it would take the machine's memory."""
     config = _wordpiece()
     config["model"]["vocab"]["evil"] = 2_147_483_640
     message = _refused(config, tmp_path, "2,147,483,640")

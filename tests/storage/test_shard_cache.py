@@ -174,8 +174,8 @@ def _killed_download(url: str, cache: str) -> None:
 
 
 def test_partial_files_of_killed_downloads_are_counted_then_removed(tmp_path, broken_server):
-    """A killed or failed download used to leave its `.partial-PID-TID` file for ever, uncounted, so
-    the cache grew past its limit."""
+    """A killed or failed download's `.partial-PID-TID` file is counted in the limit, then removed: left
+    for ever, uncounted, it would grow the cache past its limit."""
     cache = str(tmp_path / "cache")
     _killed_download(f"{broken_server}/stall", cache)
     (left,) = Path(cache).glob("*/*.partial-*")
@@ -188,8 +188,8 @@ def test_partial_files_of_killed_downloads_are_counted_then_removed(tmp_path, br
 
 
 def test_a_failed_download_removes_its_partial_file(tmp_path, broken_server):
-    """A read that fails part-way (the connection cut after 100 of 3,000 bytes) used to leave the
-    partial file."""
+    """A read that fails part-way (the connection cut after 100 of 3,000 bytes) leaves no partial
+    file."""
     url, sha, size = _shard(tmp_path, "x", 500)
     cache = ShardCache(str(tmp_path / "cache"))
     with pytest.raises(Exception, match="Not enough data"):
@@ -203,7 +203,7 @@ def test_a_failed_download_removes_its_partial_file(tmp_path, broken_server):
 
 
 def test_closing_drops_queued_downloads_and_exit_does_not_wait_for_them(tmp_path, broken_server):
-    """Interpreter exit used to wait for every queued download of the prefetcher (never closed)."""
+    """Interpreter exit does not wait for the queued downloads of a prefetcher that was never closed."""
     shards = [_shard(tmp_path, f"s{i}", 200_000) for i in range(40)]
     cache = ShardCache(str(tmp_path / "cache"), parallel=1)
     landed = []

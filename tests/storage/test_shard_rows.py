@@ -97,8 +97,8 @@ def _outs(n: int) -> list[np.ndarray]:
 
 
 def test_pread_refuses_destinations_outside_the_outputs_and_a_wrong_number_of_them(tmp_path):
-    """A destination past the outputs used to be written past the buffer (here: into the rows after
-    a view), and fewer output arrays than columns sent pread to an address read past the list."""
+    """A destination past the outputs would be written past the buffer (here: into the rows after
+    a view), and fewer output arrays than columns would send pread to an address read past the list."""
     _write_shard(tmp_path / "s.arrow", [5])
     shard = PreadShard(str(tmp_path / "s.arrow"), COLUMNS)
     backing = _outs(8)

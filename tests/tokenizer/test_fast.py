@@ -19,7 +19,7 @@ from pipeline.kernels.tokenizer.wordpiece.encode import ISOLATED, LETTER, OTHER
 from pipeline.tokenizer.encode import tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend, fast_support
 from pipeline.tokenizer.spec import build_tokenizer
-from tests.conftest import BOOKS, HAVE_CORPUS, corpus_book
+from tests.conftest import BOOKS, HAVE_CORPUS, book_cases
 
 HOSTILE = "".join([
     "plain words, punctuation!? (brackets) [SEP] [MASK] [CLS] and [PAD] as text; ",
@@ -151,7 +151,8 @@ def test_unsupported_tokenizers_are_named(spec, trained_tokenizers):
     (True, None, True, 100), (True, False, True, 100), (True, True, False, 100),
     (False, None, True, 100), (False, True, True, 100), (False, False, False, 12),
 ])
-def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accents, chinese, max_chars):
+@pytest.mark.parametrize("book", book_cases("classics__don_quixote.txt"))
+def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accents, chinese, max_chars, book):
     """Every BertNormalizer setting (lowercase, strip_accents on/off/unset, handle_chinese_chars) and
     a small max_input_chars_per_word, on the bert-base vocabulary, over the traps and a book."""
     config = json.loads(spec.json)
@@ -159,7 +160,7 @@ def test_bert_normalizer_settings_give_the_real_ids(spec, lowercase, strip_accen
     config["model"]["max_input_chars_per_word"] = max_chars
     real, fast = _pair(json.dumps(config))
     _assert_same(real, fast, HOSTILE)
-    book = clean_bytes((corpus_book("classics__don_quixote.txt")).read_bytes()).text[:300_000]
+    book = clean_bytes(book.path.read_bytes()).text[:300_000]
     _assert_same(real, fast, book)
     _assert_same(real, fast, "Ca\u00f1\u00f3n \u00c9COLE na\u00efve \u6f22\u5b57 ".join(["x"] * 50))
 
