@@ -9,6 +9,9 @@ import pytest
 
 from benchmarks.generate_corpus import fit_heaps, generate, heaps_points, learn, main
 from pipeline.sample import SAMPLE_BOOKS
+from tests.conftest import REPO
+
+TOKENIZERS_DIR = REPO / "tests" / "data" / "tokenizers"
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +63,55 @@ def test_too_little_text_to_fit_is_a_clear_error(tmp_path):
         learn(books)
     with pytest.raises(ValueError, match="no text to learn from"):
         learn(tmp_path / "empty_missing")
+
+
+def test_peers_are_timed_only_where_their_ids_equal_hf_on_every_document(tmp_path):
+    """`benchmarks.peers` on one small book: ours exact (cold and warm figures), `tokie` reported with
+    the document where its ids differ from HF's on `Nmt, NFKC` Unigram, `fastokens` refusing it."""
+    from benchmarks.peers import main as peers
+
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "book.txt").write_bytes((SAMPLE_BOOKS / "classics__yellow_wallpaper.txt").read_bytes())
+    [result] = peers(["--corpus", str(books), "--tokenizer", str(TOKENIZERS_DIR / "nmt_nfkc_unigram"),
+                      "--methods", "ours,tokie,fastokens", "--repeat", "1", "--markdown", str(tmp_path / "t.md")])
+    methods = result["methods"]
+    assert methods["ours"]["cold"] > 0 and methods["ours"]["warm"] > 0 and result["hf"]["cold"] > 0
+    assert methods["tokie"] == {"inexact": "cold pass: ids differ from HF's on document 0 of 1"}
+    assert "Nmt" in methods["fastokens"]["refused"]
+    row = (tmp_path / "t.md").read_text().splitlines()[-1]
+    assert row.startswith("| nmt_nfkc_unigram |") and "ids differ" in row and "refused" in row
+
+
+def test_every_peer_gives_hf_ids_where_it_loads_the_tokenizer():
+    """The adapters themselves (template cut, null post-processor, flat buffers) on one paragraph with
+    numbers, quotes, accents and a blank line, for byte-level BPE with a RobertaProcessing."""
+    import numpy as np
+
+    from benchmarks.peers import build
+
+    text = 'He said, "It\'s 1847 -- café!"\n\n  Two  spaces, a tab\there.'
+    path = str(TOKENIZERS_DIR / "roberta.json")
+    want = build("hf", path)(text)
+    for method in ("ours", "tokie", "fastokens", "snaptokens", "splintr"):
+        assert np.array_equal(np.asarray(build(method, path)(text), dtype=np.int64), want), method
+
+
+def test_job_cost_fit_and_nested_sizes(tmp_path):
+    from benchmarks.job_cost import fit_line, nested_corpora
+
+    fixed, rate = fit_line([5, 15, 45], [4.0 + 5 / 20, 4.0 + 15 / 20, 4.0 + 45 / 20])
+    assert abs(fixed - 4.0) < 1e-9 and abs(rate - 20.0) < 1e-9
+    with pytest.raises(ValueError, match="two distinct sizes"):
+        fit_line([5, 5], [1, 2])
+    with pytest.raises(ValueError, match="do not grow"):
+        fit_line([5, 15], [3, 2])
+    source = tmp_path / "source"
+    source.mkdir()
+    for i in range(6):
+        (source / f"b{i}.txt").write_bytes(bytes([97 + i]) * 100_000)
+    small, large = nested_corpora(source, [0.2, 0.5], tmp_path / "sizes")
+    assert sorted(p.name for p in small.iterdir()) == ["b0.txt", "b1.txt"]
+    assert sorted(p.name for p in large.iterdir()) == [f"b{i}.txt" for i in range(5)]
+    with pytest.raises(ValueError, match="less than the largest size"):
+        nested_corpora(source, [0.2, 5], tmp_path / "too_big")
