@@ -15,7 +15,8 @@ uniformly from all the words written so far (Simon's model, which gives Zipf-lik
 A new word is, by turns, the next real word by rank (common words first), a name (capitalised
 wherever it appears), a rare word from the letter model, a typo of an earlier word, or a number.
 Around the words: sentences of book-like lengths with commas, semicolons, dashes, questions and
-exclamations, dialogue in quotes with "said", chapter headings, lines wrapped at 72 columns,
+exclamations, dialogue in quotes with "said" (half the books with curly quotes and em dashes, the
+books' commonest non-ASCII characters), chapter headings, lines wrapped at 72 columns,
 blank lines between paragraphs, one title per book. Every paragraph is distinct (a digest of each
 is kept; a repeat is rewritten). Same books, size and seed -> byte-identical files.
 
@@ -180,6 +181,7 @@ class Generator:
         self.next_real = 0
         self.digests: set[bytes] = set()
         self.numbers_from = 10
+        self.curly = False  # this book's typography: curly quotes and em dashes, or straight ones
 
     # words
     def _add(self, word: str) -> int:
@@ -298,7 +300,7 @@ class Generator:
                 elif r < 0.075:
                     out[-1] += ";"
                 elif r < 0.079:
-                    out[-1] += " --"
+                    out[-1] += "\u2014" if self.curly else " --"
         return " ".join(out) + end
 
     def paragraph(self) -> str:
@@ -315,14 +317,16 @@ class Generator:
                 end = "?" if r < 0.08 else "!" if r < 0.13 else "."
                 parts.append(self._sentence(ids[at:at + length], end))
                 at += length
+            opening, closing = ("\u201c", "\u201d") if self.curly else ('"', '"')
             if said:
                 name = self.name_list[self.rng.randrange(len(self.name_list))]
                 said_ids = [self._add("said"), name]
                 first = parts[0][:-1] + ("," if parts[0][-1] == "." else parts[0][-1])
-                parts = [f'"{first}" said {self._surface(name, True)}. "' + " ".join(parts[1:]) + '"']
+                parts = [f"{opening}{first}{closing} said {self._surface(name, True)}. {opening}"
+                         + " ".join(parts[1:]) + closing]
                 ids = ids[:lengths[0]] + said_ids + ids[lengths[0]:]
             elif dialogue:
-                parts = ['"' + " ".join(parts) + '"']
+                parts = [opening + " ".join(parts) + closing]
             text = " ".join(parts)
             if self._distinct(text):
                 self._emit(ids)
@@ -355,6 +359,7 @@ class Generator:
 
     def book(self, n_bytes: int) -> str:
         """A book of about `n_bytes`: a title, then chapters of 15-60 paragraphs."""
+        self.curly = self.rng.random() < 0.5
         parts, size, chapter, left = [self.title()], 0, 0, 0
         while size < n_bytes:
             if left == 0:
