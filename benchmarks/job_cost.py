@@ -9,7 +9,8 @@ distinct text); each smaller size is its first files (hard links), so no run rea
 For each tokenizer, interleaved over sizes and `--repeat` rounds: `jobs.preprocess
 --tokenizer_backend fast` end to end (interpreter, imports, Beam, read, clean, quality, tokenize,
 chunk, mask, write), timed by the wall clock and by the CPU seconds of its whole process tree
-(`RUSAGE_CHILDREN`: less sensitive to a loaded machine). A least-squares line through the medians
+(`RUSAGE_CHILDREN`: less sensitive to a loaded machine), after one untimed run on one file (a
+checkout's first run of a family compiles its kernels). A least-squares line through the medians
 per size gives `fixed` (s, the intercept) and `rate` (MB/s, one over the slope), for both clocks.
 `--limit` adds the bare `tokenizers.encode_batch` on all cores over the largest corpus' paragraphs
 (the encode loop alone timed) and the job's throughput at that size against it.
@@ -101,17 +102,26 @@ def run_job(corpus: Path, tokenizer: str, out: Path) -> dict:
 def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit: bool) -> dict:
     """The job on every size, `repeat` rounds interleaved; the two fits."""
     sizes = [corpus_bytes(c) / 1e6 for c in corpora]
+    # untimed: a checkout's first run of a tokenizer family compiles its numba kernels into the cache
+    warm_up = work / "warm_up"
+    shutil.rmtree(warm_up, ignore_errors=True)
+    warm_up.mkdir()
+    first = corpus_files(corpora[0])[0]
+    os.link(first, warm_up / first.name)
+    run_job(warm_up, tokenizer, work / "out")
     runs: list[list[dict]] = [[] for _ in corpora]
     for _ in range(repeat):
         for i, corpus in enumerate(corpora):
             runs[i].append(run_job(corpus, tokenizer, work / "out"))
     wall = [statistics.median(r["wall_s"] for r in rs) for rs in runs]
     cpu = [statistics.median(r["cpu_s"] for r in rs) for rs in runs]
-    fixed, rate = fit_line(sizes, wall)
-    cpu_fixed, cpu_rate = fit_line(sizes, cpu)
     result = {"tokenizer": tokenizer, "sizes_mb": sizes, "wall_s": wall, "cpu_s": cpu, "runs": runs,
-              "fixed_s": fixed, "rate_mb_s": rate, "cpu_fixed_s": cpu_fixed, "cpu_rate_mb_s": cpu_rate,
               "job_mb_s": [s / w for s, w in zip(sizes, wall)]}
+    for clock, prefix in ((wall, ""), (cpu, "cpu_")):
+        try:
+            result[f"{prefix}fixed_s"], result[f"{prefix}rate_mb_s"] = fit_line(sizes, clock)
+        except ValueError as noisy:  # reported, not fatal: the other clock and tokenizers still count
+            result[f"{prefix}fit_error"] = str(noisy)
     if limit:
         bare = _step_limit(corpora[-1], tokenizer, "encode_batch")
         result["limit_mb_s"] = sizes[-1] / bare["wall_s"]
@@ -128,8 +138,9 @@ def markdown_table(results: list[dict]) -> str:
         cells = " | ".join(f"{w:.1f} ({s / w:.1f})" for s, w in zip(r["sizes_mb"], r["wall_s"]))
         limit = f"{r['limit_mb_s']:.2f}" if "limit_mb_s" in r else "-"
         ratio = f"{r['job_vs_limit']:.2f}x" if "job_vs_limit" in r else "-"
-        lines.append(f"| {Path(r['tokenizer']).name} | {cells} | {r['fixed_s']:.1f} | {r['rate_mb_s']:.1f} | "
-                     f"{r['cpu_fixed_s']:.1f} | {r['cpu_rate_mb_s']:.1f} | {limit} | {ratio} |")
+        fits = [f"{r[key]:.1f}" if key in r else "no fit" for key in ("fixed_s", "rate_mb_s", "cpu_fixed_s",
+                                                                          "cpu_rate_mb_s")]
+        lines.append(f"| {Path(r['tokenizer']).name} | {cells} | " + " | ".join(fits) + f" | {limit} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -165,12 +176,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for tokenizer in args.tokenizer or DEFAULT_TOKENIZERS:
             r = measure(tokenizer, corpora, args.repeat, work, args.limit)
             results.append(r)
-            print(f"{Path(tokenizer).name:20} " + ", ".join(f"{s:.1f} MB {w:.1f} s" for s, w in
-                                                           zip(r["sizes_mb"], r["wall_s"]))
-                  + f" | fixed {r['fixed_s']:.2f} s + bytes / {r['rate_mb_s']:.1f} MB/s (CPU: "
-                  f"{r['cpu_fixed_s']:.2f} s + bytes / {r['cpu_rate_mb_s']:.1f} MB/s)"
+            print(f"{Path(tokenizer).name:20} " + ", ".join(f"{s:.1f} MB {w:.1f} s wall {c:.1f} s CPU" for s, w, c in
+                                                           zip(r["sizes_mb"], r["wall_s"], r["cpu_s"]))
+                  + "".join(f" | {name}: " + (f"{r[p + 'fixed_s']:.2f} s + bytes / {r[p + 'rate_mb_s']:.1f} MB/s"
+                                              if p + "fixed_s" in r else r[p + "fit_error"])
+                            for name, p in (("wall", ""), ("CPU", "cpu_")))
                   + (f" | bare encode_batch {r['limit_mb_s']:.2f} MB/s, job / bare {r['job_vs_limit']:.2f}x"
                      if "limit_mb_s" in r else ""), flush=True)
+            if args.json:  # after each tokenizer, so a run cut short keeps what it measured
+                Path(args.json).write_text(json.dumps({"sizes": sizes, "repeat": args.repeat, "results": results},
+                                                      indent=2) + "\n")
     table = markdown_table(results)
     print(table)
     if args.json:
