@@ -13,7 +13,8 @@ chunk, mask, write), timed by the wall clock and by the CPU seconds of its whole
 checkout's first run of a family compiles its kernels). A least-squares line through the medians
 per size gives `fixed` (s, the intercept) and `rate` (MB/s, one over the slope), for both clocks.
 `--limit` adds the bare `tokenizers.encode_batch` on all cores over the largest corpus' paragraphs
-(the encode loop alone timed) and the job's throughput at that size against it.
+(the encode loop alone timed) and the job's throughput at that size against it; and the same by CPU
+seconds (the bare run's whole process against the job's tree: what a loaded machine still compares).
 """
 
 from __future__ import annotations
@@ -123,9 +124,12 @@ def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit:
         except ValueError as noisy:  # reported, not fatal: the other clock and tokenizers still count
             result[f"{prefix}fit_error"] = str(noisy)
     if limit:
+        cpu_before = _children_cpu()
         bare = _step_limit(corpora[-1], tokenizer, "encode_batch")
+        result["limit_cpu_s"] = _children_cpu() - cpu_before  # its whole process, start-up and reading included
         result["limit_mb_s"] = sizes[-1] / bare["wall_s"]
         result["job_vs_limit"] = result["job_mb_s"][-1] / result["limit_mb_s"]
+        result["job_vs_limit_cpu"] = result["limit_cpu_s"] / cpu[-1]  # MB per CPU-second, job over bare
     return result
 
 
@@ -138,6 +142,8 @@ def markdown_table(results: list[dict]) -> str:
         cells = " | ".join(f"{w:.1f} ({s / w:.1f})" for s, w in zip(r["sizes_mb"], r["wall_s"]))
         limit = f"{r['limit_mb_s']:.2f}" if "limit_mb_s" in r else "-"
         ratio = f"{r['job_vs_limit']:.2f}x" if "job_vs_limit" in r else "-"
+        if "job_vs_limit_cpu" in r:
+            ratio += f" (CPU {r['job_vs_limit_cpu']:.2f}x)"
         fits = [f"{r[key]:.1f}" if key in r else "no fit" for key in ("fixed_s", "rate_mb_s", "cpu_fixed_s",
                                                                           "cpu_rate_mb_s")]
         lines.append(f"| {Path(r['tokenizer']).name} | {cells} | " + " | ".join(fits) + f" | {limit} | {ratio} |")
