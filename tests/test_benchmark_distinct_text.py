@@ -3,7 +3,10 @@ job cost fit, on small inputs (no speed is asserted: speed lives in benchmarks/R
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -53,6 +56,11 @@ def test_the_generator_prints_both_curves(tmp_path, capsys):
     assert "real books K" in printed and "generated K" in printed and "V real fit" in printed
     assert abs(report["generated"]["beta"] - report["real"]["beta"]) < 0.02
     assert (tmp_path / "g.json").is_file()
+    # the same bytes from another process, whose str hashes (set and dict orders) differ
+    subprocess.run([sys.executable, "-m", "benchmarks.generate_corpus", "--out", str(tmp_path / "h"), "--mb", "0.3",
+                    "--books", str(SAMPLE_BOOKS)], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert (tmp_path / "h" / "generated_00000.txt").read_bytes() == (tmp_path / "g" / "generated_00000.txt").read_bytes()
 
 
 def test_too_little_text_to_fit_is_a_clear_error(tmp_path):
