@@ -1,8 +1,12 @@
 """The job end to end against the bare tokenizer, for every tokenizer family, on all cores; with
 `--one_thread`, tokenization alone on one thread too (HF, tokie, ours): the issue's table.
 
-    python -m benchmarks.families_job --corpus DIR [--scale N] [--limit_scale N] [--repeat N]
+    python -m benchmarks.families_job --corpus DIR [--generated_mb N] [--scale N] [--limit_scale N] [--repeat N]
         [--tokenizer PATH ...] [--one_thread] [--one_thread_repeat N] [--json FILE] [--markdown FILE]
+
+`--generated_mb N`: the job and the limit run on N MB of distinct text from `benchmarks.generate_corpus`
+(fitted on `--corpus`), so no text is read twice. `--scale N > 1` repeats the corpus (copies): the
+tokenizers' caches then see text again, which a real corpus does not; a figure from it must say so.
 
 For each tokenizer, interleaved: the limit (`tokenizers.encode_batch` over the corpus' paragraphs,
 all cores, the encode loop alone timed) and `jobs.preprocess --tokenizer_backend fast` (the whole
@@ -86,7 +90,10 @@ def markdown_table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.families_job", description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", required=True, help="folder of .txt books")
-    parser.add_argument("--scale", type=int, default=10, help="the job's corpus: N copies (default 10)")
+    parser.add_argument("--generated_mb", type=float,
+                        help="run on this many MB of generated distinct text (fitted on --corpus) instead")
+    parser.add_argument("--scale", type=int, default=1,
+                        help="the job's corpus: N copies (default 1; N > 1 repeats text: say so beside the figure)")
     parser.add_argument("--limit_scale", type=int, default=1, help="the limit's corpus: N copies (default 1)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tokenizer", action="append",
@@ -103,6 +110,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="maskbeam-families-") as scratch:
         work = Path(scratch)
         base = Path(args.corpus)
+        if args.generated_mb:
+            from benchmarks.generate_corpus import generate, learn
+
+            base = work / "generated"
+            generate(learn(Path(args.corpus)), base, args.generated_mb)
+        if args.scale > 1 or args.limit_scale > 1:
+            print(f"note: --scale {args.scale} / --limit_scale {args.limit_scale} repeat the text: caches see it "
+                  "again (a real corpus does not); quote these figures as measured on repeated text", flush=True)
         corpus = scaled_corpus(base, args.scale, work / "corpus")
         limit_corpus = scaled_corpus(base, args.limit_scale, work / "limit_corpus")
         results = []

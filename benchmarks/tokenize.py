@@ -107,13 +107,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--hf_mb", type=float, default=40.0)
     parser.add_argument("--unit", choices=["pieces", "documents"], default="pieces")
     parser.add_argument("--scale", type=int, default=1,
-                        help="the corpus this many times over (in memory: the same as a scaled corpus on disk)")
+                        help="the corpus this many times over (in memory): repeated text fills the tokenizers' "
+                        "caches as a real corpus does not; say so beside any figure from N > 1")
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",
                         help="time by the wall clock, or by this process's CPU time (far less sensitive to other "
                         "processes on a shared machine; every method runs on this one thread)")
     args = parser.parse_args(argv)
     if args.scale < 1:
         parser.error(f"--scale must be >= 1, got {args.scale}")
+    if args.scale > 1:
+        print(f"note: --scale {args.scale} reads the same text {args.scale} times: figures on repeated text")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     pieces = _pieces(Path(args.corpus), args.unit) * args.scale
