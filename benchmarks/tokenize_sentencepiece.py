@@ -33,8 +33,9 @@ from tokenizers import Tokenizer  # noqa: E402
 
 from benchmarks.corpus import corpus_files  # noqa: E402
 from pipeline.kernels.text.cleaning import NotText, clean_bytes  # noqa: E402
+from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache  # noqa: E402
 from pipeline.tokenizer.encode import ENCODE_BATCH, iter_paragraphs  # noqa: E402
-from pipeline.tokenizer.sentencepiece.fast import CACHE_SLOTS, SentencePieceFastTokenizer, _chunk_cache  # noqa: E402
+from pipeline.tokenizer.sentencepiece.fast import CACHE_SLOTS, SentencePieceFastTokenizer  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "tokenizers"
 TOKENIZERS = ("xlmr_unigram", "t5_unigram", "nmt_nfkc_unigram", "llama_bpe")
@@ -88,7 +89,7 @@ def _measure(name: str, documents: list[str], repeat: int, clock=time.perf_count
     rates: dict[str, list[float]] = {m: [] for m in methods}
     for _ in range(repeat):  # interleaved, so machine noise hits every method alike
         for method, run in methods.items():
-            fast.cache = _chunk_cache(CACHE_SLOTS)
+            fast.cache = chunk_cache(CACHE_SLOTS)
             started = clock()
             if run is None:
                 for _ in range(scale):  # the documents again and again: a corpus `scale` times as large

@@ -39,8 +39,8 @@ from pipeline.beam.units import (
 from pipeline.beam.writing.part_writer import PartWriter
 from pipeline.kernels.rows.chunking import RowStream
 from pipeline.kernels.text.text_stream import ByteRange, GutenbergStripper, RawTextStats, decoded_pieces
+from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.encode import DocumentEncoder, first_resume_point, nonzero_lengths
-from pipeline.tokenizer.families import CutRule
 from schemas import manifest as m
 from schemas.options import PACKING_SENTENCES
 

@@ -33,17 +33,10 @@ from functools import lru_cache
 
 from tokenizers import Tokenizer
 
-from pipeline.kernels.tokenizer.bytelevel.encode import PATTERNS
-from pipeline.tokenizer.bytelevel.fast import BYTE_CHARS, GPT2_PATTERN, is_no_op_normalizer
-from pipeline.tokenizer.families import (
-    LLAMA3_CUTS,
-    NO_CUTS,
-    REGEX_CUTS,
-    SPACE_CUTS,
-    WHITESPACE_CUTS,
-    CutRule,
-    covered_family_cuts,
-)
+from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, PATTERNS
+from pipeline.tokenizer.components import BYTE_CHARS, is_no_op_normalizer
+from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, REGEX_CUTS, SPACE_CUTS, WHITESPACE_CUTS, CutRule
+from pipeline.tokenizer.families import covered_family_cuts
 
 _PER_CHARACTER = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Nmt", "BertNormalizer", "ByteLevel"}
 _WHITESPACE_SPLITTERS = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace"}
@@ -234,21 +227,22 @@ def derived_cuts(config: dict) -> tuple[CutRule, str]:
     return rule, how
 
 
-def cut_rule_and_reason(config: dict) -> tuple[CutRule, str]:
-    """Where a tokenizer's text may be cut, and how that is known (or why no cut is)."""
-    covered = covered_family_cuts(config)
+def cut_rule_and_reason(config: dict, tokenizer_json: str | None = None) -> tuple[CutRule, str]:
+    """Where a tokenizer's text may be cut, and how that is known (or why no cut is). `tokenizer_json`:
+    the text `config` was parsed from, where the caller has it."""
+    covered = covered_family_cuts(config, tokenizer_json)
     if covered is not None:
         return covered, "its fast family's pre-tokenizer"
     return derived_cuts(config)
 
 
-def cut_rule(config: dict) -> CutRule:
+def cut_rule(config: dict, tokenizer_json: str | None = None) -> CutRule:
     """Where a tokenizer's text may be cut (`cut_rule_and_reason`)."""
-    return cut_rule_and_reason(config)[0]
+    return cut_rule_and_reason(config, tokenizer_json)[0]
 
 
 @lru_cache(maxsize=4)
 def no_cut_reason(tokenizer_json: str) -> str | None:
     """Why no cut of this tokenizer's text is proven (each document is then encoded whole), or None."""
-    rule, reason = cut_rule_and_reason(json.loads(tokenizer_json))
+    rule, reason = cut_rule_and_reason(json.loads(tokenizer_json), tokenizer_json)
     return None if rule.before else reason

@@ -2,7 +2,7 @@
 `encode(whole document, add_special_tokens=False)`, whatever backend and whatever pieces the
 document arrives in.
 
-Text is only ever cut where the tokenizer is proven to cut (its `families.CutRule`, from
+Text is only ever cut where the tokenizer is proven to cut (its `cut_rule.CutRule`, from
 `derived_cuts`; where nothing is proven, nowhere: the document is encoded whole): a piece is
 encoded up to its last such cut and the rest is held back and put before the next piece
 (`DocumentEncoder`). With sentence packing, sentences end at the cut that follows a sentence end
@@ -17,18 +17,18 @@ from __future__ import annotations
 import json
 import re
 import sys
-import unicodedata
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.kernels.text.sentences import sentence_breaks
-from pipeline.tokenizer.bytelevel.fast import FAMILY as BYTE_LEVEL
 from pipeline.tokenizer.content import SpecialGuard, special_ids_of
+from pipeline.tokenizer.cut_rule import CutRule, is_visible
 from pipeline.tokenizer.derived_cuts import cut_rule
 from pipeline.tokenizer.errors import is_panic, panic_error
-from pipeline.tokenizer.families import CutRule
 from pipeline.tokenizer.fast import FastTokenizer
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 
@@ -41,7 +41,6 @@ _SENTENCE_CLOSERS = frozenset(".!?\"')]\u201d\u2019")
 MAX_PIECE_CHARS = 20_000  # the real tokenizer gets pieces of about this size (cut where it cuts)
 ENCODE_BATCH = 2048
 ENCODE_CHARS = 1 << 20
-FAST_SLICE_CHARS = 1 << 20  # the fast tokenizer's buffers are a few times its input: bound them
 MAX_CARRY_CHARS = 64 << 20  # text held back waiting for a cut: a longer document is skipped (DocumentTooLong)
 PARTIAL_CHARS = 1 << 16  # a sentence in progress longer than this is encoded up to a resume point
 _EMPTY = np.zeros(0, dtype=np.int32)
@@ -76,39 +75,54 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
+@dataclass
+class _Facts:
+    """What the encoder derives once per tokenizer object (each from its whole JSON)."""
+
+    cuts: CutRule | None = None
+    guard: SpecialGuard | None = None
+
+
+# Per live tokenizer object: an entry goes when its tokenizer does, so neither keeps a tokenizer
+# alive nor can a later tokenizer at the same address find it.
+_FACTS: weakref.WeakKeyDictionary[Tokenizer, _Facts] = weakref.WeakKeyDictionary()
+
+
+def _facts(tokenizer: Tokenizer) -> _Facts:
+    found = _FACTS.get(tokenizer)
+    if found is None:
+        found = _FACTS[tokenizer] = _Facts()
+    return found
+
+
 def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
     """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`): from
     its whole JSON (its vocabulary and added tokens decide some cuts), once per tokenizer object."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    return _once(_CUTS, tokenizer, lambda: cut_rule(json.loads(tokenizer.to_str())))
+    facts = _facts(tokenizer)
+    if facts.cuts is None:
+        text = tokenizer.to_str()
+        facts.cuts = cut_rule(json.loads(text), text)
+    return facts.cuts
 
 
 def guard_of(tokenizer: AnyTokenizer) -> SpecialGuard:
     """The check that no special id comes from the text (content.py), once per tokenizer object."""
     real = tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer
-
-    def make() -> SpecialGuard:
-        config = json.loads(real.to_str())
-        model = config.get("model") or {}
-        unk = model.get("unk_id") if model.get("type") == "Unigram" else real.token_to_id(
-            model.get("unk_token") or "[UNK]")
-        names = {i: t.content for i, t in real.get_added_tokens_decoder().items()}
-        return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
-
-    return _once(_GUARDS, real, make)
+    facts = _facts(real)
+    if facts.guard is None:
+        facts.guard = _guard(real)
+    return facts.guard
 
 
-_CUTS: dict[int, tuple[Tokenizer, CutRule]] = {}
-_GUARDS: dict[int, tuple[Tokenizer, SpecialGuard]] = {}
-
-
-def _once(found: dict, tokenizer: Tokenizer, make):
-    """make() once per tokenizer object (the object is kept, so its id is never reused for another)."""
-    entry = found.get(id(tokenizer))
-    if entry is None:
-        entry = found[id(tokenizer)] = (tokenizer, make())
-    return entry[1]
+def _guard(real: Tokenizer) -> SpecialGuard:
+    config = json.loads(real.to_str())
+    model = config.get("model") or {}
+    unk = model.get("unk_id") if model.get("type") == "Unigram" else real.token_to_id(
+        model.get("unk_token") or "[UNK]")
+    names = {i: t.content for i, t in real.get_added_tokens_decoder().items()}
+    return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:
@@ -142,7 +156,7 @@ def is_resume_point(text: str, rule: CutRule, position: int) -> bool:
     """A cut after which text can be analysed on its own: allowed by the rule, after a visible
     character that cannot end a sentence (so no sentence end or paragraph break straddles it)."""
     previous = text[position - 1]
-    visible = "!" <= previous <= "~" or (previous > "\x7f" and unicodedata.category(previous)[0] in "LNMPS")
+    visible = "!" <= previous <= "~" or (previous > "\x7f" and is_visible(previous))
     return visible and previous not in _SENTENCE_CLOSERS and rule.allows(text, position)
 
 
@@ -183,15 +197,27 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
         SpecialIdFromText: a special id came out of the text (content.py)."""
     rule = cuts_of(tokenizer)
     guard = guard_of(tokenizer)
-    out: list[np.ndarray] = []
     if isinstance(tokenizer, FastTokenizer):
-        # the byte-level kernel bounds its own buffers and reads the str's kept UTF-8 (a slice has none)
-        size = sys.maxsize if tokenizer.family == BYTE_LEVEL else FAST_SLICE_CHARS
-        for segment in segments:
-            parts = [tokenizer.encode(part) for part in _pieces(segment, rule, size)]
-            out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
-            guard.check(out[-1])
-        return out
+        return _encode_fast(tokenizer, segments, rule, guard.check)
+    return _encode_real(tokenizer, segments, rule, guard.check)
+
+
+def _encode_fast(tokenizer: FastTokenizer, segments: list[str], rule: CutRule,
+                 check: Callable[[np.ndarray], None]) -> list[np.ndarray]:
+    """Each segment in slices of at most the family's `slice_chars` (cut by `rule`)."""
+    size = sys.maxsize if tokenizer.slice_chars is None else tokenizer.slice_chars
+    out: list[np.ndarray] = []
+    for segment in segments:
+        parts = [tokenizer.encode(part) for part in _pieces(segment, rule, size)]
+        out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
+        check(out[-1])
+    return out
+
+
+def _encode_real(tokenizer: Tokenizer, segments: list[str], rule: CutRule,
+                 check: Callable[[np.ndarray], None]) -> list[np.ndarray]:
+    """Each segment in pieces of about MAX_PIECE_CHARS (cut by `rule`), encoded in batches of at
+    most ENCODE_BATCH pieces or ENCODE_CHARS characters."""
     batch: list[str] = []
     owners: list[int] = []
     chars = 0
@@ -206,7 +232,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
             raise
         for owner, encoding in zip(owners, encodings):
             results[owner].append(np.asarray(encoding.ids, dtype=np.int32))
-            guard.check(results[owner][-1])
+            check(results[owner][-1])
         batch.clear()
         owners.clear()
 
@@ -220,9 +246,7 @@ def encode_segments(tokenizer: AnyTokenizer, segments: list[str]) -> list[np.nda
                 chars = 0
     if batch:
         flush()
-    for parts in results:
-        out.append(parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY)
-    return out
+    return [parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _EMPTY for parts in results]
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:

@@ -1,10 +1,47 @@
-"""The error every fast tokenizer family raises for what it cannot reproduce exactly."""
+"""The tokenizer adapter's errors: one hierarchy for a tokenizer the job cannot use as given.
+
+`TokenizerError` is the root (a file that is not a safe tokenizer.json, a missing special token);
+`UnsupportedTokenizer` is the one error for "the fast path cannot reproduce this tokenizer exactly",
+raised by the registry, `FastTokenizer` and every family's encoder alike, with the reasons.
+`TokenizerPanic` is apart: the real tokenizer failed on a text, not the tokenizer on its own.
+"""
 
 from __future__ import annotations
 
 
-class UnsupportedTokenizer(ValueError):
-    """`--tokenizer_backend fast` on a tokenizer the fast path cannot reproduce exactly."""
+class TokenizerError(ValueError):
+    """The tokenizer cannot be loaded, is unsafe, or lacks a special token the job needs."""
+
+
+class UnsupportedTokenizer(TokenizerError):
+    """The fast path cannot reproduce a tokenizer exactly (`--tokenizer_backend fast`, or a family's
+    encoder built for a tokenizer its family does not cover).
+
+    Attributes:
+        reasons: what of the tokenizer the fast path does not reproduce, one item each.
+        family: the name of the family that claims the tokenizer (None: no family does).
+        requested: whether `--tokenizer_backend fast` was asked for (the message then says what to use).
+    """
+
+    def __init__(self, reasons: list[str], family: str | None = None, requested: bool = False) -> None:
+        self.reasons, self.family, self.requested = list(reasons), family, requested
+        why = "; ".join(self.why)
+        super().__init__("--tokenizer_backend fast cannot reproduce this tokenizer exactly: " + why
+                         + " (use --tokenizer_backend auto or hf)" if requested else why)
+
+    @property
+    def why(self) -> list[str]:
+        """The reasons, each naming the family that claims the tokenizer."""
+        return family_reasons(self.family, self.reasons)
+
+    def __reduce__(self):
+        return UnsupportedTokenizer, (self.reasons, self.family, self.requested)
+
+
+def family_reasons(family: str | None, reasons: list[str]) -> list[str]:
+    """`reasons` prefixed with the family's name ("WordPiece family: ..."), as they are reported."""
+    prefix = f"{family} family: " if family is not None else ""
+    return [prefix + reason for reason in reasons]
 
 
 class TokenizerPanic(RuntimeError):

@@ -1,5 +1,6 @@
-"""The fast tokenization backend: one jitted kernel per tokenizer family (`families.FAMILIES`) for
-what it can prove, the real tokenizer for the rest, with ids identical to the real tokenizer's.
+"""The fast tokenization backend: one jitted kernel per tokenizer family (the registry,
+`families.FAMILIES`) for what it can prove, the real tokenizer for the rest, with ids identical to
+the real tokenizer's.
 
 `choose_backend` gives a tokenizer the fast path only where its family covers it exactly
 (`--tokenizer_backend auto` otherwise falls back to the real tokenizer everywhere and says which
@@ -9,35 +10,23 @@ family and why; `fast` refuses, naming what is unsupported).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
-from pipeline.tokenizer.errors import UnsupportedTokenizer
-from pipeline.tokenizer.families import CutRule, Family, support
+from pipeline.tokenizer.cut_rule import CutRule
+from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
+from pipeline.tokenizer.families import support
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
-from pipeline.tokenizer.table_cache import CACHE_ENV
-from pipeline.tokenizer.wordpiece.fast import probe_code_points, wordpiece_support_and_case
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
-__all__ = ["CACHE_ENV", "FastTokenizer", "UnsupportedTokenizer", "choose_backend", "fast_support",
-           "probe_code_points"]
+__all__ = ["FastTokenizer", "UnsupportedTokenizer", "choose_backend", "fast_support"]
 
 
-def fast_support(config: dict) -> tuple[list[str], bool]:
-    """What the fast path cannot reproduce of a tokenizer (empty when its family covers it), and
-    whether it lower-cases (WordPiece normalizers only; False for the other families)."""
-    family, problems = support(config)
-    if family is not None and family.name == "WordPiece":
-        return problems, wordpiece_support_and_case(config)[1]
-    return problems, False
-
-
-def _why(family: Family | None, problems: list[str]) -> list[str]:
-    prefix = f"{family.name} family: " if family is not None else ""
-    return [prefix + problem for problem in problems]
+def fast_support(config: dict) -> list[str]:
+    """What the fast path cannot reproduce of a tokenizer (empty when its family covers it)."""
+    return support(config)[1]
 
 
 def choose_backend(requested: str, tokenizer_json: str) -> tuple[str, list[str]]:
@@ -54,12 +43,11 @@ def choose_backend(requested: str, tokenizer_json: str) -> tuple[str, list[str]]
     family, problems = support(json.loads(tokenizer_json))
     if not problems:
         return BACKEND_FAST, []
-    why = _why(family, problems)
+    name = None if family is None else family.name
     if requested == BACKEND_FAST:
-        raise UnsupportedTokenizer("--tokenizer_backend fast cannot reproduce this tokenizer exactly: "
-                                   + "; ".join(why) + " (use --tokenizer_backend auto or hf)")
+        raise UnsupportedTokenizer(problems, name, requested=True)
     assert requested == BACKEND_AUTO
-    return BACKEND_HF, why
+    return BACKEND_HF, family_reasons(name, problems)
 
 
 class FastTokenizer:
@@ -67,17 +55,20 @@ class FastTokenizer:
     special tokens added) with its family's fast path.
 
     Attributes:
-        family: the family's name. cuts: where its text may be cut (see `families.CutRule`).
+        family: the tokenizer's `Family` (from the registry). cuts: where its text may be cut
+        (`cut_rule.CutRule`). slice_chars: the most characters the family's encoder is given at
+        once (None: any text whole).
     """
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
         config = json.loads(tokenizer_json)
         family, problems = support(config)
         if problems:
-            raise UnsupportedTokenizer("; ".join(_why(family, problems)))
+            raise UnsupportedTokenizer(problems, None if family is None else family.name)
         self.tokenizer = tokenizer
-        self.family = family.name
+        self.family = family
         self.cuts: CutRule = family.cuts(config, tokenizer_json)
+        self.slice_chars = family.slice_chars
         # special pieces out of the content lattice, as on the hf backend (content.py)
         self._impl = family.make(tokenizer, content_tokenizer_json(tokenizer_json,
                                                                    special_ids_of(config, SPECIAL_CANDIDATES)))
@@ -94,6 +85,3 @@ class FastTokenizer:
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
         return self._impl.encode_bytes(data)
-
-    def encode_many(self, texts: Iterable[str]) -> list[np.ndarray]:
-        return [self.encode(text) for text in texts]

@@ -8,7 +8,8 @@ import os
 from tokenizers import Tokenizer
 
 from pipeline.console.preflight import looks_like_path, missing_tokenizer
-from pipeline.tokenizer.spec import MAX_TOKENIZER_BYTES, TokenizerError, check_tokenizer_json
+from pipeline.tokenizer.errors import TokenizerError
+from pipeline.tokenizer.spec import MAX_TOKENIZER_BYTES, check_tokenizer_json
 from schemas.manifest import TOKENIZER_FILE
 
 __all__ = ["looks_like_path", "resolve_tokenizer_json"]

@@ -14,7 +14,8 @@ from tokenizers import Tokenizer
 from pipeline.kernels.rows.chunking import RowLayout
 from pipeline.kernels.rows.masking import MaskingRule
 from pipeline.tokenizer.content import content_tokenizer_json
-from pipeline.tokenizer.errors import is_panic, panic_error
+from pipeline.tokenizer.errors import TokenizerError, is_panic, panic_error
+from pipeline.tokenizer.families import continues_word
 from pipeline.tokenizer.safety.normalizer_growth import NormalizerGrowth, check_growth
 from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
@@ -30,10 +31,6 @@ SPECIAL_CANDIDATES = {
 _UNUSED = re.compile(r"^\[unused\d+\]$|^<unused\d+>$")
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024  # the largest published tokenizer.json files are ~35 MB
 MIN_FREE_IDS = 1024  # unused ids (gaps) always allowed; beyond, at most as many as there are tokens
-
-
-class TokenizerError(ValueError):
-    """The tokenizer cannot be loaded or lacks a special token the job needs."""
 
 
 def _ids_in(config: dict) -> list[int]:
@@ -92,7 +89,7 @@ def _token_ids(config: dict):
 def _check_role_ids(config: dict) -> None:
     """Each special role ([CLS], [SEP], [PAD], [MASK]: the first candidate spelling the file holds)
     needs an id no other token has. `tokenizers` keeps one token per id when it loads and saves a
-    file, so a clash ([MASK] = [PAD]) came out as a role with no token, or two roles on one id."""
+    file, so a clash ([MASK] = [PAD]) would come out as a role with no token, or two roles on one id."""
     role_of: dict[str, str] = {}
     names = {token for token, _ in _token_ids(config)}
     for role, candidates in SPECIAL_CANDIDATES.items():
@@ -185,21 +182,6 @@ def unk_id_of(tokenizer: Tokenizer, config: dict) -> int:
     return -1 if found is None else found
 
 
-def _continuation_rule(config: dict):
-    """Which token strings continue a word: WordPiece's prefix (`##`), else pieces without the
-    word-start marker of byte-level BPE (`Ġ`) or SentencePiece/Metaspace (`▁`)."""
-    model = config.get("model") or {}
-    if model.get("type") == "WordPiece":
-        prefix = model.get("continuing_subword_prefix") or "##"
-        return lambda token: token.startswith(prefix)
-    if model.get("continuing_subword_prefix"):
-        prefix = model["continuing_subword_prefix"]
-        return lambda token: token.startswith(prefix)
-    marker = "\u2581" if "Metaspace" in json.dumps(config.get("pre_tokenizer")) or model.get("type") == "Unigram" \
-        else "\u0120"
-    return lambda token: not token.startswith(marker)
-
-
 def _vocab_size(vocab: dict[str, int]) -> int:
     """Largest id + 1: the size every id-indexed table needs. A vocabulary with gaps in its ids has
     fewer tokens than that, and counting tokens would index past the end of those tables."""
@@ -209,6 +191,50 @@ def _vocab_size(vocab: dict[str, int]) -> int:
     if lowest < 0 or highest >= 2**31 - 1:
         raise TokenizerError(f"tokenizer ids must lie in [0, 2**31 - 1), got [{lowest}, {highest}]")
     return highest + 1
+
+
+def _load(raw: str) -> tuple[Tokenizer, dict]:
+    """The checked tokenizer.json (check_tokenizer_json) built by `tokenizers`, and its parsed JSON;
+    a normalizer that grows text past bounds, or panics on the probe, is refused."""
+    config = check_tokenizer_json(raw)
+    try:
+        tokenizer = Tokenizer.from_str(raw)
+    except Exception as error:  # tokenizers raises a bare Exception on a malformed file
+        raise TokenizerError(f"not a valid tokenizer.json: {error}") from None
+    if tokenizer.normalizer is not None:
+        try:
+            check_growth(tokenizer.normalizer.normalize_str, config.get("normalizer"))
+        except NormalizerGrowth as error:
+            raise TokenizerError(f"tokenizer {error}: refused") from None
+        except BaseException as error:  # pyo3's PanicException: a regex gave up on a probe
+            if not is_panic(error):
+                raise
+            raise TokenizerError(f"tokenizer normalizer: {panic_error(error)} (on a short probe text at "
+                                 f"load: refused)") from None
+    return tokenizer, config
+
+
+def _role_ids(tokenizer: Tokenizer) -> dict[str, int]:
+    """role -> id of the first candidate spelling (SPECIAL_CANDIDATES) the tokenizer holds; every
+    role is needed, each with an id of its own."""
+    ids, missing = {}, []
+    for role, candidates in SPECIAL_CANDIDATES.items():
+        found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]
+        if found:
+            ids[role] = found[0]
+        else:
+            missing.append(f"no {role} token (looked for {', '.join(candidates)})")
+    if missing:  # every role at once: a T5-style tokenizer lacks both [CLS] and [MASK]
+        raise TokenizerError(f"tokenizer has {' and '.join(missing)}: masked-LM rows need a [CLS]-, [SEP]-, "
+                             f"[PAD]- and [MASK]-like special token; add the missing ones to the tokenizer "
+                             f"(tokenizer.add_special_tokens) or use an encoder's tokenizer")
+    shared = {i: [role for role in ids if ids[role] == i] for i in ids.values()}
+    for token_id, roles in shared.items():
+        if len(roles) > 1:  # what the file names apart, the loaded tokenizer maps to one id
+            raise TokenizerError(f"tokenizer maps its {' and '.join(roles)} tokens to one id, {token_id}: "
+                                 "masked-LM rows need an id of its own for each; give each its own id in the "
+                                 "tokenizer.json")
+    return ids
 
 
 @dataclass(frozen=True)
@@ -233,44 +259,14 @@ class TokenizerSpec:
 
         Raises:
             TokenizerError: the file is not a safe tokenizer.json, or lacks a special token."""
-        check_tokenizer_json(raw)
-        try:
-            tokenizer = Tokenizer.from_str(raw)
-        except Exception as error:  # tokenizers raises a bare Exception on a malformed file
-            raise TokenizerError(f"not a valid tokenizer.json: {error}") from None
-        if tokenizer.normalizer is not None:
-            try:
-                check_growth(tokenizer.normalizer.normalize_str, json.loads(raw).get("normalizer"))
-            except NormalizerGrowth as error:
-                raise TokenizerError(f"tokenizer {error}: refused") from None
-            except BaseException as error:  # pyo3's PanicException: a regex gave up on a probe
-                if not is_panic(error):
-                    raise
-                raise TokenizerError(f"tokenizer normalizer: {panic_error(error)} (on a short probe text at "
-                                     f"load: refused)") from None
-        ids, missing = {}, []
-        for role, candidates in SPECIAL_CANDIDATES.items():
-            found = [tokenizer.token_to_id(tok) for tok in candidates if tokenizer.token_to_id(tok) is not None]
-            if found:
-                ids[role] = found[0]
-            else:
-                missing.append(f"no {role} token (looked for {', '.join(candidates)})")
-        if missing:  # every role at once: a T5-style tokenizer lacks both [CLS] and [MASK]
-            raise TokenizerError(f"tokenizer has {' and '.join(missing)}: masked-LM rows need a [CLS]-, [SEP]-, "
-                                 f"[PAD]- and [MASK]-like special token; add the missing ones to the tokenizer "
-                                 f"(tokenizer.add_special_tokens) or use an encoder's tokenizer")
-        shared = {i: [role for role in ids if ids[role] == i] for i in ids.values()}
-        for token_id, roles in shared.items():
-            if len(roles) > 1:  # what the file names apart, the loaded tokenizer maps to one id
-                raise TokenizerError(f"tokenizer maps its {' and '.join(roles)} tokens to one id, {token_id}: "
-                                     "masked-LM rows need an id of its own for each; give each its own id in the "
-                                     "tokenizer.json")
+        tokenizer, config = _load(raw)
+        ids = _role_ids(tokenizer)
         special = sorted(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
         special = sorted(set(special) | set(ids.values()))
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         vocab_size = _vocab_size(vocab)
         unused = sorted(i for tok, i in vocab.items() if _UNUSED.match(tok))
-        is_continuation = _continuation_rule(json.loads(raw))
+        is_continuation = continues_word(config)  # by the tokenizer's family (families.py)
         continuation = sorted(i for tok, i in vocab.items() if is_continuation(tok) and i not in special)
         return cls(
             json=raw,
@@ -282,7 +278,7 @@ class TokenizerSpec:
             special_ids=tuple(special),
             unused_ids=tuple(unused),
             continuation_ids=tuple(continuation),
-            unk_id=unk_id_of(tokenizer, json.loads(raw)),
+            unk_id=unk_id_of(tokenizer, config),
         )
 
     @cached_property

@@ -14,7 +14,8 @@ import json
 
 from tokenizers import Tokenizer
 
-from pipeline.tokenizer.spec import TokenizerError, unk_id_of
+from pipeline.tokenizer.errors import TokenizerError
+from pipeline.tokenizer.spec import unk_id_of
 from schemas import manifest as m
 from schemas import options as o
 

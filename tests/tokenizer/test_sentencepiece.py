@@ -31,12 +31,10 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     OP_STRIP,
 )
 from pipeline.kernels.tokenizer.sentencepiece.trie import DoubleArray
-from pipeline.tokenizer.sentencepiece.fast import (
-    SentencePieceFastTokenizer,
-    UnsupportedSentencePiece,
-    sentencepiece_safe_cut,
-    sentencepiece_support,
-)
+from pipeline.tokenizer.encode import last_cut
+from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.sentencepiece.family import SENTENCEPIECE
+from pipeline.tokenizer.sentencepiece.fast import SentencePieceFastTokenizer, sentencepiece_support
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from tests.conftest import BOOKS, HAVE_CORPUS
 
@@ -91,6 +89,15 @@ def _pair(name: str) -> tuple[Tokenizer, SentencePieceFastTokenizer]:
     real = Tokenizer.from_str(raw)
     real.encode_special_tokens = True
     return real, SentencePieceFastTokenizer(Tokenizer.from_str(raw), raw)
+
+
+def _family_cut(name: str, text: str, position: int) -> tuple[int, int] | None:
+    """The last cut the family's rule (what the document encoder cuts by) allows whose left part ends
+    at or before `position`, as (left end, right start), or None."""
+    raw = json.dumps(_variant(name), ensure_ascii=False)
+    rule = SENTENCEPIECE.cuts(json.loads(raw), raw)
+    at = last_cut(text, rule, min(position, len(text) - 2) + 1)
+    return None if at < 0 else (at, at + rule.skip)
 
 
 def _assert_same(name: str, text: str) -> None:
@@ -182,14 +189,14 @@ def test_random_unicode_gives_the_real_ids(name, text):
        data=st.data())
 def test_texts_cut_at_safe_cuts_give_the_ids_of_the_whole(name, words, data):
     """Encoding the parts between randomly chosen safe cuts and concatenating gives the ids of the whole
-    text; `sentencepiece_safe_cut` finds exactly the cuts the kernel uses."""
+    text; the family's cut rule allows exactly the cuts the kernel uses."""
     real, fast = _pair(name)
     text = " ".join(["word", *words, "end."])
     cuts = [int(c) for c in fast.safe_cuts(text.encode("utf-8", "surrogatepass"))]
     positions = sorted(data.draw(st.sets(st.integers(0, len(text)), max_size=6)))
     chosen = []
     for position in positions:
-        found = sentencepiece_safe_cut(fast, text, position)
+        found = _family_cut(name, text, position)
         if found is None:
             continue
         left_end, right_start = found
@@ -218,7 +225,7 @@ def test_cut_modes_follow_the_layout():
                      "xlmr_unigram:converter": CUT_NONE, "llama_bpe:first": CUT_DROP, "llama_bpe:gemma": CUT_KEEP}
     _, fast = _pair("xlmr_unigram")
     assert len(fast.safe_cuts(b"It was the best of times, it was the worst of times.")) == 11
-    assert sentencepiece_safe_cut(_pair("xlmr_unigram:converter")[1], "a b c", 3) is None
+    assert _family_cut("xlmr_unigram:converter", "a b c", 3) is None
 
 
 def test_the_probe_vouches_for_letters_not_for_marks():
@@ -254,7 +261,7 @@ def test_unsupported_tokenizers_are_named():
     assert "1 non-special added tokens (e.g. 'foo')" in sentencepiece_support(plain)
     regex = dict(config, normalizer={"type": "Replace", "pattern": {"Regex": "[0-9]+"}, "content": "0"})
     assert sentencepiece_support(regex) == ["normalizer Replace with pattern {'Regex': '[0-9]+'}"]
-    with pytest.raises(UnsupportedSentencePiece, match="pre-tokenizer ByteLevel"):
+    with pytest.raises(UnsupportedTokenizer, match="SentencePiece family: .*pre-tokenizer ByteLevel"):
         SentencePieceFastTokenizer(Tokenizer.from_str(json.dumps(bytelevel)), json.dumps(bytelevel))
 
 

@@ -1,1 +1,2 @@
-"""The byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3, OLMo): its fast path."""
+"""The byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3, OLMo): its `Family` for the
+registry (family.py) and its fast path (fast.py)."""

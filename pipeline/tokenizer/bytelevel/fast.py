@@ -15,12 +15,8 @@ point, once per `tokenizers` version (cached on disk like the WordPiece table).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
-import os
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import tokenizers
@@ -44,26 +40,12 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     merge_table,
 )
 from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
+from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES, is_no_op_normalizer
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.table_cache import cached_arrays
 
 FAMILY = "byte-level BPE"
-_CACHE_ENV = "MASKBEAM_CACHE"
-
-
-def _byte_chars() -> dict[int, str]:
-    """GPT-2's byte-to-unicode alphabet (`bytes_char` in tokenizers' byte_level.rs)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    chars = {b: chr(b) for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + n)
-            n += 1
-    return chars
-
-
-BYTE_CHARS = _byte_chars()
-CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
+_CLASS_FORMAT = 1
 _TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
 _SPACE = np.array([32], dtype=np.uint8)
 
@@ -127,20 +109,6 @@ def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
     return None, False, [f"pre-tokenizer {pre.get('type')} (only ByteLevel, or Split + ByteLevel)"]
 
 
-def claims(config: dict) -> bool:
-    """Whether a tokenizer belongs to this family (a BPE model behind a ByteLevel pre-tokenizer)."""
-    model = config.get("model") or {}
-    return model.get("type") == "BPE" and '"ByteLevel"' in json.dumps(config.get("pre_tokenizer"))
-
-
-def is_no_op_normalizer(normalizer: dict | None) -> bool:
-    """None, or a Sequence of no normalizers (nested Sequences of none included): text unchanged."""
-    if normalizer is None:
-        return True
-    return normalizer.get("type") == "Sequence" and all(
-        isinstance(child, dict) and is_no_op_normalizer(child) for child in normalizer.get("normalizers") or [])
-
-
 def bytelevel_support(config: dict) -> list[str]:
     """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
     problems = []
@@ -184,23 +152,8 @@ def probe_classes() -> np.ndarray:
 
 def _cached_classes() -> np.ndarray:
     """The probed class table, kept on disk per `tokenizers` version (probing takes a few seconds)."""
-    root = Path(os.environ.get(_CACHE_ENV) or Path.home() / ".cache" / "maskbeam") / "code-points"
-    path = root / f"regex-classes-{hashlib.sha256(tokenizers.__version__.encode()).hexdigest()[:16]}.npy"
-    try:
-        table = np.load(path)
-        if table.shape == (N_CODE_POINTS,) and table.dtype == np.uint8:
-            return table
-    except (OSError, ValueError):
-        pass
-    table = probe_classes()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=root, suffix=".npy", delete=False) as handle:
-            np.save(handle, table)
-        os.replace(handle.name, path)
-    except OSError:
-        pass  # a read-only home: probe again next time
-    return table
+    key = f"{_CLASS_FORMAT}|{tokenizers.__version__}"
+    return cached_arrays("regex-classes", key, ("classes",), lambda: {"classes": probe_classes()})["classes"]
 
 
 def probe_fold(pattern: str) -> np.ndarray:
@@ -283,7 +236,7 @@ class ByteLevelFastTokenizer:
         config = json.loads(tokenizer_json)
         problems = bytelevel_support(config)
         if problems:
-            raise UnsupportedTokenizer("; ".join(problems))
+            raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = tokenizer
         self.tables = _tables(tokenizer_json)
         self.prefix_space = pre_tokenizer_shape(config)[1]

@@ -50,10 +50,12 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     safe_cuts,
 )
 from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramTables
+from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from pipeline.tokenizer.table_cache import cached_arrays
 
+FAMILY = "SentencePiece"
 META = "\u2581"
 BMP = 0x10000
 CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
@@ -64,10 +66,6 @@ _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
 _NOT_ALONE = {0x0E33, 0x0EB3, 0x0D4E, 0xFF9E, 0xFF9F, 0x0D}
 _JAMO = ((0x1100, 0x1200), (0xA960, 0xA980), (0xD7B0, 0xD800))
 _MARKS = {"Mn", "Mc", "Me", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-
-
-class UnsupportedSentencePiece(ValueError):
-    """The tokenizer is not one the SentencePiece fast path reproduces exactly (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +89,25 @@ def _flatten(node: dict | None, kind: str, key: str) -> list[dict]:
 
 def _plan(config: dict) -> _Plan:
     problems: list[str] = []
+    per_character, ops = _normalizer_ops(config.get("normalizer"), problems)
+    metaspace, whitespace_split = _pre_tokenizer(config.get("pre_tokenizer"), problems)
+    problems += _model_problems(config.get("model") or {})
+    plain = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
+    if plain:
+        problems.append(f"{len(plain)} non-special added tokens (e.g. {plain[0]!r})")
+    for option in ("truncation", "padding"):
+        if config.get(option):
+            problems.append(f"{option} is set")
+    return _Plan(per_character, ops, metaspace, whitespace_split, problems)
+
+
+def _normalizer_ops(normalizer: dict | None, problems: list[str]) -> tuple[list[dict], list[tuple[int, str, str]]]:
+    """(the per-character normalizers, the operations in order with OP_MAP standing for them); what
+    the kernel cannot do is appended to `problems`."""
     per_character: list[dict] = []
     ops: list[tuple[int, str, str]] = []
     mapped = False
-    for node in _flatten(config.get("normalizer"), "Sequence", "normalizers"):
+    for node in _flatten(normalizer, "Sequence", "normalizers"):
         kind = node.get("type")
         if kind in _PER_CHARACTER:
             if mapped and ops[-1][0] != OP_MAP:
@@ -122,8 +135,14 @@ def _plan(config: dict) -> _Plan:
             problems.append(f"normalizer {kind}")
     if not mapped:
         ops.insert(0, (OP_MAP, "", ""))  # no per-character normalizer: the table only checks the UTF-8
+    return per_character, ops
+
+
+def _pre_tokenizer(pre_tokenizer: dict | None, problems: list[str]) -> tuple[dict | None, bool]:
+    """(the Metaspace pre-tokenizer or None, whether WhitespaceSplit comes before it); what the kernel
+    cannot do is appended to `problems`."""
     metaspace, whitespace_split = None, False
-    pres = _flatten(config.get("pre_tokenizer"), "Sequence", "pretokenizers")
+    pres = _flatten(pre_tokenizer, "Sequence", "pretokenizers")
     kinds = [p.get("type") for p in pres]
     if kinds == ["WhitespaceSplit", "Metaspace"]:
         whitespace_split, metaspace = True, pres[1]
@@ -136,23 +155,22 @@ def _plan(config: dict) -> _Plan:
             problems.append(f"Metaspace replacement {metaspace.get('replacement')!r} (only {META!r})")
         if whitespace_split and _scheme(metaspace) == "first":
             problems.append("WhitespaceSplit before Metaspace with prepend_scheme first")
-    model = config.get("model") or {}
+    return metaspace, whitespace_split
+
+
+def _model_problems(model: dict) -> list[str]:
     kind = model.get("type")
-    if kind == "BPE":
-        if model.get("dropout") not in (None, 0, 0.0):
-            problems.append(f"BPE dropout {model['dropout']}")
-        for option in ("continuing_subword_prefix", "end_of_word_suffix"):
-            if model.get(option):
-                problems.append(f"BPE {option} {model[option]!r}")
-    elif kind != "Unigram":
-        problems.append(f"model {kind} (only Unigram or BPE)")
-    plain = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
-    if plain:
-        problems.append(f"{len(plain)} non-special added tokens (e.g. {plain[0]!r})")
-    for option in ("truncation", "padding"):
-        if config.get(option):
-            problems.append(f"{option} is set")
-    return _Plan(per_character, ops, metaspace, whitespace_split, problems)
+    if kind == "Unigram":
+        return []
+    if kind != "BPE":
+        return [f"model {kind} (only Unigram or BPE)"]
+    problems = []
+    if model.get("dropout") not in (None, 0, 0.0):
+        problems.append(f"BPE dropout {model['dropout']}")
+    for option in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(option):
+            problems.append(f"BPE {option} {model[option]!r}")
+    return problems
 
 
 def _is_literal(pattern: str) -> bool:
@@ -254,11 +272,6 @@ def _normalizer(per_character_json: str):
     return Tokenizer.from_str(json.dumps(config)).normalizer.normalize_str
 
 
-def _chunk_cache(slots: int) -> np.ndarray:
-    """An empty chunk cache for the kernel (see `pipeline.kernels.tokenizer.sentencepiece.encode.chunk_cache`)."""
-    return chunk_cache(slots)
-
-
 class SentencePieceFastTokenizer:
     """Encodes text as the given real SentencePiece-style tokenizer does (special-token strings as
     plain text, no special tokens added): the kernel where it can vouch for a chunk, the real
@@ -267,12 +280,12 @@ class SentencePieceFastTokenizer:
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
         problems = sentencepiece_support(json.loads(tokenizer_json))
         if problems:
-            raise UnsupportedSentencePiece("; ".join(problems))
+            raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
         self.tokenizer.encode_special_tokens = True
         self.tables = _tables(tokenizer_json)
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
-        self.cache = _chunk_cache(CACHE_SLOTS)
+        self.cache = chunk_cache(CACHE_SLOTS)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
@@ -332,36 +345,10 @@ class SentencePieceFastTokenizer:
 
     def safe_cuts(self, data: bytes) -> np.ndarray:
         """Byte positions of the spaces at which UTF-8 `data` may be cut (int64, ascending); see
-        `sentencepiece_safe_cut` for what a cut means under each mode."""
+        `sentencepiece_cut_chars` for what a cut means under each mode."""
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(max(len(data), 1), dtype=np.int64)
         return out[:safe_cuts(text, self.tables.cut_mode, self.tables.cut_left, self.tables.cut_right, out)].copy()
-
-
-def sentencepiece_safe_cut(fast: SentencePieceFastTokenizer, text: str, position: int) -> tuple[int, int] | None:
-    """The last safe cut of `text` whose left part ends at or before `position`, as (left end, right
-    start) character offsets, or None where there is none (or the tokenizer allows none).
-
-    `fast.encode(text[:left_end])` followed by `fast.encode(text[right_start:])` gives exactly
-    `fast.encode(text)` (and so the real tokenizer's ids). A cut is always at an ASCII space between
-    two ASCII characters the tokenizer is known to keep as they are: with a `▁` prepended to every
-    text (Metaspace always/first, or the Prepend normalizer) the space is dropped (right_start =
-    left_end + 1: the prefix the right part gets is the space's own `▁`); without one (prepend_scheme
-    never) the space opens the right part (right_start = left_end). A Unigram model that sees the
-    whole text as one piece (Metaspace split false, or no pre-tokenizer) allows no cut."""
-    t = fast.tables
-    if t.cut_mode == CUT_NONE:
-        return None
-    at = min(position, len(text) - 2)
-    while at >= 1:
-        at = text.rfind(" ", 1, at + 1)
-        if at < 1 or at + 1 >= len(text):
-            return None
-        left, right = ord(text[at - 1]), ord(text[at + 1])
-        if left < 128 and right < 128 and t.cut_left[left] and t.cut_right[right]:
-            return (at, at + 1) if t.cut_mode == CUT_DROP else (at, at)
-        at -= 1
-    return None
 
 
 @dataclass(frozen=True)
@@ -410,16 +397,15 @@ def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows, dtype=np.int64).reshape(-1, 5), np.frombuffer(bytes(blob) or b"\0", dtype=np.uint8).copy()
 
 
-def _growth(plan: _Plan, cp_len: np.ndarray) -> np.ndarray:
+def _growth(cp_len: np.ndarray) -> np.ndarray:
     """[the longest output of one code point in bytes]: the kernel bounds each chunk's buffers from it
-    and the tail operations (`sentencepiece_encode._bounds`)."""
-    del plan
+    and the tail operations (`pipeline.kernels.tokenizer.sentencepiece.encode._bounds`)."""
     return np.array([max(1, int(cp_len.max(initial=1)))], dtype=np.int64)
 
 
 def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set[str],
               pairs: set[tuple[str, str]] | None) -> tuple[int, np.ndarray, np.ndarray]:
-    """The cut mode and the ASCII bytes allowed left and right of a cut space (see sentencepiece_safe_cut)."""
+    """The cut mode and the ASCII bytes allowed left and right of a cut space (see sentencepiece_cut_chars)."""
     left = np.zeros(256, dtype=np.uint8)
     right = np.zeros(256, dtype=np.uint8)
     codes = [code for code, _, _ in plan.ops]
@@ -455,9 +441,13 @@ def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set
 
 def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
     """Where a SentencePiece-style tokenizer's text may be cut, for the document encoder: None where
-    no cut is safe (the whole text is one piece), else (mode, left, right): a cut is at an ASCII space
-    whose neighbours are in `left` and `right`; mode "drop" (the space belongs to neither part) or
-    "keep" (it opens the right part). See `sentencepiece_safe_cut`."""
+    no cut is safe, else (mode, left, right): a cut is at an ASCII space between two ASCII characters
+    the tokenizer is known to keep as they are, the one before it in `left`, the one after it in
+    `right`. Encoding the parts apart gives the ids of the whole text: with a `▁` prepended to every
+    text (Metaspace always/first, or the Prepend normalizer) the mode is "drop" (the space belongs to
+    neither part: the prefix the right part gets is the space's own `▁`); without one (prepend_scheme
+    never) it is "keep" (the space opens the right part). A Unigram model that sees the whole text
+    as one piece (Metaspace split false, or no pre-tokenizer) allows no cut."""
     t = _tables(tokenizer_json)
     if t.cut_mode == CUT_NONE:
         return None
@@ -466,60 +456,76 @@ def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
     return ("drop" if t.cut_mode == CUT_DROP else "keep"), left, right
 
 
+@dataclass(frozen=True)
+class _Model:
+    """The model's kernel tables, from the model as the Rust tokenizer holds it."""
+
+    uni: tuple
+    bpe: tuple
+    is_bpe: int
+    pieces: set[str]
+    pairs: set[tuple[str, str]] | None  # the adjacent characters inside a BPE piece (None: Unigram)
+    stream: tuple | None
+
+
+def _model(plan: _Plan, tokenizer_json: str) -> _Model:
+    exact = json.loads(Tokenizer.from_str(tokenizer_json).to_str())["model"]  # the float64s the Rust model holds
+    if exact["type"] == "Unigram":
+        unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
+                                      exact.get("byte_fallback", False))
+        return _Model(_unigram_tuple(unigram), _empty_bpe(), 0, {t for t, _ in exact["vocab"]}, None, None)
+    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
+    tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
+                             exact.get("fuse_unk", False), exact.get("ignore_merges", False))
+    pieces = set(exact["vocab"])
+    pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
+    stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
+                         exact, exact["vocab"], tables)
+    return _Model(_empty_unigram(), _bpe_tuple(tables), 1, pieces, pairs, stream)
+
+
 @lru_cache(maxsize=4)
 def _tables(tokenizer_json: str) -> _Tables:
     """The kernel's tables of a tokenizer, built once per process."""
     config = json.loads(tokenizer_json)
     plan = _plan(config)
     flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
-    exact = json.loads(Tokenizer.from_str(tokenizer_json).to_str())["model"]  # the float64s the Rust model holds
-    pairs = None
-    if exact["type"] == "Unigram":
-        unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
-                                      exact.get("byte_fallback", False))
-        pieces = {t for t, _ in exact["vocab"]}
-        uni = _unigram_tuple(unigram)
-        bpe = _empty_bpe()
-        is_bpe = 0
-        stream = None
-    else:
-        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
-        tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
-                                 exact.get("fuse_unk", False), exact.get("ignore_merges", False))
-        pieces = set(exact["vocab"])
-        pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
-        bpe = _bpe_tuple(tables)
-        uni = _empty_unigram()
-        is_bpe = 1
-        stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
-                             exact, exact["vocab"], tables)
+    model = _model(plan, tokenizer_json)
 
     def map_out(char: str) -> str:
         cp = ord(char)
         return bytes(cp_blob[cp_start[cp]:cp_start[cp] + cp_len[cp]]).decode("utf-8")
 
-    cut_mode, cut_left, cut_right = _cut_rule(plan, config, flags, map_out, pieces, pairs)
-    ops, op_blob = _ops(plan)
-    meta = plan.metaspace
-    pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
-                       meta is not None and bool(meta.get("split", True)), is_bpe], dtype=np.int64)
     def mapped(char: str) -> str | None:
         return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
 
+    cut_mode, cut_left, cut_right = _cut_rule(plan, config, flags, map_out, model.pieces, model.pairs)
+    ops, op_blob = _ops(plan)
+    meta = plan.metaspace
+    pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
+                       meta is not None and bool(meta.get("split", True)), model.is_bpe], dtype=np.int64)
+    plain_map, plain_prefix, plain_cp, run_bytes, edges = _forms(plan, mapped, cut_mode == CUT_DROP)
+    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
+                   _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, model.uni, model.bpe,
+                   model.stream)
+
+
+def _forms(plan: _Plan, mapped, cut_drop: bool) -> tuple[np.ndarray, ...]:
+    """The plain-chunk form and the whitespace cuts (`plain.py`): a second or more of per-code-point
+    loops, kept on disk."""
+    meta = plan.metaspace
     prepends = None if meta is None else _scheme(meta) != "never"
     split = meta is not None and bool(meta.get("split", True))
 
-    def forms() -> dict[str, np.ndarray]:  # a second or more of per-code-point loops: kept on disk
+    def forms() -> dict[str, np.ndarray]:
         return dict(zip(_FORM_ARRAYS, (*plain_form(plan.ops, prepends, split, plan.whitespace_split, mapped, BMP),
-                                       *whitespace_cuts(plan.ops, cut_mode == CUT_DROP, prepends, split, mapped, BMP))))
+                                       *whitespace_cuts(plan.ops, cut_drop, prepends, split, mapped, BMP))))
 
     key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
            f"{json.dumps(plan.per_character, sort_keys=True)}|{plan.ops!r}|{prepends}|{split}|"
-           f"{plan.whitespace_split}|{cut_mode == CUT_DROP}")
+           f"{plan.whitespace_split}|{cut_drop}")
     saved = cached_arrays("sentencepiece-forms", key, _FORM_ARRAYS, forms)
-    plain_map, plain_prefix, plain_cp, run_bytes, edges = (saved[name] for name in _FORM_ARRAYS)
-    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe, stream)
+    return tuple(saved[name] for name in _FORM_ARRAYS)
 
 
 def _unigram_tuple(unigram: UnigramTables) -> tuple:

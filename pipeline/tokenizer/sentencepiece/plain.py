@@ -54,6 +54,20 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
         mapped text in the chunk's one word (length -1: no plain path). A character is plain when
         its output is not empty and holds no space, no `▁`, no character of a Replace pattern, and
         no whitespace where a Strip or WhitespaceSplit would see it."""
+    plain_map, plain_cp, outputs = _plain_characters(ops, whitespace_split, mapped, bmp)
+    if not outputs:
+        return _OFF
+    # the chunk holds no whitespace: WhitespaceSplit leaves it whole, only the prefix is in question
+    prefix = _plain_prefix(ops, metaspace_prepends, split, mapped, outputs)
+    if prefix is None:
+        return _OFF
+    data = prefix.encode("utf-8")
+    return plain_map, np.array([len(data), *data], dtype=np.int64), plain_cp
+
+
+def _plain_characters(ops: list[tuple[int, str, str]], whitespace_split: bool, mapped: Callable[[str], str | None],
+                      bmp: int) -> tuple[np.ndarray, np.ndarray, set[str]]:
+    """(plain_map, plain_cp, every character a plain character's output holds)."""
     banned = {" ", META}
     if whitespace_split or any(code == OP_STRIP for code, _, _ in ops):
         banned |= _RUST_WHITE
@@ -75,43 +89,46 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
             plain_map[cp] = ord(out)
         plain_cp[cp] = 1
         outputs.update(out)
-    if not outputs:
-        return _OFF
+    return plain_map, plain_cp, outputs
+
+
+def _plain_prefix(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None, split: bool,
+                  mapped: Callable[[str], str | None], outputs: set[str]) -> str | None:
+    """What precedes the mapped text in a plain chunk's one word, the operations followed in order on
+    it; None where an operation could see past it into the chunk, or the word would split."""
     prefix = ""
     for code, pattern, content in ops:
         if code == OP_MAP:
             parts = [mapped(char) for char in prefix]
             if any(part is None for part in parts):
-                return _OFF
+                return None
             prefix = "".join(parts)
         elif code in (OP_COLLAPSE_SPACES, OP_TRIM_SPACES):
             if " " in prefix:
-                return _OFF
+                return None
         elif code == OP_STRIP:
             if any(char in _RUST_WHITE for char in prefix):
-                return _OFF
+                return None
         elif code == OP_REPLACE:
             if _may_match(pattern, set(prefix) | outputs):
-                return _OFF
+                return None
         elif code == OP_PREPEND:
             prefix = content + prefix  # the chunk is never empty
         elif code == OP_REPLACE_START:
             if prefix.startswith(pattern):
                 prefix = content + prefix[len(pattern):]
             elif pattern.startswith(prefix) and _may_match(pattern[len(prefix):], outputs):
-                return _OFF  # the pattern may run on into the chunk
+                return None  # the pattern may run on into the chunk
         else:
-            return _OFF
+            return None
     if metaspace_prepends is not None:
         if any(char in _RUST_WHITE for char in prefix):
-            return _OFF  # WhitespaceSplit would cut it off, Metaspace would turn a space into `▁`
+            return None  # WhitespaceSplit would cut it off, Metaspace would turn a space into `▁`
         if metaspace_prepends and not prefix.startswith(META):
             prefix = META + prefix
         if split and META in prefix[1:]:
-            return _OFF  # the word would split inside the prefix
-    del whitespace_split  # the chunk holds no whitespace: WhitespaceSplit leaves it whole either way
-    data = prefix.encode("utf-8")
-    return plain_map, np.array([len(data), *data], dtype=np.int64), plain_cp
+            return None  # the word would split inside the prefix
+    return prefix
 
 
 def _may_match(pattern: str, alphabet: set[str]) -> bool:

@@ -55,6 +55,16 @@ def stream_form(ops: list[tuple[int, str, str]], has_per_character: bool, has_pr
                 char = char.replace(pattern, content)
         return char
 
+    classes, direct, f_start, f_len, blob, growth = _per_code_point(out, vocab)
+    head = np.frombuffer(prefix.encode("utf-8"), dtype=np.uint8).copy()
+    return classes, direct, f_start, f_len, blob, head, np.array([growth], dtype=np.int64)
+
+
+def _per_code_point(out, vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                          int]:
+    """(classes, direct ids, f_start, f_len, f_blob, growth) over the BMP: where a merge cannot cross
+    before or after each code point's output `out(char)`, its id where that output is one piece, and
+    the output's UTF-8; growth is the most output bytes per input byte."""
     pairs = {(a, b) for token in vocab for a, b in zip(token, token[1:])}
     firsts = {a for a, _ in pairs}
     seconds = {b for _, b in pairs}
@@ -85,5 +95,4 @@ def stream_form(ops: list[tuple[int, str, str]], has_per_character: bool, has_pr
         if len(mapped) == 1:
             direct[cp] = vocab.get(mapped, DIRECT_BYTES)
     blob = np.frombuffer(b"".join(parts), dtype=np.uint8).copy()
-    head = np.frombuffer(prefix.encode("utf-8"), dtype=np.uint8).copy()
-    return classes, direct, f_start, f_len, blob, head, np.array([growth], dtype=np.int64)
+    return classes, direct, f_start, f_len, blob, growth

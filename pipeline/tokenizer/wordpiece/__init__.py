@@ -1,1 +1,1 @@
-"""The WordPiece family (BERT): its fast path."""
+"""The WordPiece family (BERT): its `Family` for the registry (family.py) and its fast path (fast.py)."""

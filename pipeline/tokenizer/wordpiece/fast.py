@@ -34,44 +34,33 @@ from pipeline.tokenizer.table_cache import cached_arrays
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
 # or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars touch only control
 # characters and CJK, which the kernel hands to the real tokenizer.
-_ASCII_PRESERVING = {"NFD", "NFC", "NFKD", "NFKC", "StripAccents"}
+_PER_CHARACTER = {"BertNormalizer", "Lowercase", "NFD", "NFC", "NFKD", "NFKC", "StripAccents"}
 
 _COMPOSING = {"NFC", "NFKC"}
 FAMILY = "WordPiece"
 DEFAULT_MAX_CHARS = 100
 
 
-def _normalizer_support(normalizer: dict | None) -> tuple[list[str], bool]:
-    """(problems, lowercase) of a normalizer tree."""
+def _normalizer_support(normalizer: dict | None) -> list[str]:
+    """What of a normalizer tree the code point table cannot say (empty: every part acts per character)."""
     if normalizer is None:
-        return [], False
+        return []
     kind = normalizer.get("type")
     if kind == "Sequence":
-        problems, lowercase = [], False
+        problems = []
         composed = None
         for child in normalizer.get("normalizers", []):
-            child_problems, child_lower = _normalizer_support(child)
-            problems += child_problems
-            lowercase |= child_lower
+            problems += _normalizer_support(child)
             if child.get("type") in _COMPOSING:
                 composed = child["type"]
             elif child.get("type") == "StripAccents" and composed:
                 # "e\u0301": composed to "\u00e9" first, which StripAccents keeps, while the mark alone
                 # is deleted: the normalizer is not per character, so the code point table cannot say it.
                 problems.append(f"normalizer {composed} before StripAccents (composes accents it would strip)")
-        return problems, lowercase
-    if kind == "BertNormalizer":
-        return [], bool(normalizer.get("lowercase", True))
-    if kind == "Lowercase":
-        return [], True
-    if kind in _ASCII_PRESERVING:
-        return [], False
-    return [f"normalizer {kind}"], False
-
-
-def claims(config: dict) -> bool:
-    """Whether a tokenizer belongs to this family (a WordPiece model)."""
-    return (config.get("model") or {}).get("type") == "WordPiece"
+        return problems
+    if kind in _PER_CHARACTER:
+        return []
+    return [f"normalizer {kind}"]
 
 
 def max_chars_per_word(model: dict) -> int:
@@ -81,16 +70,11 @@ def max_chars_per_word(model: dict) -> int:
 
 
 def wordpiece_support(config: dict) -> list[str]:
-    """What the WordPiece fast path cannot reproduce of a tokenizer (empty when it covers it)."""
-    return wordpiece_support_and_case(config)[0]
-
-
-def wordpiece_support_and_case(config: dict) -> tuple[list[str], bool]:
-    """What the fast path cannot reproduce of a tokenizer (empty when it covers it), and whether it
-    lower-cases. Covered: WordPiece with a BertPreTokenizer, a BertNormalizer (lowercase on or off,
-    any strip_accents, handle_chinese_chars) or a sequence of Unicode normal forms, StripAccents and
+    """What the WordPiece fast path cannot reproduce of a tokenizer (empty when it covers it).
+    Covered: WordPiece with a BertPreTokenizer, a BertNormalizer (lowercase on or off, any
+    strip_accents, handle_chinese_chars) or a sequence of Unicode normal forms, StripAccents and
     Lowercase, and no added tokens but special ones (which the job encodes as plain text)."""
-    problems, lowercase = _normalizer_support(config.get("normalizer"))
+    problems = _normalizer_support(config.get("normalizer"))
     model = config.get("model") or {}
     if model.get("type") != "WordPiece":
         problems.append(f"model {model.get('type')} (only WordPiece)")
@@ -102,7 +86,7 @@ def wordpiece_support_and_case(config: dict) -> tuple[list[str], bool]:
         problems.append(f"{len(plain_added)} non-special added tokens (e.g. {plain_added[0]!r})")
     if max_chars_per_word(model) >= MAX_WORD_BYTES:
         problems.append(f"max_input_chars_per_word >= {MAX_WORD_BYTES}")
-    return problems, lowercase
+    return problems
 
 
 _PROBE = "x"  # a neighbour every supported normalizer keeps as it is (lower-case ASCII letter)
@@ -111,7 +95,7 @@ _PROBE = "x"  # a neighbour every supported normalizer keeps as it is (lower-cas
 def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
     """Ask the tokenizer how it treats each BMP code point between two letters: split there,
     join the word as some ASCII, stand alone as its own piece (then with which ids), or something
-    else. The normalizers `fast_support` accepts act on each character alone, so this is how the
+    else. The normalizers `wordpiece_support` accepts act on each character alone, so this is how the
     character behaves anywhere; a character that is a combining mark the normalizer keeps, or whose
     result is not plain ASCII inside a word, is OTHER and goes to the real tokenizer."""
     normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer else (lambda s: s)
@@ -197,7 +181,7 @@ class WordPieceFastTokenizer:
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
         problems = wordpiece_support(json.loads(tokenizer_json))
         if problems:
-            raise UnsupportedTokenizer("; ".join(problems))
+            raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = tokenizer
         self.tables = _tables(tokenizer_json)
         self.cache = WordCache.empty()

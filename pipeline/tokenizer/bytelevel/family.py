@@ -1,0 +1,33 @@
+"""The byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3, OLMo) as the registry lists it."""
+
+from __future__ import annotations
+
+from pipeline.tokenizer.bytelevel.fast import (
+    FAMILY,
+    GPT2_PATTERN,
+    ByteLevelFastTokenizer,
+    bytelevel_support,
+    pre_tokenizer_shape,
+)
+from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, REGEX_CUTS, SPACE_CUTS, CutRule
+from pipeline.tokenizer.family import Family, holds_type, marker_rule
+
+
+def claims(config: dict) -> bool:
+    """Whether a tokenizer belongs to this family (a BPE model behind a ByteLevel pre-tokenizer)."""
+    model = config.get("model") or {}
+    return model.get("type") == "BPE" and holds_type(config.get("pre_tokenizer"), "ByteLevel")
+
+
+def cuts(config: dict, tokenizer_json: str) -> CutRule:
+    """At a space after a visible character with a prefix space; else where the regex starts a
+    new pre-token after one (any ASCII whitespace for GPT-2's, spaces and tabs for Llama-3's)."""
+    pattern, prefix_space, _ = pre_tokenizer_shape(config)
+    if prefix_space:
+        return SPACE_CUTS
+    return REGEX_CUTS if pattern == GPT2_PATTERN else LLAMA3_CUTS
+
+
+# The kernel bounds its own buffers and reads a str's kept UTF-8 (a slice has none): texts go whole.
+BYTE_LEVEL = Family(FAMILY, claims, bytelevel_support, ByteLevelFastTokenizer, cuts, marker_rule("\u0120"),
+                    slice_chars=None)
