@@ -128,8 +128,11 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     killed = tmp_path / "killed"
+    # every step's row at once (the watcher reads them; rows every 10 steps would land the signal on a
+    # --save_every boundary); the resumed run logs every 10 steps again
     proc = subprocess.Popen([sys.executable, "-m", "jobs.train", "--data", str(data128), *_KILL_ARGS, "--output",
-                             str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(killed), "--log_every", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     _stop_when(proc, killed, 13, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
