@@ -1,5 +1,5 @@
 """Training step speed with the full MLM head (`model(**batch).loss`, the vocabulary projection at
-every position) and with the gathered head (`pipeline.consumers.training.helpers.mlm_loss`: projection only
+every position) and with the gathered head (`pipeline.consumers.training.loss.mlm_loss`: projection only
 at the ~15% target positions), as `jobs.train` now does. Same model, same batches, interleaved.
 
     python -m benchmarks.train_step [--configs tiny,mini] [--seq_len 128,512] [--batch_size 16] [--repeat 7]
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from pipeline.consumers.training.helpers import mlm_loss
+from pipeline.consumers.training.loss import mlm_loss
 from pipeline.consumers.training.models import MODEL_SIZES, build_model
 from pipeline.sample import SAMPLE_TOKENIZER
 from pipeline.tokenizer.resolve import resolve_tokenizer_json

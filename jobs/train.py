@@ -75,10 +75,14 @@ def parse(argv: list[str] | None) -> TrainConfig:
         if getattr(cfg, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("max_steps", "warmup_steps", "eval_every", "eval_rows", "save_every", "save_minutes", "num_workers",
-                 "log_every"):
+                 "log_every", "max_tokens", "max_minutes"):
         value = getattr(cfg, name)
         if value is not None and value < 0 or name == "max_steps" and value == 0:
             p.error(f"--{name} must be {'>= 1' if name == 'max_steps' else '>= 0'}, got {value}")
+    if not 0 < cfg.decay_fraction <= 1:
+        p.error(f"--decay_fraction must be in (0, 1], got {cfg.decay_fraction}")
+    if cfg.max_grad_norm < 0:
+        p.error(f"--max_grad_norm must be >= 0 (0: no clipping), got {cfg.max_grad_norm}")
     if cfg.lr <= 0:
         p.error(f"--lr must be > 0, got {cfg.lr}")
     if cfg.model and not _model_exists(cfg.model):
@@ -125,7 +129,7 @@ def run(argv: list[str] | None = None) -> dict:
 
 def _final_metrics(output: str) -> dict:
     """What `train` returned on rank 0: the last row of metrics.jsonl when it is the final evaluation."""
-    from pipeline.consumers.training.helpers import METRICS_FILE
+    from pipeline.consumers.training.metrics import METRICS_FILE
 
     with open(os.path.join(output, METRICS_FILE), encoding="utf-8") as handle:
         last = json.loads(handle.read().splitlines()[-1])

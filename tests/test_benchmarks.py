@@ -42,14 +42,28 @@ def test_harness_runs_on_a_tiny_corpus(tmp_path):
 
 
 def test_gpu_train_runs_in_its_dry_mode(tmp_path):
-    """benchmarks/gpu_train.py end to end on the CPU (tiny models, 64 tokens, its own sample data, one
-    process and two gloo ranks under torchrun), so its first GPU run does not fail on a typo."""
+    """benchmarks/gpu_train.py end to end on the CPU (tiny models, 64 tokens, its own sample data sized
+    for 8 devices, one process and two gloo ranks under torchrun), through jobs.train's own step, so its
+    first GPU run does not fail on a typo; a configuration that fails is a row with its error and the
+    JSON is written all the same."""
     from benchmarks.gpu_train import main
 
-    results = main(["--dry_run", "--json", str(tmp_path / "gpu.json")])
+    results = main(["--dry_run", "--archs", "bert,modernbert,nosuch", "--json", str(tmp_path / "gpu.json")])
     configs = [(r["arch"], r["head"], r["devices"]) for r in results]
     assert configs == [("bert", "gathered", 1), ("bert", "full", 1), ("modernbert", "gathered", 1),
-                       ("modernbert", "full", 1), ("bert", "gathered", 2)]
+                       ("modernbert", "full", 1), ("nosuch", "gathered", 1), ("nosuch", "full", 1),
+                       ("bert", "gathered", 2)]
+    failed = [r for r in results if "error" in r]
+    assert [r["arch"] for r in failed] == ["nosuch", "nosuch"] and all("nosuch" in r["error"] for r in failed)
     for r in results:
-        assert r["tokens_per_s"] > 0 and 0 <= r["data_wait_share"] < 1 and r["seq_len"] == 64, r
-    assert json.loads((tmp_path / "gpu.json").read_text())["results"] == results
+        if "error" not in r:
+            assert r["tokens_per_s"] > 0 and 0 <= r["data_wait_share"] < 1 and r["seq_len"] == 64, r
+            assert r["precision"] == "fp32" and r["train_rows"] >= 8 * 4 * 3, r  # 8 devices x 4 rows x 3 steps
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    assert saved["results"] == results and saved["sized_for_devices"] == 8 and saved["rows_needed"] == 96
+    # more rows than the sample gives: the books are repeated until there are enough
+    from benchmarks.gpu_train import prepare_data
+    from pipeline.consumers.loading import MlmShardDataset
+
+    more = prepare_data(64, results[0]["train_rows"] + 1, str(tmp_path / "more"))
+    assert len(MlmShardDataset(more)) >= results[0]["train_rows"] + 1 and more.endswith("-x2")

@@ -210,7 +210,7 @@ def test_inspect_check_line_turns_false_on_a_corrupted_output(outputs, tmp_path,
 def test_saved_tokenizer_truncates_to_the_model_length(spec, tmp_path):
     from transformers import AutoTokenizer
 
-    from pipeline.consumers.training.helpers import hf_tokenizer
+    from pipeline.consumers.training.saved_model import hf_tokenizer
 
     hf_tokenizer(spec, 512).save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipeline.consumers.training.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-from pipeline.consumers.training.helpers import mlm_loss
+from pipeline.consumers.training.loss import mlm_loss
 from pipeline.consumers.training.models import ARCHITECTURES, build_model, check_vocabulary
 
 
@@ -113,7 +113,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_unrun(tmp_path):
 def test_weight_decay_spares_biases_and_layer_norms(spec, arch):
     """As HF Trainer's groups: every bias and every LayerNorm parameter undecayed, every other weight
     (embeddings, projections) decayed; each parameter in exactly one group."""
-    from pipeline.consumers.training.helpers import decay_groups
+    from pipeline.consumers.training.optimizer import decay_groups
 
     model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny")
     decayed, spared = decay_groups(model, 0.01)
@@ -132,7 +132,7 @@ def test_weight_decay_spares_biases_and_layer_norms(spec, arch):
 def test_an_evaluation_stops_at_once_on_a_stop_request(spec):
     """A stop request during an evaluation: no batch after it is evaluated, and the result is None
     (abandoned, never logged as a loss of fewer rows)."""
-    from pipeline.consumers.training.helpers import evaluate
+    from pipeline.consumers.training.evaluation import evaluate
 
     model, batch = _model_and_batch(spec)
     seen = []
@@ -162,7 +162,7 @@ def test_checkpoints_beyond_the_total_limit_are_removed(tmp_path):
 
 
 def test_peak_flops_take_the_longest_device_name_fragment():
-    from pipeline.consumers.training.helpers import peak_flops_of
+    from pipeline.consumers.training.mfu import peak_flops_of
 
     assert peak_flops_of("NVIDIA L40S") == 362e12
     assert peak_flops_of("NVIDIA L40") == 181e12  # matched "L4" (121e12) before
@@ -197,3 +197,82 @@ def test_an_unavailable_attention_falls_back_to_sdpa_before_eager(spec):
     model = with_attention_fallback(load, "flash_attention_2", "modernbert")
     assert tried == ["flash_attention_2", "sdpa"]
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_the_collator_finds_the_target_positions_and_tokens_in_the_worker(spec):
+    """The step's batch carries the flat target positions and the real-token count, found on the CPU
+    (in the DataLoader worker): the gathered head selects with them (`index_select`, no GPU->CPU
+    sync), giving exactly the logits of the boolean mask `hidden[labels != -100]`."""
+    import numpy as np
+
+    from pipeline.consumers.loading import MlmCollator
+    from pipeline.consumers.training.batches import TARGETS_AT, TOKENS, StepCollator, targets_of, to_device
+    from pipeline.consumers.training.loss import target_logits
+
+    model, batch = _model_and_batch(spec, seed=2)
+    rows = {k: v.numpy().astype(np.int16 if k != "attention_mask" else np.int8) for k, v in batch.items()}
+    out = StepCollator(MlmCollator(compact=True))(rows)
+    assert out["labels"].dtype == torch.int16  # still the compact batch a worker ships
+    expected = (batch["labels"].reshape(-1) != -100).nonzero().flatten()
+    assert out[TARGETS_AT].dtype == torch.int64 and torch.equal(out[TARGETS_AT], expected)
+    assert out[TOKENS] == int(batch["attention_mask"].sum()) and targets_of(out) == expected.numel()
+    on_device = to_device(out, torch.device("cpu"))
+    assert TOKENS not in on_device and on_device["input_ids"].dtype == torch.int64
+    with torch.no_grad():
+        logits, labels = target_logits(model, on_device["input_ids"], on_device["attention_mask"],
+                                       on_device["labels"], on_device[TARGETS_AT])
+        hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        masked = model.cls(hidden[batch["labels"] != -100])
+    assert torch.equal(labels, batch["labels"][batch["labels"] != -100])
+    torch.testing.assert_close(logits, masked, rtol=0, atol=0)
+
+
+def test_precision_is_resolved_per_device_and_fp16_gets_a_loss_scaler():
+    from pipeline.consumers.training.precision import Precision, PrecisionError, precision_for, resolve
+
+    cpu = torch.device("cpu")
+    assert resolve("auto", cpu) == "fp32"  # no autocast on the CPU unless asked
+    assert resolve("bf16", cpu) == "bf16" and resolve("fp16", cpu) == "fp16"
+    with pytest.raises(PrecisionError, match="--precision 'fp8': choose one of auto, bf16, fp16, fp32"):
+        resolve("fp8", cpu)
+    assert precision_for("fp16", cpu).scaler.is_enabled()
+    assert not precision_for("bf16", cpu).scaler.is_enabled() and not precision_for("auto", cpu).scaler.is_enabled()
+    with Precision("bf16", cpu).autocast():
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
+    with Precision("fp32", cpu).autocast():
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_step_rows_read_the_device_once_per_flush(tmp_path):
+    """Rows wait with their loss and gradient norm as tensors; a flush copies them in one go, sums the
+    losses over the ranks in one call and writes each step's row (loss per target of the step)."""
+    import json
+
+    from pipeline.consumers.training.metrics import MetricsLog, StepRows
+
+    reduced = []
+    rows = StepRows(MetricsLog(str(tmp_path / "m.jsonl")), lambda values: reduced.append(values) or values)
+    for step in (1, 2, 3):
+        rows.add({"step": step, "lr": 0.1}, torch.tensor(6.0 * step), torch.tensor(0.5), step_targets=3.0)
+    written = rows.flush()
+    assert len(reduced) == 1 and reduced[0] == [6.0, 12.0, 18.0]
+    assert [(r["step"], r["loss"], r["grad_norm"]) for r in written] == [(1, 2.0, 0.5), (2, 4.0, 0.5), (3, 6.0, 0.5)]
+    assert [json.loads(line) for line in open(tmp_path / "m.jsonl")] == written
+    assert rows.flush() == [] and len(reduced) == 1
+
+
+def test_constant_and_wsd_schedules():
+    """constant: the peak rate after the warmup; wsd: the peak until the last --decay_fraction of the
+    run, then linear to 0 at the last step (linear and cosine decay from the end of the warmup)."""
+    from pipeline.consumers.training.config import TrainConfig
+    from pipeline.consumers.training.schedule import lr_at
+
+    constant = TrainConfig(lr=1.0, warmup_steps=4, schedule="constant")
+    assert [lr_at(s, constant, 100) for s in (0, 3, 4, 50, 100)] == [0.25, 1.0, 1.0, 1.0, 1.0]
+    wsd = TrainConfig(lr=1.0, warmup_steps=4, schedule="wsd", decay_fraction=0.2)
+    rates = [lr_at(s, wsd, 100) for s in range(101)]
+    assert rates[:4] == [0.25, 0.5, 0.75, 1.0] and set(rates[4:81]) == {1.0}
+    assert rates[90] == pytest.approx(0.5) and rates[100] == 0.0
+    assert all(a > b for a, b in zip(rates[80:], rates[81:]))
+    linear = TrainConfig(lr=1.0, warmup_steps=4, schedule="linear")
+    assert lr_at(52, linear, 100) == pytest.approx(0.5)

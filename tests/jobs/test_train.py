@@ -62,8 +62,9 @@ def test_evaluation_is_the_same_whatever_the_batch_size_and_the_ranks(data128):
     """Identical weights, batches of 8, 16 and 32, on 1 and on 2 ranks (each rank's share evaluated, the
     totals summed as the all-reduce does): the same rows, targets and loss to float tolerance. The rows
     are a stratified sample spread over the whole split, the same for every --seed."""
+    from pipeline.consumers.training.config import TrainConfig
     from pipeline.consumers.training.data import eval_rows, load_data
-    from pipeline.consumers.training.helpers import TrainConfig, evaluate
+    from pipeline.consumers.training.evaluation import evaluate
     from pipeline.consumers.training.models import build_model
     from pipeline.consumers.training.ranks import Ranks
 
@@ -127,8 +128,11 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     killed = tmp_path / "killed"
+    # every step's row at once (the watcher reads them; rows every 10 steps would land the signal on a
+    # --save_every boundary); the resumed run logs every 10 steps again
     proc = subprocess.Popen([sys.executable, "-m", "jobs.train", "--data", str(data128), *_KILL_ARGS, "--output",
-                             str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(killed), "--log_every", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     _stop_when(proc, killed, 13, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
@@ -223,11 +227,12 @@ def test_an_epochs_run_keeps_its_schedule_when_a_resume_changes_the_rows_per_ste
     from jobs.train import run
     from pipeline.consumers.loading import MlmShardDataset
     from pipeline.consumers.training.checkpoints import load_checkpoint
-    from pipeline.consumers.training.helpers import TrainConfig, lr_at
+    from pipeline.consumers.training.config import TrainConfig
+    from pipeline.consumers.training.schedule import lr_at
 
     out = tmp_path / "run"
     argv = ["--data", str(one_book), "--output", str(out), "--config", "tiny", "--epochs", "1", "--warmup_steps", "2",
-            "--eval_rows", "4"]
+            "--eval_rows", "4", "--log_every", "1"]  # each step's row at once: the watcher reads them
 
     def interrupt_at(step: int) -> None:
         deadline = time.time() + 300
@@ -366,7 +371,7 @@ def test_model_vocabulary_must_match_the_data_and_a_failed_run_leaves_only_its_l
 
 def test_flags_keep_the_config_defaults(data128):
     from jobs.train import parse
-    from pipeline.consumers.training.helpers import TrainConfig
+    from pipeline.consumers.training.config import TrainConfig
 
     cfg = parse(["--data", str(data128), "--output", "unused"])
     assert cfg.trim_padding is TrainConfig.trim_padding is True and cfg.compile is False
@@ -458,3 +463,109 @@ def test_two_epochs_with_dataloader_workers(one_book, tmp_path):
     state = load_checkpoint(str(out / "checkpoint.pt"))["sampler"]
     assert state["epoch"] == 1 and state["position"] == per_epoch * 64
     assert json.load(open(out / "train_config.json"))["read_mode"] == "mmap"
+
+
+def _device_reads_and_control_sums(data, out, steps: int) -> tuple[int, int]:
+    """(tensor -> Python conversions made by the training package's own code, control all-reduces
+    `Ranks.sum`) during a run of `steps` steps that logs once (--log_every steps)."""
+    import functools
+
+    from jobs.train import run
+    from pipeline.consumers.training import ranks as ranks_module
+
+    package = os.path.dirname(ranks_module.__file__)
+    counts = {"reads": 0, "sums": 0}
+    originals = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__int__", "__float__", "cpu")}
+
+    def counted(name):
+        original = originals[name]
+
+        @functools.wraps(original)
+        def wrapper(self, *args, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(package):
+                counts["reads"] += 1
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    original_sum = ranks_module.Ranks.sum
+
+    def counted_sum(self, values):
+        counts["sums"] += 1
+        return original_sum(self, values)
+
+    try:
+        for name in originals:
+            setattr(torch.Tensor, name, counted(name))
+        ranks_module.Ranks.sum = counted_sum
+        run(["--data", str(data), "--output", str(out), "--config", "tiny", "--max_steps", str(steps),
+             "--batch_size", "8", "--log_every", str(steps), "--save_every", "0", "--save_minutes", "0",
+             "--eval_rows", "16", "--warmup_steps", "2"])
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+        ranks_module.Ranks.sum = original_sum
+    return counts["reads"], counts["sums"]
+
+
+def test_a_step_reads_nothing_back_from_the_device(data128, tmp_path):
+    """Between logging steps a step leaves its loss and gradient norm on the device and makes one
+    control all-reduce (its target and token counts, the stop requests): 20 steps make no more
+    tensor reads than 10, and 10 more control sums. The target counts come from the collator; the
+    row of every step is still written, with its loss and gradient norm."""
+    reads10, sums10 = _device_reads_and_control_sums(data128, tmp_path / "ten", 10)
+    reads20, sums20 = _device_reads_and_control_sums(data128, tmp_path / "twenty", 20)
+    assert reads20 == reads10, (reads10, reads20)  # was 3 more per step (.item() of the loss, 2 target sums)
+    assert sums20 - sums10 == 10, (sums10, sums20)  # was 2 per step
+    rows = [r for r in _metrics(tmp_path / "twenty") if "loss" in r]
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    assert all(np.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precisions_train_and_resume_on_the_cpu(data128, tmp_path, precision):
+    """--precision fp16 (a loss scaler, saved in the checkpoint) and bf16 run the trainer's autocast
+    path on the CPU; the loss is finite and falls as in fp32; --max_grad_norm 0 turns clipping off
+    while the norm is still logged."""
+    from jobs.train import run
+    from pipeline.consumers.training.checkpoints import load_checkpoint
+
+    out = tmp_path / precision
+    args = ["--data", str(data128), "--output", str(out), "--config", "tiny", "--batch_size", "8", "--lr", "3e-3",
+            "--warmup_steps", "2", "--eval_rows", "16", "--precision", precision, "--max_grad_norm", "0"]
+    run([*args, "--max_steps", "6"])
+    scaler = load_checkpoint(str(out / "checkpoint.pt"))["scaler"]
+    assert bool(scaler) == (precision == "fp16")  # the scale and its growth tracker
+    run([*args, "--max_steps", "12", "--resume"])
+    rows = [r for r in _metrics(out) if "loss" in r]
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in rows)
+    assert any(r["grad_norm"] > 1.0 for r in rows)  # not clipped to 1 (the default)
+    assert np.mean([r["loss"] for r in rows[-3:]]) < np.mean([r["loss"] for r in rows[:3]])
+    assert f"device cpu, {precision}" in (out / "train.log").read_text()
+
+
+def test_token_and_time_budgets_end_the_run_saved_and_evaluated(data128, tmp_path):
+    """--max_tokens ends the run after the step that reaches it (the count kept in the checkpoint
+    across a resume); --max_minutes after the step during which the time ran out; both with the
+    checkpoint, the final evaluation and the saved model, as a run at its last step."""
+    from jobs.train import run
+    from pipeline.consumers.training.checkpoints import load_checkpoint
+
+    out = tmp_path / "tokens"
+    args = ["--data", str(data128), "--output", str(out), "--config", "tiny", "--batch_size", "8",
+            "--max_steps", "40", "--warmup_steps", "2", "--eval_rows", "16"]
+    first = run([*args, "--max_steps", "1"])
+    per_step = load_checkpoint(str(out / "checkpoint.pt"))["tokens"]
+    assert 0 < per_step <= 8 * 128 and "eval_loss" in first
+    final = run([*args, "--max_tokens", str(3 * per_step), "--resume"])
+    ckpt = load_checkpoint(str(out / "checkpoint.pt"))
+    rows = [r for r in _metrics(out) if "loss" in r]
+    assert 2 <= ckpt["step"] <= 4 and [r["step"] for r in rows] == list(range(1, ckpt["step"] + 1))
+    assert ckpt["tokens"] >= 3 * per_step and "eval_loss" in final and (out / "config.json").is_file()
+    assert "--max_tokens" in (out / "train.log").read_text()
+    with pytest.raises(SystemExit, match="the run is complete: it trained on .* tokens, --max_tokens"):
+        run([*args, "--max_tokens", str(3 * per_step), "--resume"])
+    timed = tmp_path / "minutes"
+    final = run([*args[:3], str(timed), *args[4:], "--max_minutes", "0.0001"])
+    assert load_checkpoint(str(timed / "checkpoint.pt"))["step"] <= 2  # out of time before step 1 or during it
+    assert "eval_loss" in final and "--max_minutes 0.0001 reached" in (timed / "train.log").read_text()

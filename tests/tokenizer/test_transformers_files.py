@@ -90,7 +90,7 @@ def test_special_tokens_only_in_the_vocabulary_keep_their_ids(tmp_path):
 def test_the_model_folder_s_tokenizer_names_the_same_special_tokens(family, tmp_path):
     """`jobs.train` saves `hf_tokenizer` with the model: its special tokens are the output's (a Unigram
     model names its unknown piece by id, which a lookup of the model's `unk_token` string missed)."""
-    from pipeline.consumers.training.helpers import hf_tokenizer
+    from pipeline.consumers.training.saved_model import hf_tokenizer
 
     auto, spec, record = _auto_tokenizer(resolve_tokenizer_json(str(FAMILIES[family])), tmp_path / "out")
     hf_tokenizer(spec, 64).save_pretrained(tmp_path / "model")

@@ -1,2 +1,3 @@
-"""Training on an output (`jobs.train`): config, ranks, launcher, run folder, data, models, loop,
-checkpoints and helpers. The package imports nothing, so `config` parses options without torch."""
+"""Training on an output (`jobs.train`): config, ranks, launcher, run folder, data, batches, models,
+loss, precision, optimizer, schedule, seeding, loop, evaluation, metrics, MFU, checkpoints, probe and the
+saved model. The package imports nothing, so `config` parses options without torch."""

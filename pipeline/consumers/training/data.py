@@ -12,7 +12,8 @@ from torch.utils.data import DataLoader
 
 from pipeline.consumers.loading import MlmCollator, MlmShardDataset, ResumableSampler
 from pipeline.consumers.outputs import load_manifest, tokenizer_spec
-from pipeline.consumers.training.helpers import TrainConfig
+from pipeline.consumers.training.batches import StepCollator
+from pipeline.consumers.training.config import TrainConfig
 from pipeline.consumers.training.ranks import Ranks, ignore_stop_signals
 from pipeline.storage import filesystem
 from pipeline.tokenizer.spec import TokenizerSpec
@@ -34,15 +35,15 @@ class TrainData:
     def has_validation(self) -> bool:
         return self.validation is not None
 
-    def validation_batches(self, cfg: TrainConfig, ranks: Ranks) -> DataLoader:
+    def validation_batches(self, cfg: TrainConfig, ranks: Ranks, num_workers: int = 0) -> DataLoader:
         """This rank's share of the evaluation rows (`eval_rows`), in batches of `batch_size`. The rows
         do not depend on the batch size, the ranks or the seed, so neither does the loss, which
         `evaluate` takes over their targets (a sum over targets / targets, not a mean of batch means)."""
         rows, size = eval_rows(len(self.validation), cfg.eval_rows).tolist(), cfg.batch_size
         batches = [rows[i: i + size] for i in range(0, len(rows), size)]
         return DataLoader(self.validation, batch_sampler=batches[ranks.rank:: ranks.world_size],
-                          collate_fn=MlmCollator(compact=True), num_workers=cfg.num_workers,
-                          worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
+                          collate_fn=StepCollator(MlmCollator(compact=True)), num_workers=num_workers,
+                          worker_init_fn=ignore_stop_signals if num_workers else None,
                           generator=torch.Generator().manual_seed(cfg.seed))  # no draw from the global RNG
 
 

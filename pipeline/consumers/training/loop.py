@@ -16,6 +16,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -23,40 +25,32 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipeline.console import human_seconds
-from pipeline.consumers.loading import MlmCollator, ResumableLoader, ResumableSampler, widen
-from pipeline.consumers.training.checkpoints import (
-    CHECKPOINT_FILE,
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from pipeline.consumers.loading import MlmCollator, ResumableLoader, ResumableSampler
+from pipeline.consumers.training.batches import TOKENS, StepCollator, targets_of, to_device
+from pipeline.consumers.training.checkpoints import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint
+from pipeline.consumers.training.config import GPU_WORKERS, TrainConfig
 from pipeline.consumers.training.data import TrainData, load_data, run_total
-from pipeline.consumers.training.helpers import (
-    CONFIG_FILE,
-    METRICS_FILE,
-    TrainConfig,
-    autocast,
-    decay_groups,
-    evaluate,
-    flops_per_token,
-    hf_tokenizer,
-    lr_at,
-    mlm_loss_sum,
-    peak_flops,
-    plot_metrics,
-    probe,
-)
+from pipeline.consumers.training.evaluation import evaluate
+from pipeline.consumers.training.loss import MaskedLMLoss
+from pipeline.consumers.training.metrics import METRICS_FILE, MetricsLog, StepRows, plot_metrics, truncate_jsonl
+from pipeline.consumers.training.mfu import flops_per_token, peak_flops
 from pipeline.consumers.training.models import build_model
+from pipeline.consumers.training.optimizer import adamw
+from pipeline.consumers.training.precision import Precision, precision_for
+from pipeline.consumers.training.probe import probe
 from pipeline.consumers.training.ranks import Ranks, StopRequests, ignore_stop_signals, init_ranks
 from pipeline.consumers.training.run_folders import (
+    CONFIG_FILE,
     attach_log_file,
     check_run_folder,
     check_shared_output,
     clean_failed_run,
     resume_command,
 )
-from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, LABELS
+from pipeline.consumers.training.saved_model import save_model
+from pipeline.consumers.training.schedule import lr_scheduler, warmup_clipped
+from pipeline.consumers.training.seeding import seed_dropout, seed_weights
+from schemas.shard import LABELS
 
 _log = logging.getLogger("maskbeam.train")
 
@@ -67,18 +61,6 @@ class TrainingInterrupted(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-class MaskedLMLoss(torch.nn.Module):
-    """The summed MLM loss as a module, so DistributedDataParallel (and torch.compile) wrap the
-    gathered head's forward: DDP syncs gradients only for a forward that ran through it."""
-
-    def __init__(self, model) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch: dict) -> torch.Tensor:
-        return mlm_loss_sum(self.model, batch)[0]
 
 
 def train(cfg: TrainConfig, argv: list[str] | None = None) -> dict:
@@ -150,33 +132,89 @@ def _stop_at_start(ranks: Ranks, stop: StopRequests, argv: list[str], resuming: 
     raise TrainingInterrupted(message, 130 if sigint else 143)
 
 
+@dataclass
+class Run:
+    """One rank's run: what `build_run` makes, and where the steps stand."""
+
+    cfg: TrainConfig
+    ranks: Ranks
+    stop: StopRequests
+    argv: list[str]
+    resuming: bool
+    data: TrainData
+    model: torch.nn.Module
+    loss_module: torch.nn.Module  # MaskedLMLoss, inside DDP on several ranks
+    step_loss: torch.nn.Module  # loss_module, compiled with --compile
+    sampler: ResumableSampler
+    loader: ResumableLoader
+    workers: int
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    precision: Precision
+    step: int
+    total: int
+    log: MetricsLog
+    saved_step: int | None  # the newest checkpoint's step (None: none yet)
+    tokens: int = 0  # real tokens trained on, over the ranks and the resumes (--max_tokens)
+    saved_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def device(self) -> torch.device:
+        return self.ranks.device
+
+    @property
+    def main(self) -> bool:
+        return self.ranks.is_main
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.cfg.output, CHECKPOINT_FILE)
+
+    @property
+    def metrics_path(self) -> str:
+        return os.path.join(self.cfg.output, METRICS_FILE)
+
+
 def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], resuming: bool) -> dict:
     if not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()):
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards": bars do not belong in a log
-    torch.manual_seed(cfg.seed)
+    run = build_run(cfg, ranks, stop, argv, resuming)
+    _evaluate_at_start(run)
+    _train_steps(run)
+    return _finish(run)
+
+
+def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], resuming: bool,
+              loss: Callable[[torch.nn.Module], torch.nn.Module] = MaskedLMLoss) -> Run:
+    """The data, model, loader, optimizer and schedule of this rank, resumed from the checkpoint when
+    `resuming`, the RNG seeded (`seeding`); a stop request during start-up stops here. `loss`: the
+    module of the summed loss around the model (the benchmark swaps in the full head)."""
     device, main = ranks.device, ranks.is_main
+    seed_weights(cfg.seed)
     data: TrainData = load_data(cfg, ranks)
     _stop_at_start(ranks, stop, argv, resuming)
+    precision = precision_for(cfg.precision, device)
     model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config).to(device)
     model.train()  # from_pretrained gives a model in eval mode: no dropout until an evaluation switched it back
-    torch.manual_seed(cfg.seed + ranks.rank)  # dropout differs by rank; the weights are rank 0's (DDP broadcasts)
-    loss_module = MaskedLMLoss(model)
+    loss_module = loss(model)
     if ranks.distributed:
         loss_module = DistributedDataParallel(loss_module, device_ids=[device.index] if device.type == "cuda" else None)
     step_loss = torch.compile(loss_module, dynamic=True) if cfg.compile else loss_module  # gathered: shapes vary
     sampler = ResumableSampler(len(data.train), seed=cfg.seed, rank=ranks.rank, world_size=ranks.world_size,
                                tag_epoch=True, **data.train.sampler_options())
-    # workers ship int16/int8 batches (a fifth of the bytes); widened to int64 on the device
-    train_loader = ResumableLoader(
+    workers = cfg.num_workers if cfg.num_workers is not None else GPU_WORKERS if device.type == "cuda" else 0
+    # workers ship int16/int8 batches (a fifth of the bytes) with their target positions; widened on the device
+    loader = ResumableLoader(
         data.train, sampler=sampler, drop_last=True, widen=False, batch_size=cfg.batch_size,
-        collate_fn=MlmCollator(trim_padding=cfg.trim_padding, compact=True), num_workers=cfg.num_workers,
-        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if cfg.num_workers else None,
+        collate_fn=StepCollator(MlmCollator(trim_padding=cfg.trim_padding, compact=True)), num_workers=workers,
+        pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if workers else None,
         generator=torch.Generator().manual_seed(cfg.seed))  # its draws stay off the global RNG (dropout)
-    optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr, fused=device.type == "cuda")
-    step, ckpt_path, metrics_path = 0, os.path.join(cfg.output, CHECKPOINT_FILE), os.path.join(cfg.output, METRICS_FILE)
-    ckpt = load_checkpoint(ckpt_path) if resuming else None
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, device)
+    checkpoint_path = os.path.join(cfg.output, CHECKPOINT_FILE)
+    ckpt = load_checkpoint(checkpoint_path) if resuming else None
+    step = 0
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         sampler.load_state_dict(ckpt["sampler"])
@@ -188,157 +226,201 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], re
                          "--grad_accum)")
     if total <= step:
         raise ValueError(f"the run is complete at step {step} of {total} (raise --max_steps or --epochs)")
+    tokens = int(ckpt.get("tokens", 0)) if ckpt is not None else 0
+    if cfg.max_tokens and tokens >= cfg.max_tokens:
+        raise ValueError(f"the run is complete: it trained on {tokens:,} tokens, --max_tokens {cfg.max_tokens:,} "
+                         "(raise it)")
     warmup_clipped(cfg, total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at(s, cfg, total) / cfg.lr)
+    scheduler = lr_scheduler(optimizer, cfg, total)
+    seed_dropout(cfg.seed, ranks.rank, ckpt, ranks.world_size)
+    metrics_path = os.path.join(cfg.output, METRICS_FILE)
     if ckpt is not None:  # the optimizer after the scheduler, whose construction sets the lr of step 0
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
-        saved_rngs = ckpt.get("rng_ranks") or [ckpt["rng"]]
-        if len(saved_rngs) == ranks.world_size:  # each rank's own dropout stream: the curve an uninterrupted run draws
-            set_rng_state(saved_rngs[ranks.rank])
-        else:  # another world size draws other dropout masks anyway: rank 0's stream, the others re-seeded
-            set_rng_state(ckpt["rng"])
-            if ranks.rank:
-                torch.manual_seed(cfg.seed + 1000003 * step + ranks.rank)
+        if ckpt.get("scaler"):
+            precision.scaler.load_state_dict(ckpt["scaler"])
         _log.info("resumed at step %d (epoch %d, sample %d) from %d ranks onto %d", step, ckpt["sampler"]["epoch"],
                   ckpt["sampler"]["global_position"], ckpt.get("world_size", 1), ranks.world_size)
         if main:
-            _truncate_jsonl(metrics_path, step)
+            truncate_jsonl(metrics_path, step)
             for name in sorted(os.listdir(cfg.output)):  # every world size's: a rank of the killed run may be gone
                 if name.startswith("samples-rank") and name.endswith(".jsonl"):
-                    _truncate_jsonl(os.path.join(cfg.output, name), step)
+                    truncate_jsonl(os.path.join(cfg.output, name), step)
     elif main:
         open(metrics_path, "w").close()
         cfg.save(os.path.join(cfg.output, CONFIG_FILE))
-    log = _logger(metrics_path if main else None)
     _stop_at_start(ranks, stop, argv, resuming)
+    return Run(cfg, ranks, stop, argv, resuming, data, model, loss_module, step_loss, sampler, loader, workers,
+                optimizer, scheduler, precision, step, total, MetricsLog(metrics_path if main else None),
+                saved_step=step if ckpt is not None else None, tokens=tokens)
 
-    def run_eval() -> dict | None:
-        """The metrics, {} without validation rows, None when a stop request abandoned it."""
-        if not data.has_validation:
-            return {}
-        return evaluate(model, data.validation_batches(cfg, ranks), device, ranks.sum,
-                        should_stop=lambda: bool(stop.signal))
 
-    if step == 0 and data.has_validation:
-        stop.where = "before the first step (the evaluation at step 0 is abandoned)"
-        metrics = run_eval()
+def _evaluation(run: Run) -> dict | None:
+    """The metrics, {} without validation rows, None when a stop request abandoned it."""
+    if not run.data.has_validation:
+        return {}
+    return evaluate(run.model, run.data.validation_batches(run.cfg, run.ranks, run.workers), run.device,
+                    run.ranks.sum, should_stop=lambda: bool(run.stop.signal), autocast=run.precision.autocast)
+
+
+def _evaluate_at_start(run: Run) -> None:
+    if run.step == 0 and run.data.has_validation:
+        run.stop.where = "before the first step (the evaluation at step 0 is abandoned)"
+        metrics = _evaluation(run)
         if metrics is not None:
-            log({"step": 0, **metrics}, announce=True)
-    stop.where = f"after step {step}" if step else "before the first step"
-    fpt, peak = flops_per_token(model, data.seq_len, data.target_share), peak_flops(device)
-    bar = tqdm(total=total, initial=step, desc="train", disable=None if main else True)
+            run.log({"step": 0, **metrics}, announce=True)
+    run.stop.where = f"after step {run.step}" if run.step else "before the first step"
+
+
+def _checkpoint(run: Run, at_step: int, sampler_state: dict, rng: dict) -> None:
+    """Save the state of the step boundary `at_step` (rank 0 writes, every rank's RNG in it)."""
+    if run.saved_step == at_step:  # already saved at this boundary
+        return
+    rngs = run.ranks.gather(rng)  # each rank's dropout stream
+    if run.main:
+        save_checkpoint(run.checkpoint_path, {
+            "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "scheduler": run.scheduler.state_dict(), "scaler": run.precision.scaler.state_dict(),
+            "sampler": sampler_state, "rng": rng, "rng_ranks": rngs, "step": at_step, "total_steps": run.total,
+            "tokens": run.tokens,
+            "world_size": run.ranks.world_size, "config": vars(run.cfg)},
+            keep=run.cfg.save_total_limit, previous_step=run.saved_step)
+    run.saved_step, run.saved_at = at_step, time.monotonic()
+    run.ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
+
+
+def optimizer_step(run: Run, group: list[dict], step_targets: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward of the step's micro-batches (gradients synced on the last one only), then
+    the clipped, scaled optimizer step. Returns this rank's loss sum and the gradient norm, both
+    left on the device (nothing here waits for the GPU)."""
+    scale, loss_sum = run.ranks.world_size / max(step_targets, 1), torch.zeros((), device=run.device)
+    scaler = run.precision.scaler
+    for i, batch in enumerate(group):
+        batch = to_device(batch, run.device)
+        sync = i == len(group) - 1 or not run.ranks.distributed
+        with (contextlib.nullcontext() if sync else run.loss_module.no_sync()), run.precision.autocast():
+            loss = run.step_loss(batch)
+        scaler.scale(loss * scale).backward()  # DDP averages over ranks: the step's loss is sum / step_targets
+        loss_sum += loss.detach()
+    scaler.unscale_(run.optimizer)
+    limit = run.cfg.max_grad_norm if run.cfg.max_grad_norm > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), limit)
+    scaler.step(run.optimizer)
+    scaler.update()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return loss_sum, grad_norm
+
+
+def _interrupted(run: Run, sigint: bool, boundary: tuple[dict, dict]) -> TrainingInterrupted:
+    """Every rank stops at the same step, with the boundary's state saved."""
+    if run.step == 0:
+        _stop_at_start(run.ranks, run.stop, run.argv, run.resuming)  # nothing to save yet
+    _checkpoint(run, run.step, *boundary)
+    message = (f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step {run.step} of {run.total}, "
+               f"checkpoint saved; continue with: {resume_command(run.argv, run.ranks.world_size)}")
+    if run.main:  # before the last barrier: under torchrun, the launcher stops the others at the first exit
+        _log.warning("%s", message)
+    run.ranks.barrier()
+    return TrainingInterrupted(message, 130 if sigint else 143)
+
+
+def _train_steps(run: Run) -> None:
+    """The optimizer steps from `run.step` to `run.total`: one small control all-reduce per step
+    (targets, tokens, stop requests, the checkpoint clock), the loss read at logging steps only."""
+    cfg, ranks, stop, data = run.cfg, run.ranks, run.stop, run.data
+    fpt, peak = flops_per_token(run.model, data.seq_len, data.target_share), peak_flops(run.device)
+    bar = tqdm(total=run.total, initial=run.step, desc="train", disable=None if run.main else True)
     log_lines = cfg.log_every if not (hasattr(sys.stdout, "isatty") and sys.stdout.isatty()) else 0
-    _log.info("training %s on %s: %d step%s of %d x %d x %d rows (%d rows per epoch), device %s", cfg.model or
-              f"a {cfg.config} {cfg.arch} from scratch", cfg.data, total, "" if total == 1 else "s", cfg.batch_size,
-              cfg.grad_accum, ranks.world_size, len(data.train), device)
+    flush_every = max(cfg.log_every, 1)
+    _log.info("training %s on %s: %d step%s of %d x %d x %d rows (%d rows per epoch), device %s, %s", cfg.model or
+              f"a {cfg.config} {cfg.arch} from scratch", cfg.data, run.total, "" if run.total == 1 else "s",
+              cfg.batch_size, cfg.grad_accum, ranks.world_size, len(data.train), run.device, run.precision.name)
     samples_log = os.path.join(cfg.output, f"samples-rank{ranks.rank}.jsonl") if cfg.log_samples else None
-
-    saved = {"step": step if ckpt is not None else None, "at": time.monotonic()}  # the newest checkpoint
-
-    def checkpoint(at_step: int, sampler_state: dict, rng: dict) -> None:
-        if saved["step"] == at_step:  # already saved at this boundary
-            return
-        rngs = ranks.gather(rng)  # each rank's dropout stream
-        if main:
-            save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                        "scheduler": scheduler.state_dict(), "sampler": sampler_state, "rng": rng,
-                                        "rng_ranks": rngs, "step": at_step, "total_steps": total,
-                                        "world_size": ranks.world_size, "config": vars(cfg)},
-                            keep=cfg.save_total_limit, previous_step=saved["step"])
-        saved.update(step=at_step, at=time.monotonic())
-        ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
-
-    run_started, first_step = time.perf_counter(), step
-    boundary = (sampler.state_dict(), rng_state())  # the state at the last step boundary
-    while step < total:
+    rows = StepRows(run.log, ranks.sum)
+    run_started, first_step = time.perf_counter(), run.step
+    boundary = (run.sampler.state_dict(), rng_state())  # the state at the last step boundary
+    budget_left, train_started = True, time.monotonic()
+    while run.step < run.total and budget_left:
         waited, started = 0.0, time.perf_counter()
-        for group in _groups(train_loader, cfg.grad_accum):
+        for group in _groups(run.loader, cfg.grad_accum):
             waited += time.perf_counter() - started
-            targets = sum(int((b[LABELS] != IGNORE_INDEX).sum()) for b in group)
-            time_due = main and cfg.save_minutes > 0 and time.monotonic() - saved["at"] >= 60 * cfg.save_minutes
-            step_targets, sigterm, sigint, time_due = ranks.sum([targets, stop.signal == 15, stop.signal == 2,
-                                                                 time_due])  # rank 0's clock decides for all
-            if sigterm or sigint:  # every rank stops here, at the same step, with the boundary's state
-                if step == 0:
-                    _stop_at_start(ranks, stop, argv, resuming)  # nothing to save yet
-                checkpoint(step, *boundary)
-                message = (f"jobs.train: stopped by {'SIGINT' if sigint else 'SIGTERM'} at step {step} of {total}, "
-                           f"checkpoint saved; continue with: {resume_command(argv, ranks.world_size)}")
-                if main:  # before the last barrier: under torchrun, the launcher stops the others at the first exit
-                    _log.warning("%s", message)
-                ranks.barrier()
-                raise TrainingInterrupted(message, 130 if sigint else 143)
-            stop.where = f"after step {step + 1}"  # a request from now on is seen at the next boundary
+            now = time.monotonic()
+            time_due = run.main and cfg.save_minutes > 0 and now - run.saved_at >= 60 * cfg.save_minutes
+            out_of_time = run.main and cfg.max_minutes > 0 and now - train_started >= 60 * cfg.max_minutes
+            step_targets, step_tokens, sigterm, sigint, time_due, out_of_time = ranks.sum([
+                sum(targets_of(b) for b in group), sum(b[TOKENS] for b in group), stop.signal == 15,
+                stop.signal == 2, time_due, out_of_time])  # rank 0's clocks decide for all
+            if sigterm or sigint:
+                rows.flush()
+                raise _interrupted(run, bool(sigint), boundary)
+            stop.where = f"after step {run.step + 1}"  # a request from now on is seen at the next boundary
             if samples_log is not None:
-                _log_samples(samples_log, sampler, group, step + 1, ranks.rank)
-            scale, loss_sum = ranks.world_size / max(step_targets, 1), torch.zeros((), device=device)
-            tokens = sum(int(b[ATTENTION_MASK].sum()) for b in group)
-            for i, batch in enumerate(group):
-                batch = widen({k: v.to(device, non_blocking=True) for k, v in batch.items()})
-                sync = i == len(group) - 1 or not ranks.distributed
-                with (contextlib.nullcontext() if sync else loss_module.no_sync()), autocast(device):
-                    loss = step_loss(batch)
-                (loss * scale).backward()  # DDP averages over ranks: the step's loss is sum / step_targets
-                loss_sum += loss.detach()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
+                _log_samples(samples_log, run.sampler, group, run.step + 1, ranks.rank)
+            loss_sum, grad_norm = optimizer_step(run, group, step_targets)
+            run.step += 1
+            run.tokens += int(step_tokens)
+            step = run.step
+            budget_left = not (out_of_time or cfg.max_tokens and run.tokens >= cfg.max_tokens)
             stop.where = f"after step {step}"
-            boundary = (sampler.state_dict(), rng_state())
-            loss_sum, tokens = ranks.sum([loss_sum.item(), tokens])
+            boundary = (run.sampler.state_dict(), rng_state())
             elapsed = time.perf_counter() - started
-            row = {"step": step, "loss": loss_sum / max(step_targets, 1), "lr": scheduler.get_last_lr()[0],
-                   "tokens_per_s": tokens / elapsed, "data_wait": waited / elapsed}
+            row = {"step": step, "lr": run.scheduler.get_last_lr()[0], "tokens_per_s": step_tokens / elapsed,
+                   "data_wait": waited / elapsed}
             if peak:
                 row["mfu"] = row["tokens_per_s"] * fpt / (peak * ranks.world_size)
-            log(row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:,.0f}")
+            rows.add(row, loss_sum, grad_norm, step_targets)
             bar.update()
-            if log_lines and (step % log_lines == 0 or step == total):
-                per_step = (time.perf_counter() - run_started) / (step - first_step)
-                _log.info("step %d/%d  loss %.4f  lr %.2e  tokens/s %s  ETA %s", step, total, row["loss"], row["lr"],
-                          f"{row['tokens_per_s']:,.0f}", human_seconds(per_step * (total - step)))
-            if cfg.eval_every and step % cfg.eval_every == 0 and step < total and data.has_validation:
+            evaluating = (cfg.eval_every and step % cfg.eval_every == 0 and step < run.total and budget_left
+                          and data.has_validation)  # else the final evaluation follows
+            saving = (cfg.save_every and step % cfg.save_every == 0) or time_due or step == run.total or not budget_left
+            if step % flush_every == 0 or evaluating or saving:
+                flushed = rows.flush()
+                last = flushed[-1]
+                bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:,.0f}")
+                if log_lines and (step % log_lines == 0 or step == run.total):
+                    per_step = (time.perf_counter() - run_started) / (step - first_step)
+                    _log.info("step %d/%d  loss %.4f  lr %.2e  tokens/s %s  ETA %s", step, run.total, last["loss"],
+                              last["lr"], f"{last['tokens_per_s']:,.0f}", human_seconds(per_step * (run.total - step)))
+            if evaluating:
                 stop.where = f"after step {step}, abandoning the evaluation"
-                metrics = run_eval()
+                metrics = _evaluation(run)
                 if metrics is not None:  # else abandoned for a stop request, which the next boundary honours
-                    log({"step": step, **metrics}, announce=True)
+                    run.log({"step": step, **metrics}, announce=True)
                 stop.where = f"after step {step}"
-            if (cfg.save_every and step % cfg.save_every == 0) or time_due or step == total:
-                checkpoint(step, *boundary)
-            if step >= total:
+            if saving:
+                _checkpoint(run, step, *boundary)
+            if not budget_left:
+                _log.info("step %d of %d: %s reached, ending the run", step, run.total,
+                          f"--max_minutes {cfg.max_minutes:g}" if out_of_time else f"--max_tokens {cfg.max_tokens:,}")
+                break
+            if step >= run.total:
                 break
             waited, started = 0.0, time.perf_counter()
         else:
-            sampler.set_epoch(sampler.epoch + 1)
+            run.sampler.set_epoch(run.sampler.epoch + 1)
+    rows.flush()
     bar.close()
-    stop.where = f"after the last step ({step}, saved): the final evaluation is abandoned, the model saved"
-    final = run_eval()
+
+
+def _finish(run: Run) -> dict:
+    """The final evaluation and the saved model; a stop request abandons the evaluation only."""
+    run.stop.where = f"after the last step ({run.step}, saved): the final evaluation is abandoned, the model saved"
+    final = _evaluation(run)
     if final:
-        log({"step": step, **final}, announce=True)
-    if main:
-        _save_final(model, data, cfg, device, metrics_path)
+        run.log({"step": run.step, **final}, announce=True)
+    if run.main:
+        _save_final(run)
     if final is None:
-        sigterm, _ = _stop_requested(stop, ranks)
+        sigterm, _ = _stop_requested(run.stop, run.ranks)
         message = (f"jobs.train: stopped by {'SIGTERM' if sigterm else 'SIGINT'} during the final evaluation: the "
-                   f"model of step {step} of {total} is saved in {cfg.output}, without its final evaluation")
-        if main:
+                   f"model of step {run.step} of {run.total} is saved in {run.cfg.output}, without its final "
+                   "evaluation")
+        if run.main:
             _log.warning("%s", message)
-        ranks.barrier()
+        run.ranks.barrier()
         raise TrainingInterrupted(message, 143 if sigterm else 130)
     return final
-
-
-def warmup_clipped(cfg: TrainConfig, total: int) -> None:
-    """A warmup longer than the run never reaches the peak rate: clip it to a tenth of the run, saying so."""
-    if cfg.warmup_steps > total:
-        clipped = max(1, total // 10)
-        _log.warning("--warmup_steps %d is longer than the run's %d steps: warming up over %d steps instead",
-                     cfg.warmup_steps, total, clipped)
-        cfg.warmup_steps = clipped
 
 
 def _groups(loader: DataLoader, size: int):
@@ -360,36 +442,12 @@ def _log_samples(path: str, sampler: ResumableSampler, group: list[dict], step: 
         handle.write(json.dumps({"step": step, "rank": rank, "epoch": sampler.epoch, "indices": indices}) + "\n")
 
 
-def _save_final(model, data: TrainData, cfg: TrainConfig, device: torch.device, metrics_path: str) -> None:
-    model.save_pretrained(cfg.output)
-    tokenizer = hf_tokenizer(data.spec, data.seq_len, model)
-    tokenizer.save_pretrained(cfg.output)
-    _log.info("saved the model and its tokenizer to %s (metrics: %s)", cfg.output, metrics_path)
+def _save_final(run: Run) -> None:
+    cfg = run.cfg
+    tokenizer = save_model(run.model, run.data.spec, run.data.seq_len, cfg.output)
+    _log.info("saved the model and its tokenizer to %s (metrics: %s)", cfg.output, run.metrics_path)
     if cfg.probe:
-        for line in probe(model, tokenizer, cfg.probe, device):
+        for line in probe(run.model, tokenizer, cfg.probe, run.device):
             print(line)
     if cfg.plot:
-        plot_metrics(metrics_path, cfg.plot)
-
-
-def _logger(path: str | None):
-    def log(row: dict, announce: bool = False) -> None:
-        if path is None:
-            return
-        with open(path, "a") as handle:
-            handle.write(json.dumps(row) + "\n")
-        if announce:  # evaluations always reach the log
-            _log.info("eval at step %d: %s", row["step"],
-                      "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step" and isinstance(v, float)))
-    return log
-
-
-def _truncate_jsonl(path: str, step: int) -> None:
-    """On resume, drop rows (metrics, samples) a killed run logged after its last checkpoint (and a
-    last line it was killed writing)."""
-    rows = []
-    if os.path.exists(path):
-        with open(path) as handle:
-            rows = [line for line in handle if line.endswith("\n") and json.loads(line)["step"] <= step]
-    with open(path, "w") as handle:
-        handle.writelines(rows)
+        plot_metrics(run.metrics_path, cfg.plot)

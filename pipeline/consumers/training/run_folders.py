@@ -11,9 +11,12 @@ import shutil
 import time
 
 from pipeline.consumers.training.checkpoints import CHECKPOINT_FILE
-from pipeline.consumers.training.helpers import CONFIG_FILE, LOG_FILE, METRICS_FILE
 from pipeline.consumers.training.launcher import LAUNCHER_ENV
+from pipeline.consumers.training.metrics import METRICS_FILE
 from pipeline.consumers.training.ranks import Ranks
+
+CONFIG_FILE = "train_config.json"
+LOG_FILE = "train.log"
 
 _log = logging.getLogger("maskbeam.train")
 

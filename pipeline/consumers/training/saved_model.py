@@ -1,0 +1,40 @@
+"""What a finished `jobs.train` run saves: the model in transformers' format with a matching fast
+tokenizer (so `AutoModelForMaskedLM`, `AutoTokenizer` and `pipeline("fill-mask")` load the folder)."""
+
+from __future__ import annotations
+
+import inspect
+
+from schemas import manifest as m
+from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP
+
+
+def hf_tokenizer(spec, model_max_length: int, model=None):
+    """A transformers fast tokenizer from the tokenizer copy stored with the data, with the model's
+    length: saved with the model, `AutoTokenizer` and `pipeline("fill-mask")` then truncate long
+    texts to the positions the model has instead of overflowing them. Models without token types
+    (RoBERTa-style, DistilBERT, ModernBERT) get no `token_type_ids` input."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from pipeline.tokenizer.transformers_files import special_tokens
+
+    names = ["input_ids", "token_type_ids", "attention_mask"]
+    if model is not None and ("token_type_ids" not in inspect.signature(model.forward).parameters
+                              or getattr(model.config, "type_vocab_size", 2) < 2):
+        names.remove("token_type_ids")
+    # The special tokens exactly as the output's own tokenizer_config.json names them (the unknown
+    # token by the id the spec uses, every other never-selected id an additional special token).
+    record = {m.KEY_SPECIAL_IDS: {SPECIAL_CLS: spec.cls_id, SPECIAL_SEP: spec.sep_id, SPECIAL_PAD: spec.pad_id,
+                                  m.KEY_MASK_ID: spec.mask_id},
+              m.KEY_NEVER_SELECTED: list(spec.special_ids)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(spec.json), model_max_length=model_max_length,
+                                   model_input_names=names, **special_tokens(spec.json, record))
+
+
+def save_model(model, spec, seq_len: int, folder: str):
+    """The model and its tokenizer in `folder`; returns the tokenizer."""
+    model.save_pretrained(folder)
+    tokenizer = hf_tokenizer(spec, seq_len, model)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
