@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
-from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache
+from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,

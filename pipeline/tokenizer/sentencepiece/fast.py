@@ -33,13 +33,16 @@ import numpy as np
 import tokenizers
 from tokenizers import Tokenizer
 
-from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
+from pipeline.kernels.common.utf8 import BMP
+from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeArrays, BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import stream_encode
-from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel, remember_chunk
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
+from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,
     CUT_NONE,
+    META,
     OP_COLLAPSE_SPACES,
     OP_MAP,
     OP_PREPEND,
@@ -54,8 +57,6 @@ from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from pipeline.tokenizer.table_cache import cached_arrays
 
-META = "\u2581"
-BMP = 0x10000
 CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
 _PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
 _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
@@ -383,7 +384,7 @@ class _Tables:
     run_bytes: np.ndarray
     edges: np.ndarray
     uni: tuple
-    bpe: tuple
+    bpe: BpeArrays
     stream: tuple | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
 
     @property
@@ -488,7 +489,7 @@ def _tables(tokenizer_json: str) -> _Tables:
                                  exact.get("fuse_unk", False), exact.get("ignore_merges", False))
         pieces = set(exact["vocab"])
         pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
-        bpe = _bpe_tuple(tables)
+        bpe = tables.arrays()
         uni = _empty_unigram()
         is_bpe = 1
         stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
@@ -532,12 +533,5 @@ def _empty_unigram() -> tuple:
     return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
 
 
-def _bpe_tuple(tables: BpeTables) -> tuple:
-    v = tables.vocab
-    return (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.pair_keys, tables.pair_slots, tables.byte_ids,
-            np.array([2 if tables.bytes_isolated else int(tables.byte_fallback), tables.fuse_unk, tables.ignore_merges,
-                      tables.unk_mode, tables.unk_id], dtype=np.int64), tables.char_ids, tables.merge_table)
-
-
-def _empty_bpe() -> tuple:
-    return _bpe_tuple(BpeTables.build({"a": 0}, [], None, False, False, False))
+def _empty_bpe() -> BpeArrays:
+    return BpeTables.build({"a": 0}, [], None, False, False, False).arrays()

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import OP_MAP, OP_PREPEND, OP_REPLACE
-
-BMP = 0x10000
 
 
 def stream_form(ops: list[tuple[int, str, str]], has_per_character: bool, has_pre_tokenizer: bool, model: dict,

@@ -20,10 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.common.jit import kernel
-
-# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+from pipeline.kernels.common.jit import helper, kernel
 
 ROOT = 0
 _FREE = -1
@@ -73,7 +70,7 @@ class DoubleArray:
         return int(find_id(data, 0, len(data), self.cells)) if key else -1
 
 
-@_inner
+@helper
 def _grown(size, kept, base_, check_, value_, next_, prev_, tries_):
     """The build's arrays at `size` cells: the first `kept` copied, the rest free (plain loops: numpy's
     fill and slice assignment cost seconds of compile time here). The new cells are not yet linked."""
@@ -93,7 +90,7 @@ def _grown(size, kept, base_, check_, value_, next_, prev_, tries_):
     return base, check, value, next_free, prev_free, tries
 
 
-@_inner
+@helper
 def _unlink(cell, next_free, prev_free, head, tail):
     """Take `cell` out of the doubly linked free list; the list's new (head, tail)."""
     before, after = prev_free[cell], next_free[cell]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.utf8 import utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.trie import DoubleArray, find_id
 
 UNK_PENALTY = 10.0  # K_UNK_PENALTY in model.rs
@@ -60,18 +61,6 @@ class UnigramTables:
         return cls(pieces=DoubleArray.build(entries), scores=scores, byte_ids=byte_ids,
                    unk_id=-1 if unk_id is None else int(unk_id), unk_score=float(min_score - UNK_PENALTY),
                    byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
-
-
-@kernel()
-def utf8_width(lead):
-    """Bytes of the UTF-8 sequence that starts with byte `lead` (valid UTF-8 assumed)."""
-    if lead < 0x80:
-        return 1
-    if lead < 0xE0:
-        return 2
-    if lead < 0xF0:
-        return 3
-    return 4
 
 
 @kernel()
