@@ -35,9 +35,9 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeArrays, BpeTables
-from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import stream_encode
+from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, stream_encode
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
-from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,
@@ -52,7 +52,7 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     OP_TRIM_SPACES,
     safe_cuts,
 )
-from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramTables
+from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramArrays, UnigramTables
 from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from pipeline.tokenizer.table_cache import cached_arrays
@@ -290,7 +290,7 @@ class SentencePieceFastTokenizer:
     def _encode_stream(self, data: bytes) -> np.ndarray | None:
         """The ids by segments of one BPE word (`kernels.tokenizer.sentencepiece.bpe_stream`); None where
         `data` is not valid UTF-8 (lone surrogates): the chunk path hands such text to the real tokenizer."""
-        stream, growth = self.tables.stream, int(self.tables.stream[-1][0])
+        stream, growth = self.tables.stream, int(self.tables.stream.growth[0])
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
         n_out, position = 0, 0
@@ -300,7 +300,7 @@ class SentencePieceFastTokenizer:
                 return None
             if position >= len(data):
                 return out[:n_out].copy()
-            more = growth * (len(data) - position) + len(stream[5]) + 64
+            more = growth * (len(data) - position) + len(stream.prefix) + 64
             out = np.concatenate([out[:n_out], np.empty(more, dtype=np.int32)])
 
     def _encode_chunks(self, data: bytes) -> np.ndarray:
@@ -383,19 +383,19 @@ class _Tables:
     plain_cp: np.ndarray
     run_bytes: np.ndarray
     edges: np.ndarray
-    uni: tuple
+    uni: UnigramArrays
     bpe: BpeArrays
-    stream: tuple | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
+    stream: StreamTables | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
 
     @property
-    def cuts(self) -> tuple:
-        return (np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left, self.cut_right,
-                self.run_bytes, self.edges)
+    def cuts(self) -> Cuts:
+        return Cuts(np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left,
+                    self.cut_right, self.run_bytes, self.edges)
 
     @property
-    def normalizer(self) -> tuple:
-        return (self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok, self.growth,
-                self.plain_map, self.plain_prefix, self.plain_cp)
+    def normalizer(self) -> Normalizer:
+        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok,
+                          self.growth, self.plain_map, self.plain_prefix, self.plain_cp)
 
 
 def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -479,7 +479,7 @@ def _tables(tokenizer_json: str) -> _Tables:
         unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
                                       exact.get("byte_fallback", False))
         pieces = {t for t, _ in exact["vocab"]}
-        uni = _unigram_tuple(unigram)
+        uni = unigram.arrays()
         bpe = _empty_bpe()
         is_bpe = 0
         stream = None
@@ -523,14 +523,8 @@ def _tables(tokenizer_json: str) -> _Tables:
                    _growth(plan, cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, uni, bpe, stream)
 
 
-def _unigram_tuple(unigram: UnigramTables) -> tuple:
-    u = unigram.pieces
-    return (u.cells, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
-            np.array([unigram.unk_id, unigram.byte_fallback]))
-
-
-def _empty_unigram() -> tuple:
-    return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
+def _empty_unigram() -> UnigramArrays:
+    return UnigramTables.build([("a", 0.0)], 0, False).arrays()
 
 
 def _empty_bpe() -> BpeArrays:

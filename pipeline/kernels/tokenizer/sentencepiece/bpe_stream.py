@@ -20,11 +20,12 @@ character that is a piece, or that becomes byte pieces, is written directly.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step
 from pipeline.kernels.common.jit import kernel
-from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import BMP, decode
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, merge_part
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
@@ -34,6 +35,7 @@ from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
     cached_count,
     copy_ids,
     insert,
+    prefetch_set,
     probe,
     row_key,
     set_of,
@@ -47,16 +49,81 @@ _BATCH = 32
 _WHOLE = 32  # output bytes up to which a segment is merged whole, not cut into parts first
 
 
+class StreamTables(NamedTuple):
+    """The stream form of a tokenizer (`pipeline.tokenizer.sentencepiece.stream.stream_form`), per BMP
+    code point: its cut class (CUT_* bits), its direct id (a piece, DIRECT_BYTES or -1), where its
+    output lies in `f_blob` (f_start, f_len, int32); prefix: uint8, what the first segment of a text
+    starts with; growth: int64 [the most output bytes one input byte makes]."""
+
+    classes: np.ndarray
+    direct: np.ndarray
+    f_start: np.ndarray
+    f_len: np.ndarray
+    f_blob: np.ndarray
+    prefix: np.ndarray
+    growth: np.ndarray
+
+
+@kernel(inline="always")
+def _segment_end(text, position, classes):
+    """(stop, FNV-1a hash of text[position:stop], characters, the last one's code point, 1 at invalid
+    UTF-8 (then stop is where it is) else 0) of the segment at `position`: up to the first
+    boundary where a cut is always safe (`StreamTables.classes`)."""
+    n = text.shape[0]
+    h = FNV_OFFSET
+    j = position
+    previous = 0
+    chars = 0
+    last = np.int64(-1)
+    while j < n:
+        c = text[j]
+        cp, width = decode(text, j, n)  # ASCII first: one compare when inlined
+        if cp < 0:
+            return j, h, chars, last, 1
+        cls = classes[cp] if cp < BMP else 0
+        if j > position and ((previous & CUT_AFTER) != 0 or (cls & CUT_BEFORE) != 0
+                             or (c == 32 and (previous & CUT_BEFORE_SPACE) != 0)):
+            break
+        for k in range(j, j + width):
+            h = hash_step(h, text[k])
+        previous = cls
+        last = cp
+        chars += 1
+        j += width
+    return j, h, chars, last, 0
+
+
+@kernel(inline="always")
+def _segment_bytes(text, i, j, prefix, f_start, f_len, f_blob, words):
+    """The BPE input of the segment text[i:j] (valid UTF-8) into words: the prefix when it opens the
+    text, then each character's output; returns its length."""
+    m = np.int64(0)  # never a literal: a literal argument would compile bpe_ids once more
+    if i == 0:
+        for k in range(prefix.shape[0]):
+            words[m] = prefix[k]
+            m += 1
+    k = i
+    while k < j:
+        cp, width = decode(text, k, j)
+        if cp < BMP:
+            for t in range(f_start[cp], f_start[cp] + f_len[cp]):
+                words[m] = f_blob[t]
+                m += 1
+        else:  # beyond the BMP a character is itself (`stream_form` checks no Replace touches one)
+            for t in range(k, k + width):
+                words[m] = text[t]
+                m += 1
+        k += width
+    return m
+
+
 @kernel()
 def stream_encode(text, begin, stream, bpe, cache, out, n_out):
     """Encode text[begin:] segment by segment; returns (n_out, stop, bad): stop < len(text) when `out`
     had no room for the next segment (call again from stop with a larger `out`); bad = 1 when the
     text holds invalid UTF-8 (then nothing is reliable: encode it another way).
 
-    stream: (cut classes uint8 (BMP,), direct ids int32 (BMP,), f_start int32, f_len int32, f_blob
-    uint8: each BMP code point's output, prefix uint8: what the first segment of a text starts with,
-    growth int64 [the most output bytes one input byte makes]); bpe: the model tables
-    (`bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`."""
+    stream: `StreamTables`; bpe: the model tables (`bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`."""
     classes, direct, f_start, f_len, f_blob, prefix, growth = stream
     b_blob, b_starts, b_lengths, b_ids, b_slots = bpe.blob, bpe.starts, bpe.lengths, bpe.ids, bpe.slots
     p_table, b_bytes, b_chars, b_merges = bpe.pair_table, bpe.byte_ids, bpe.char_ids, bpe.merge_table
@@ -77,38 +144,16 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
     while position < n:
         count = 0
         while count < _BATCH and position < n:  # find segments ahead and prefetch their rows (overlapping fetches)
-            h = FNV_OFFSET
-            j = position
-            previous = 0
-            chars = 0
-            last = np.int64(-1)
-            while j < n:
-                c = text[j]
-                if c < 0x80:
-                    cp, width = np.int64(c), 1
-                else:
-                    cp, width = decode(text, j, n)
-                    if cp < 0:
-                        return n_out, j, 1
-                cls = classes[cp] if cp < BMP else 0
-                if j > position and ((previous & CUT_AFTER) != 0 or (cls & CUT_BEFORE) != 0
-                                     or (c == 32 and (previous & CUT_BEFORE_SPACE) != 0)):
-                    break
-                for k in range(j, j + width):
-                    h = hash_step(h, text[k])
-                previous = cls
-                last = cp
-                chars += 1
-                j += width
+            j, h, chars, last, bad = _segment_end(text, position, classes)
+            if bad:
+                return n_out, j, 1
             seg_start[count] = position
             seg_stop[count] = j
             seg_hash[count] = h
             seg_cp[count] = last if chars == 1 and position > 0 and last < BMP else -1
             count += 1
             if j - position <= CHUNK_BYTES:
-                slot = set_of(h, cache)
-                prefetch_row(cache, slot)
-                prefetch_row(cache, slot + 1)
+                prefetch_set(h, cache)
             position = j
         for q in range(count):
             i, j, h = seg_start[q], seg_stop[q], seg_hash[q]
@@ -141,27 +186,7 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 words = np.empty(size, np.uint8)
                 symbols = np.empty(3 * size, np.int32)
                 parts = np.empty((size, 2), np.int64)
-            m = np.int64(0)  # never a literal: a literal argument would compile bpe_ids once more
-            if i == 0:
-                for k in range(prefix.shape[0]):
-                    words[m] = prefix[k]
-                    m += 1
-            k = i
-            while k < j:
-                c = text[k]
-                if c < 0x80:
-                    cp, width = np.int64(c), 1
-                else:
-                    cp, width = decode(text, k, j)
-                if cp < BMP:
-                    for t in range(f_start[cp], f_start[cp] + f_len[cp]):
-                        words[m] = f_blob[t]
-                        m += 1
-                else:  # beyond the BMP a character is itself (`stream_form` checks no Replace touches one)
-                    for t in range(k, k + width):
-                        words[m] = text[t]
-                        m += 1
-                k += width
+            m = _segment_bytes(text, i, j, prefix, f_start, f_len, f_blob, words)
             if n_out + m > out.shape[0]:  # every id takes at least one output byte
                 return n_out, i, 0
             first = n_out

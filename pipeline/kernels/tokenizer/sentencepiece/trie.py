@@ -11,7 +11,7 @@ double array walks the same bytes with one read each: the child of `node` by byt
 free (the classic first-fit construction, darts-style), in a jitted loop over the sorted keys that
 walks a list of the free cells and drops a cell from it after MAX_TRIES failed tries, so the build is
 linear in the vocabulary: 16k / 64k / 250k random pieces of 1-10 characters in 0.03 / 0.13 / 0.89 s
-of CPU (a scan of every cell from the first free one took 0.65 s at 16k, 13 s at 64k).
+of CPU (a scan of every cell from the first free one takes 0.65 s at 16k, 13 s at 64k).
 """
 
 from __future__ import annotations
