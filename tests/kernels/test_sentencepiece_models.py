@@ -25,13 +25,14 @@ UNIGRAM_IDS = {piece: i for i, piece in enumerate(UNIGRAM_PIECES)}
 UNIGRAM_ALPHABET = "abcéz😀ß"  # z and ß are no pieces: unknown nodes (z, and ß's first byte, have byte pieces)
 
 
-def unigram_oracle(word: str, byte_fallback: bool) -> list[int]:
+def unigram_oracle(word: str, byte_fallback: bool, vocab: list[tuple[str, float]] = UNIGRAM_VOCAB) -> list[int]:
     """The best-scoring segmentation among all of them (a character with no one-character piece may
     be an unknown node, scored min - 10; among equal scores the one whose last node starts first,
     then the one before it, as `tokenizers`' forward pass keeps the first of equal candidates), runs
     of unknown nodes fused, then written as a piece, as byte pieces (when every byte has one) or as
     <unk>."""
-    scores = dict(UNIGRAM_VOCAB)
+    scores = dict(vocab)
+    piece_ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     unk_score = min(scores.values()) - 10.0
     n = len(word)
     if n == 0:
@@ -57,16 +58,16 @@ def unigram_oracle(word: str, byte_fallback: bool) -> list[int]:
     ids: list[int] = []
     for unknown, group in itertools.groupby(best[2], key=lambda node: node[1]):
         if not unknown:
-            ids += [UNIGRAM_IDS[piece] for piece, _ in group]
+            ids += [piece_ids[piece] for piece, _ in group]
             continue
         text = "".join(piece for piece, _ in group)
         pieces = [f"<0x{b:02X}>" for b in text.encode()]
-        if text in UNIGRAM_IDS:
-            ids.append(UNIGRAM_IDS[text])
-        elif byte_fallback and all(p in UNIGRAM_IDS for p in pieces):
-            ids += [UNIGRAM_IDS[p] for p in pieces]
+        if text in piece_ids:
+            ids.append(piece_ids[text])
+        elif byte_fallback and all(p in piece_ids for p in pieces):
+            ids += [piece_ids[p] for p in pieces]
         else:
-            ids.append(UNIGRAM_IDS["<unk>"])
+            ids.append(piece_ids["<unk>"])
     return ids
 
 
@@ -90,6 +91,15 @@ def test_unigram_examples(byte_fallback):
     z = [UNIGRAM_IDS["<0x7A>"]] if byte_fallback else [0]
     assert viterbi("z", tables) == z
     assert viterbi("ß", tables) == [0]  # its second byte has no byte piece: <unk>
+
+
+def test_unigram_keeps_the_first_of_equal_candidates():
+    """Equal scores (here "ab" and "ba"): the candidate met first at an end position is kept."""
+    vocab = [("<unk>", -10.0), ("a", -1.0), ("b", -2.0), ("ab", -2.5), ("ba", -2.5)]
+    tables = UnigramTables.build(vocab, 0, False)
+    assert viterbi("aba", tables) == [1, 4]  # a + ba, not ab + a
+    for word in ("abab", "baba", "ababa", "bab"):
+        assert viterbi(word, tables) == unigram_oracle(word, False, vocab), word
 
 
 def test_unigram_without_unk_fails_where_tokenizers_fails():

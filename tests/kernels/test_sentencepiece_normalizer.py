@@ -11,21 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.kernels.common.utf8 import BMP
-from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
-    CUT_DROP,
-    CUT_NONE,
-    META,
-    OP_COLLAPSE_SPACES,
-    OP_MAP,
-    OP_PREPEND,
-    OP_REPLACE,
-    OP_REPLACE_START,
-    OP_STRIP,
-    OP_TRIM_SPACES,
-    is_white,
-    pre_tokenize,
-    safe_cuts,
-)
+from pipeline.kernels.tokenizer.sentencepiece import normalizer as nz
+from pipeline.kernels.tokenizer.sentencepiece.normalizer import META, is_white, pre_tokenize, safe_cuts
 
 RUST_WHITE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B))))
 # The per-character table: upper case folded, ß -> "ss", the soft hyphen deleted, U+0301 unsupported
@@ -56,7 +43,7 @@ def ops_arrays(ops: list[tuple[int, str, str]]) -> tuple[np.ndarray, np.ndarray]
     rows, blob = [], b""
     for code, pattern, content in ops:
         p, c = pattern.encode(), content.encode()
-        if code == OP_STRIP:  # left / right as lengths 1 / 0
+        if code == nz.OP_STRIP:  # left / right as lengths 1 / 0
             rows.append((code, 0, len(p), 0, len(c)))
             continue
         rows.append((code, len(blob), len(p), len(blob) + len(p), len(c)))
@@ -65,23 +52,23 @@ def ops_arrays(ops: list[tuple[int, str, str]]) -> tuple[np.ndarray, np.ndarray]
 
 
 def apply(code: int, pattern: str, content: str, text: str) -> str | None:
-    if code == OP_MAP:
+    if code == nz.OP_MAP:
         if any(char not in TABLE for char in text):
             return None
         return "".join(MAPPED.get(char, char) for char in text)
-    if code == OP_REPLACE:
+    if code == nz.OP_REPLACE:
         return text.replace(pattern, content)
-    if code == OP_COLLAPSE_SPACES:
+    if code == nz.OP_COLLAPSE_SPACES:
         return re.sub(" {2,}", content, text)
-    if code == OP_TRIM_SPACES:
+    if code == nz.OP_TRIM_SPACES:
         return text.strip(" ")
-    if code == OP_STRIP:
+    if code == nz.OP_STRIP:
         white = "".join(RUST_WHITE)
         text = text.lstrip(white) if pattern else text
         return text.rstrip(white) if content else text
-    if code == OP_PREPEND:
+    if code == nz.OP_PREPEND:
         return content + text if text else text
-    assert code == OP_REPLACE_START
+    assert code == nz.OP_REPLACE_START
     return content + text[len(pattern):] if text.startswith(pattern) else text
 
 
@@ -122,13 +109,13 @@ def kernel_words(text: str, ops, pretok) -> list[str] | None:
 
 
 OPS = st.lists(st.one_of(
-    st.just((OP_MAP, "", "")),
-    st.tuples(st.just(OP_REPLACE), st.sampled_from([" ", "ab", "ss", "a"]), st.sampled_from(["", META, "x", "  "])),
-    st.tuples(st.just(OP_COLLAPSE_SPACES), st.just(" {2,}"), st.sampled_from([" ", META])),
-    st.just((OP_TRIM_SPACES, "", "")),
-    st.tuples(st.just(OP_STRIP), st.sampled_from(["", " "]), st.sampled_from(["", " "])),
-    st.tuples(st.just(OP_PREPEND), st.just(""), st.sampled_from([META, "x"])),
-    st.tuples(st.just(OP_REPLACE_START), st.sampled_from([" ", "a"]), st.sampled_from([META, ""])),
+    st.just((nz.OP_MAP, "", "")),
+    st.tuples(st.just(nz.OP_REPLACE), st.sampled_from([" ", "ab", "ss", "a"]), st.sampled_from(["", META, "x", "  "])),
+    st.tuples(st.just(nz.OP_COLLAPSE_SPACES), st.just(" {2,}"), st.sampled_from([" ", META])),
+    st.just((nz.OP_TRIM_SPACES, "", "")),
+    st.tuples(st.just(nz.OP_STRIP), st.sampled_from(["", " "]), st.sampled_from(["", " "])),
+    st.tuples(st.just(nz.OP_PREPEND), st.just(""), st.sampled_from([META, "x"])),
+    st.tuples(st.just(nz.OP_REPLACE_START), st.sampled_from([" ", "a"]), st.sampled_from([META, ""])),
 ), max_size=4)
 
 
@@ -138,7 +125,7 @@ def test_whitespace_is_rusts():
 
 
 def test_examples():
-    mapped_then_meta = [(OP_MAP, "", "")]
+    mapped_then_meta = [(nz.OP_MAP, "", "")]
     assert kernel_words("Ab ßa", mapped_then_meta, (False, True, True, True)) == [META + "ab", META + "ssa"]
     assert kernel_words(" ab", mapped_then_meta, (False, True, True, False)) == [META + "ab"]
     assert kernel_words("a\u3000b", mapped_then_meta, (True, True, True, True)) == [META + "a", META + "b"]
@@ -163,5 +150,5 @@ def test_safe_cuts_are_the_spaces_between_chosen_characters(text, left, right):
     out = np.empty(max(len(data), 1), np.int64)
     expected = [j for j in range(1, len(data) - 1)
                 if data[j] == 32 and chr(data[j - 1]) in left and chr(data[j + 1]) in right]
-    assert out[:safe_cuts(array, CUT_DROP, cut_left, cut_right, out)].tolist() == expected
-    assert safe_cuts(array, CUT_NONE, cut_left, cut_right, out) == 0
+    assert out[:safe_cuts(array, nz.CUT_DROP, cut_left, cut_right, out)].tolist() == expected
+    assert safe_cuts(array, nz.CUT_NONE, cut_left, cut_right, out) == 0

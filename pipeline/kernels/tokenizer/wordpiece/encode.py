@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_bytes, hash_step, lookup
+from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.spans import add_span
 from pipeline.kernels.common.utf8 import decode_bmp
@@ -46,78 +46,6 @@ MAX_FALLBACK_BYTES = 1 << 16  # a fallback span is cut at a chunk boundary past 
 MAX_WORD_BYTES = 1 << 16  # a longer word is [UNK] whatever max_input_chars_per_word says (<= 100 in practice)
 
 
-@kernel(inline="always")
-def _split(word, n_word, unk_id, max_key, w_blob, w_starts, w_lengths, w_ids, w_slots, c_blob, c_starts, c_lengths,
-           c_ids, c_slots, out, n_out):
-    """Greedy longest match first on word[:n_word], appended to out from n_out; returns the new n_out
-    (the whole word [UNK] when some position matches nothing). At each position the rest of the
-    word is tried first as a continuation, then every shorter piece, shortest first."""
-    first = n_out
-    position = 0
-    while position < n_word:
-        best_end = -1
-        best_id = -1
-        if position > 0 and n_word - position <= max_key:
-            best_id = lookup(hash_bytes(word, position, n_word), word, position, n_word, c_blob, c_starts, c_lengths,
-                             c_ids, c_slots)
-            if best_id >= 0:
-                best_end = n_word
-        if best_end < 0:
-            h = FNV_OFFSET
-            for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
-                h = hash_step(h, word[end - 1])
-                if position == 0:
-                    found = lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids, w_slots)
-                else:
-                    found = lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids, c_slots)
-                if found >= 0:
-                    best_end = end
-                    best_id = found
-        if best_end < 0:  # some position matches nothing: the whole word is [UNK]
-            out[first] = unk_id
-            return first + 1
-        out[n_out] = best_id
-        n_out += 1
-        position = best_end
-    return n_out
-
-
-@kernel(inline="always")
-def _wordpiece(word, n_word, h, unk_id, max_key, w_blob, w_starts, w_lengths, w_ids, w_slots, c_blob, c_starts,
-               c_lengths, c_ids, c_slots, cache_keys, cache_words, cache_ids, out, n_out):
-    """The ids of the word word[:n_word] (h: its FNV-1a hash, made as its letters arrived) appended to
-    out from n_out; returns the new n_out. The whole word is tried first (most words are one
-    vocabulary entry, and a whole hit is the longest match), then the cache, then `_split`."""
-    if n_word <= max_key:
-        whole = lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
-        if whole >= 0:
-            out[n_out] = whole
-            return n_out + 1
-    slot = np.int64(h & np.uint64(cache_keys.shape[0] - 1))
-    key = (h & _HIGH_BITS) | np.uint64(n_word)
-    hit = cache_keys[slot] == key
-    if hit:
-        for k in range(n_word):
-            if cache_words[slot, k] != word[k]:
-                hit = False
-                break
-    if hit:
-        for k in range(cache_ids[slot, 0]):
-            out[n_out + k] = cache_ids[slot, k + 1]
-        return n_out + cache_ids[slot, 0]
-    first = n_out
-    n_out = _split(word, n_word, unk_id, max_key, w_blob, w_starts, w_lengths, w_ids, w_slots, c_blob, c_starts,
-                   c_lengths, c_ids, c_slots, out, n_out)
-    if n_word <= cache_words.shape[1] and n_out - first < cache_ids.shape[1]:
-        cache_keys[slot] = key
-        for k in range(n_word):
-            cache_words[slot, k] = word[k]
-        cache_ids[slot, 0] = n_out - first
-        for k in range(n_out - first):
-            cache_ids[slot, k + 1] = out[first + k]
-    return n_out
-
-
 @kernel()
 def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isolated_ids, unk_id, max_chars,
                    max_key,
@@ -126,12 +54,15 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
     """Tokenize text; returns (n_out, n_spans). spans[k] = (byte start, byte stop, position in out).
 
     A chunk is tokenized optimistically; at its first OTHER character the chunk's ids are dropped
-    and the chunk joins (or opens) a fallback span. WordPiece (`_wordpiece`) is compiled into the
-    kernel (`inline="always"`: a call taking the ten table arrays cost ten times the lookup itself).
+    and the chunk joins (or opens) a fallback span. WordPiece is written out inline at the one
+    place a word ends: a helper taking the ten table arrays cost ten times the lookup itself, and
+    the same helper compiled into the kernel (numba's inline="always") made the kernel 2-3 times
+    slower on English books.
 
     Words that are not one vocabulary entry are split once and kept in a direct-mapped cache
     (cache_keys: hash and length, cache_words: the word's bytes, cache_ids: count then ids); a hit
     is checked byte for byte, so the cache changes the speed, never the ids."""
+    cache_mask = cache_keys.shape[0] - 1
     n = text.shape[0]
     word = np.empty(MAX_WORD_BYTES + 8, dtype=np.uint8)
     n_out = 0
@@ -182,9 +113,70 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                 out[n_out] = unk_id
                 n_out += 1
             elif n_word > 0:
-                n_out = _wordpiece(word, n_word, word_hash, unk_id, max_key, w_blob, w_starts, w_lengths, w_ids,
-                                   w_slots, c_blob, c_starts, c_lengths, c_ids, c_slots, cache_keys, cache_words,
-                                   cache_ids, out, n_out)
+                # WordPiece: greedy longest match first. The whole word is tried first (most words
+                # are one vocabulary entry, and a whole hit is the longest match), then the cache.
+                h = word_hash  # FNV of the word, hashed as its letters arrived
+                whole = -1
+                if n_word <= max_key:
+                    whole = lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
+                if whole >= 0:
+                    out[n_out] = whole
+                    n_out += 1
+                else:
+                    slot = np.int64(h & np.uint64(cache_mask))
+                    key = (h & _HIGH_BITS) | np.uint64(n_word)
+                    hit = cache_keys[slot] == key
+                    if hit:
+                        for k in range(n_word):
+                            if cache_words[slot, k] != word[k]:
+                                hit = False
+                                break
+                    if hit:
+                        for k in range(cache_ids[slot, 0]):
+                            out[n_out] = cache_ids[slot, k + 1]
+                            n_out += 1
+                    else:
+                        first = n_out
+                        position = 0
+                        while position < n_word:
+                            best_end = -1
+                            best_id = -1
+                            if position > 0 and n_word - position <= max_key:
+                                h = FNV_OFFSET
+                                for k in range(position, n_word):
+                                    h = hash_step(h, word[k])
+                                best_id = lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
+                                                  c_slots)
+                                if best_id >= 0:
+                                    best_end = n_word
+                            if best_end < 0:
+                                h = FNV_OFFSET
+                                for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
+                                    h = hash_step(h, word[end - 1])
+                                    if position == 0:
+                                        found = lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids,
+                                                        w_slots)
+                                    else:
+                                        found = lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids,
+                                                        c_slots)
+                                    if found >= 0:
+                                        best_end = end
+                                        best_id = found
+                            if best_end < 0:  # some position matches nothing: the whole word is [UNK]
+                                n_out = first
+                                out[n_out] = unk_id
+                                n_out += 1
+                                break
+                            out[n_out] = best_id
+                            n_out += 1
+                            position = best_end
+                        if n_word <= cache_words.shape[1] and n_out - first < cache_ids.shape[1]:
+                            cache_keys[slot] = key
+                            for k in range(n_word):
+                                cache_words[slot, k] = word[k]
+                            cache_ids[slot, 0] = n_out - first
+                            for k in range(n_out - first):
+                                cache_ids[slot, k + 1] = out[first + k]
             n_word = 0
             word_hash = FNV_OFFSET
             if kind == CHUNK_SPACE:
