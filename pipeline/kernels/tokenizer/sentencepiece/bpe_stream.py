@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step
 from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import BMP, decode
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, merge_part
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
@@ -35,7 +36,6 @@ from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
     cached_count,
     copy_ids,
     insert,
-    prefetch_set,
     probe,
     row_key,
     set_of,
@@ -62,59 +62,6 @@ class StreamTables(NamedTuple):
     f_blob: np.ndarray
     prefix: np.ndarray
     growth: np.ndarray
-
-
-@kernel(inline="always")
-def _segment_end(text, position, classes):
-    """(stop, FNV-1a hash of text[position:stop], characters, the last one's code point, 1 at invalid
-    UTF-8 (then stop is where it is) else 0) of the segment at `position`: up to the first
-    boundary where a cut is always safe (`StreamTables.classes`)."""
-    n = text.shape[0]
-    h = FNV_OFFSET
-    j = position
-    previous = 0
-    chars = 0
-    last = np.int64(-1)
-    while j < n:
-        c = text[j]
-        cp, width = decode(text, j, n)  # ASCII first: one compare when inlined
-        if cp < 0:
-            return j, h, chars, last, 1
-        cls = classes[cp] if cp < BMP else 0
-        if j > position and ((previous & CUT_AFTER) != 0 or (cls & CUT_BEFORE) != 0
-                             or (c == 32 and (previous & CUT_BEFORE_SPACE) != 0)):
-            break
-        for k in range(j, j + width):
-            h = hash_step(h, text[k])
-        previous = cls
-        last = cp
-        chars += 1
-        j += width
-    return j, h, chars, last, 0
-
-
-@kernel(inline="always")
-def _segment_bytes(text, i, j, prefix, f_start, f_len, f_blob, words):
-    """The BPE input of the segment text[i:j] (valid UTF-8) into words: the prefix when it opens the
-    text, then each character's output; returns its length."""
-    m = np.int64(0)  # never a literal: a literal argument would compile bpe_ids once more
-    if i == 0:
-        for k in range(prefix.shape[0]):
-            words[m] = prefix[k]
-            m += 1
-    k = i
-    while k < j:
-        cp, width = decode(text, k, j)
-        if cp < BMP:
-            for t in range(f_start[cp], f_start[cp] + f_len[cp]):
-                words[m] = f_blob[t]
-                m += 1
-        else:  # beyond the BMP a character is itself (`stream_form` checks no Replace touches one)
-            for t in range(k, k + width):
-                words[m] = text[t]
-                m += 1
-        k += width
-    return m
 
 
 @kernel()
@@ -144,16 +91,38 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
     while position < n:
         count = 0
         while count < _BATCH and position < n:  # find segments ahead and prefetch their rows (overlapping fetches)
-            j, h, chars, last, bad = _segment_end(text, position, classes)
-            if bad:
-                return n_out, j, 1
+            h = FNV_OFFSET
+            j = position
+            previous = 0
+            chars = 0
+            last = np.int64(-1)
+            while j < n:
+                c = text[j]
+                if c < 0x80:
+                    cp, width = np.int64(c), 1
+                else:
+                    cp, width = decode(text, j, n)
+                    if cp < 0:
+                        return n_out, j, 1
+                cls = classes[cp] if cp < BMP else 0
+                if j > position and ((previous & CUT_AFTER) != 0 or (cls & CUT_BEFORE) != 0
+                                     or (c == 32 and (previous & CUT_BEFORE_SPACE) != 0)):
+                    break
+                for k in range(j, j + width):
+                    h = hash_step(h, text[k])
+                previous = cls
+                last = cp
+                chars += 1
+                j += width
             seg_start[count] = position
             seg_stop[count] = j
             seg_hash[count] = h
             seg_cp[count] = last if chars == 1 and position > 0 and last < BMP else -1
             count += 1
             if j - position <= CHUNK_BYTES:
-                prefetch_set(h, cache)
+                slot = set_of(h, cache)
+                prefetch_row(cache, slot)
+                prefetch_row(cache, slot + 1)
             position = j
         for q in range(count):
             i, j, h = seg_start[q], seg_stop[q], seg_hash[q]
@@ -186,7 +155,27 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 words = np.empty(size, np.uint8)
                 symbols = np.empty(3 * size, np.int32)
                 parts = np.empty((size, 2), np.int64)
-            m = _segment_bytes(text, i, j, prefix, f_start, f_len, f_blob, words)
+            m = np.int64(0)  # never a literal: a literal argument would compile bpe_ids once more
+            if i == 0:
+                for k in range(prefix.shape[0]):
+                    words[m] = prefix[k]
+                    m += 1
+            k = i
+            while k < j:
+                c = text[k]
+                if c < 0x80:
+                    cp, width = np.int64(c), 1
+                else:
+                    cp, width = decode(text, k, j)
+                if cp < BMP:
+                    for t in range(f_start[cp], f_start[cp] + f_len[cp]):
+                        words[m] = f_blob[t]
+                        m += 1
+                else:  # beyond the BMP a character is itself (`stream_form` checks no Replace touches one)
+                    for t in range(k, k + width):
+                        words[m] = text[t]
+                        m += 1
+                k += width
             if n_out + m > out.shape[0]:  # every id takes at least one output byte
                 return n_out, i, 0
             first = n_out

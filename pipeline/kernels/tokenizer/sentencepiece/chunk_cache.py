@@ -15,7 +15,6 @@ import numpy as np
 
 from pipeline.kernels.common.hash_table import hash_bytes
 from pipeline.kernels.common.jit import helper, kernel
-from pipeline.kernels.common.prefetch import prefetch_row
 
 ROW_BYTES = 64  # one cache line per row
 CHUNK_BYTES = 24  # row bytes 8..31: the string
@@ -42,15 +41,6 @@ def chunk_cache(slots: int) -> np.ndarray:
 def set_of(h, cache):
     """The first row of the two-way set of a string whose hash is h."""
     return np.int64(h & np.uint64(cache.shape[0] - 1)) & ~np.int64(1)
-
-
-@kernel(inline="always")
-def prefetch_set(h, cache):
-    """Ask the CPU for both rows of the set of a string whose hash is h (a hint: changes no value),
-    so that the fetches of strings found ahead overlap."""
-    slot = set_of(h, cache)
-    prefetch_row(cache, slot)
-    prefetch_row(cache, slot + 1)
 
 
 @kernel(inline="always")
@@ -86,15 +76,6 @@ def probe(cache, cache_bytes, slot, key, data, start, length):
             if same:
                 return slot + way
     return -1
-
-
-@kernel(inline="always")
-def find_word(cache, cache_bytes, words, a, b):
-    """(set, key, row or -1) of the normalised word (or BPE part) words[a:b] in the cache."""
-    h = hash_bytes(words, a, b)
-    slot = set_of(h, cache)
-    key = row_key(h, b - a, WORD_FLAG)
-    return slot, key, probe(cache, cache_bytes, slot, key, words, a, b - a)
 
 
 @helper

@@ -28,19 +28,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step
+from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_bytes, hash_step
 from pipeline.kernels.common.jit import helper, kernel
-from pipeline.kernels.common.spans import add_span
+from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import decode_bmp, decode_valid, utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, bpe_parts, merge_part
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
     CHUNK_BYTES,
     NO_FLAGS,
+    WORD_FLAG,
     cached_count,
     copy_ids,
-    find_word,
     insert,
-    prefetch_set,
     probe,
     row_key,
     set_of,
@@ -151,111 +150,6 @@ def _starts_after_run(text, e, n, edges):
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel(inline="always")
-def _chunk_end(text, position, by_runs, run_bytes, edges, cutting, cut_mode, cut_left, cut_right):
-    """(stop, start of the next chunk, FNV-1a hash of text[position:stop]) of the chunk at `position`:
-    up to the next safe cut (`Cuts`), or the end of the text."""
-    n = text.shape[0]
-    h = FNV_OFFSET
-    j = position
-    following = n
-    while j < n:
-        c = text[j]
-        if by_runs:
-            if run_bytes[c] != 0 and j > position:
-                e = j + 1
-                while e < n and run_bytes[text[e]] != 0:
-                    e += 1
-                if e < n and _ends_before_run(text, position, j, edges) and _starts_after_run(text, e, n, edges):
-                    following = e  # the run belongs to neither side
-                    break
-                while j < e:
-                    h = hash_step(h, text[j])
-                    j += 1
-                continue
-        elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
-                and cut_right[text[j + 1]] != 0:
-            # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
-            following = j + 1 if cut_mode == CUT_DROP else j
-            break
-        h = hash_step(h, c)
-        j += 1
-    return j, following, h
-
-
-@kernel(inline="always")
-def _plain_size(text, i, j, plain, plain_map, plain_cp, cp_len):
-    """(whether every character of text[i:j] is plain, the bytes of their outputs), when `plain` is
-    True to begin with (see `Normalizer.plain_*`)."""
-    size = 0
-    k = i
-    while plain and k < j:
-        byte = text[k]
-        if byte < 0x80:
-            plain = plain_map[byte] != 0
-            size += 1
-            k += 1
-        else:
-            cp, width = decode_bmp(text, k, j)
-            plain = cp >= 0 and plain_cp[cp] != 0
-            if plain:
-                size += cp_len[cp]
-            k += width
-    return plain, size
-
-
-@kernel(inline="always")
-def _plain_word(text, i, j, plain_map, plain_prefix, cp_start, cp_len, cp_blob, words, bounds):
-    """The one word of the plain chunk text[i:j] (the prefix, then each character's output) into
-    words and bounds[0]; returns the number of words (1)."""
-    n_prefix = plain_prefix[0]
-    for k in range(n_prefix):
-        words[k] = plain_prefix[1 + k]
-    m = n_prefix
-    k = i
-    while k < j:
-        byte = text[k]
-        if byte < 0x80:
-            words[m] = plain_map[byte]
-            m += 1
-            k += 1
-        else:
-            cp, width = decode_bmp(text, k, j)
-            for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
-                words[m] = cp_blob[t]
-                m += 1
-            k += width
-    bounds[0, 0] = 0
-    bounds[0, 1] = m
-    return 1
-
-
-@kernel(inline="always")
-def _encode_parts(words, a, b, bpe, cache, cache_bytes, cache_ints, symbols, parts, out, n_out):
-    """The ids of the BPE word words[a:b] appended to out from n_out, part by part (`bpe_parts`: no
-    merge crosses them), each part answered from the cache or merged and remembered; returns the
-    new n_out, or -1 where `tokenizers` fails."""
-    n_parts = bpe_parts(words, a, b, bpe.blob, bpe.starts, bpe.lengths, bpe.ids, bpe.slots, bpe.char_ids,
-                        bpe.pair_table, bpe.byte_ids, bpe.flags[0], parts)
-    for r in range(n_parts):
-        pa, pb = parts[r, 0], parts[r, 1]
-        part_slot, part_key = np.int64(-1), np.uint64(0)
-        if pb - pa <= CHUNK_BYTES:
-            part_slot, part_key, row = find_word(cache, cache_bytes, words, pa, pb)
-            if row >= 0:
-                n_out = copy_ids(cache_ints, row, out, n_out)
-                continue
-        part_first = n_out
-        n_out = merge_part(words, pa, pb, bpe.blob, bpe.starts, bpe.lengths, bpe.ids, bpe.slots, bpe.char_ids,
-                           bpe.merge_table, bpe.byte_ids, bpe.flags[0], bpe.flags[1] != 0, bpe.flags[3], bpe.flags[4],
-                           symbols, out, n_out)
-        if n_out < 0:
-            return n_out
-        if part_slot >= 0:
-            insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out, part_first, n_out)
-    return n_out
-
-
 @kernel()
 def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, spans, n_spans):
     """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
@@ -293,14 +187,39 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
-            j, following, h = _chunk_end(text, position, by_runs, run_bytes, edges, cutting, cut_mode, cut_left,
-                                         cut_right)
+            h = FNV_OFFSET
+            j = position
+            following = n
+            while j < n:
+                c = text[j]
+                if by_runs:
+                    if run_bytes[c] != 0 and j > position:
+                        e = j + 1
+                        while e < n and run_bytes[text[e]] != 0:
+                            e += 1
+                        if e < n and _ends_before_run(text, position, j, edges) \
+                                and _starts_after_run(text, e, n, edges):
+                            following = e  # the run belongs to neither side
+                            break
+                        while j < e:
+                            h = hash_step(h, text[j])
+                            j += 1
+                        continue
+                elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
+                        and cut_right[text[j + 1]] != 0:
+                    # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
+                    following = j + 1 if cut_mode == CUT_DROP else j
+                    break
+                h = hash_step(h, c)
+                j += 1
             chunk_start[count] = position
             chunk_stop[count] = j
             chunk_hash[count] = h
             count += 1
             if j - position <= CHUNK_BYTES:
-                prefetch_set(h, cache)
+                slot = set_of(h, cache)
+                prefetch_row(cache, slot)
+                prefetch_row(cache, slot + 1)
             position = following
         for q in range(count):
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
@@ -316,7 +235,21 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     n_out = copy_ids(cache_ints, row, out, n_out)
                     open_span = False
                     continue
-            plain, size = _plain_size(text, i, j, plain_ok and length > 0, plain_map, plain_cp, cp_len)
+            plain = plain_ok and length > 0  # plain characters only: one word, prefix and their outputs
+            size = 0
+            k = i
+            while plain and k < j:
+                byte = text[k]
+                if byte < 0x80:
+                    plain = plain_map[byte] != 0
+                    size += 1
+                    k += 1
+                else:
+                    cp, width = decode_bmp(text, k, j)
+                    plain = cp >= 0 and plain_cp[cp] != 0
+                    if plain:
+                        size += cp_len[cp]
+                    k += width
             if plain:
                 peak, need = n_prefix + size + 8, n_prefix + size + 8
             else:
@@ -328,7 +261,25 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 return n_out, n_spans, i
             first = n_out
             if plain:
-                n_words = _plain_word(text, i, j, plain_map, plain_prefix, cp_start, cp_len, cp_blob, words, bounds)
+                for k in range(n_prefix):
+                    words[k] = plain_prefix[1 + k]
+                m = n_prefix
+                k = i
+                while k < j:
+                    byte = text[k]
+                    if byte < 0x80:
+                        words[m] = plain_map[byte]
+                        m += 1
+                        k += 1
+                    else:
+                        cp, width = decode_bmp(text, k, j)
+                        for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
+                            words[m] = cp_blob[t]
+                            m += 1
+                        k += width
+                bounds[0, 0] = 0
+                bounds[0, 1] = m
+                n_words = 1
             else:
                 n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
                                        words, bounds)
@@ -339,13 +290,37 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 w += 1
                 word_slot, word_key = np.int64(-1), np.uint64(0)
                 if general and b - a <= CHUNK_BYTES and not by_parts:  # a word of an unknown chunk: maybe seen
-                    word_slot, word_key, row = find_word(cache, cache_bytes, words, a, b)
+                    wh = hash_bytes(words, a, b)
+                    word_slot = set_of(wh, cache)
+                    word_key = row_key(wh, b - a, WORD_FLAG)
+                    row = probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
                     if row >= 0:
                         n_out = copy_ids(cache_ints, row, out, n_out)
                         continue
                 before = n_out
                 if by_parts and general:  # the word's parts (no merge crosses them), each cached
-                    n_out = _encode_parts(words, a, b, bpe, cache, cache_bytes, cache_ints, symbols, parts, out, n_out)
+                    n_parts = bpe_parts(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, p_table,
+                                        b_bytes, b_fallback, parts)
+                    for r in range(n_parts):
+                        pa, pb = parts[r, 0], parts[r, 1]
+                        part_slot, part_key = np.int64(-1), np.uint64(0)
+                        if pb - pa <= CHUNK_BYTES:
+                            ph = hash_bytes(words, pa, pb)
+                            part_slot = set_of(ph, cache)
+                            part_key = row_key(ph, pb - pa, WORD_FLAG)
+                            row = probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
+                            if row >= 0:
+                                n_out = copy_ids(cache_ints, row, out, n_out)
+                                continue
+                        part_first = n_out
+                        n_out = merge_part(words, pa, pb, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
+                                           b_merges, b_bytes, b_fallback, b_fuse, b_unk_mode, b_unk, symbols, out,
+                                           n_out)
+                        if n_out < 0:
+                            break
+                        if part_slot >= 0:
+                            insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
+                                    part_first, n_out)
                     word_slot = np.int64(-1)  # the parts are cached, not the word
                 elif is_bpe:
                     n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
@@ -362,6 +337,12 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 open_span = False
             else:
                 n_out = first
-                n_spans = add_span(spans, n_spans, open_span, i, j, n_out)
-                open_span = True
+                if open_span:
+                    spans[n_spans - 1, 1] = j
+                else:
+                    spans[n_spans, 0] = i
+                    spans[n_spans, 1] = j
+                    spans[n_spans, 2] = n_out
+                    n_spans += 1
+                    open_span = True
     return n_out, n_spans, n

@@ -54,25 +54,6 @@ def is_white(cp):
             or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-@kernel(inline="always")
-def _matches(src, i, m, blob, start, length):
-    """Whether src[i:m] starts with blob[start:start + length]."""
-    if i + length > m:
-        return False
-    t = 0
-    while t < length and src[i + t] == blob[start + t]:
-        t += 1
-    return t == length
-
-
-@kernel(inline="always")
-def _put(blob, start, length, dst, k):
-    """blob[start:start + length] into dst from k; returns the new k."""
-    for t in range(length):
-        dst[k + t] = blob[start + t]
-    return k + length
-
-
 @helper
 def _apply_op(op, blob, src, m, dst):
     """One tail operation from src[:m] into dst; returns the new length."""
@@ -81,8 +62,16 @@ def _apply_op(op, blob, src, m, dst):
     if code == OP_REPLACE:
         i = 0
         while i < m:
-            if plen > 0 and _matches(src, i, m, blob, p0, plen):
-                k = _put(blob, c0, clen, dst, k)
+            hit = plen > 0 and i + plen <= m
+            if hit:
+                for t in range(plen):
+                    if src[i + t] != blob[p0 + t]:
+                        hit = False
+                        break
+            if hit:
+                for t in range(clen):
+                    dst[k] = blob[c0 + t]
+                    k += 1
                 i += plen
             else:
                 dst[k] = src[i]
@@ -95,7 +84,9 @@ def _apply_op(op, blob, src, m, dst):
             if src[i] == 32 and i + 1 < m and src[i + 1] == 32:
                 while i < m and src[i] == 32:
                     i += 1
-                k = _put(blob, c0, clen, dst, k)
+                for t in range(clen):
+                    dst[k] = blob[c0 + t]
+                    k += 1
             else:
                 dst[k] = src[i]
                 k += 1
@@ -131,15 +122,25 @@ def _apply_op(op, blob, src, m, dst):
         return k
     if code == OP_PREPEND:
         if m > 0:
-            k = _put(blob, c0, clen, dst, k)
+            for t in range(clen):
+                dst[k] = blob[c0 + t]
+                k += 1
         for i in range(m):
             dst[k] = src[i]
             k += 1
         return k
     # OP_REPLACE_START
     i = 0
-    if _matches(src, 0, m, blob, p0, plen):
-        k = _put(blob, c0, clen, dst, k)
+    hit = plen <= m
+    if hit:
+        for t in range(plen):
+            if src[t] != blob[p0 + t]:
+                hit = False
+                break
+    if hit:
+        for t in range(clen):
+            dst[k] = blob[c0 + t]
+            k += 1
         i = plen
     while i < m:
         dst[k] = src[i]
