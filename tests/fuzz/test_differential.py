@@ -47,9 +47,9 @@ from pipeline.beam.reading.formats.jsonl import (
 from pipeline.beam.reading.reader import ReadSizes, UnitReader
 from pipeline.beam.reading.work_units import WorkUnit, expand_inputs, split_large_inputs
 from pipeline.kernels.text.cleaning import (
-    _UTF8_BOM,
-    _UTF16_BOMS,
     SKIP_EMPTY,
+    UTF8_BOM,
+    UTF16_BOMS,
     NotText,
     clean_bytes,
     clean_text,
@@ -85,7 +85,7 @@ def _encode(text: str, encoding: str, newline: str, junk: bool) -> bytes:
     data = text.encode("utf-8")
     if junk:
         data = data.replace(b"river", b"ri\xffver\xc3")  # undecodable bytes
-    return (_UTF8_BOM if encoding == "utf-8-sig" else b"") + data
+    return (UTF8_BOM if encoding == "utf-8-sig" else b"") + data
 
 
 def _compress(data: bytes, suffix: str, cuts: list[int]) -> bytes:
@@ -153,10 +153,10 @@ def _check_text(tmp_path_factory, lines, encoding, newline, junk, suffix, cuts, 
 
 def _jsonl_oracle(raw: bytes, column: str, max_line: int) -> tuple[list[str], Counter, str | None]:
     """The records of a whole .jsonl file, line by line: (texts, skip counts, file skip reason)."""
-    if raw.startswith(_UTF16_BOMS):
+    if raw.startswith(UTF16_BOMS):
         raw = raw.decode("utf-16", "replace").encode("utf-8", "surrogatepass")
-    elif raw.startswith(_UTF8_BOM):
-        raw = raw[len(_UTF8_BOM):]
+    elif raw.startswith(UTF8_BOM):
+        raw = raw[len(UTF8_BOM):]
     texts, skipped, fields = [], Counter(), []
     for raw_line in re.split(rb"\r\n|\r|\n", raw):
         if len(raw_line) > max_line:

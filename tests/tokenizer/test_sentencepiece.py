@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
-from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache
+from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,
@@ -369,10 +370,11 @@ def test_llama_style_bpe_is_one_word_cut_where_no_merge_crosses():
     assert direct[ord("e")] >= 0 and bytes(prefix).decode() == "\u2581" and growth[0] == 3
     lonely = [cp for cp in range(0x4E00, 0x9FFF) if classes[cp] & CUT_BEFORE and classes[cp] & CUT_AFTER]
     assert lonely and direct[lonely[0]] != -1
-    assert _pair("llama_bpe:gemma")[1].tables.stream[5].size == 0
+    assert _pair("llama_bpe:gemma")[1].tables.stream.prefix.size == 0
     replaced = _pair("llama_bpe:replaces")[1].tables.stream
-    assert bytes(replaced[4][replaced[2][ord("x")]:][:replaced[3][ord("x")]]).decode() == "ks"
-    assert bytes(replaced[4][replaced[2][9]:][:replaced[3][9]]).decode() == "\u2581\u2581"
+    for char, out in (("x", "ks"), ("\t", "\u2581\u2581")):
+        start, length = replaced.f_start[ord(char)], replaced.f_len[ord(char)]
+        assert bytes(replaced.f_blob[start:start + length]).decode() == out
     for name in ("llama_bpe:first", "xlmr_unigram"):
         assert _pair(name)[1].tables.stream is None, name
 

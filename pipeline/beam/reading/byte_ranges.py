@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.kernels.text.cleaning import _UTF16_BOMS
+from pipeline.kernels.text.cleaning import UTF16_BOMS
 
 READ_BLOCK_BYTES = 4 << 20
 _RANGE_MARK = "@"
@@ -100,6 +100,6 @@ def starts_utf16(path: str) -> bool:
     never cut into byte ranges (False when it cannot be read: reading it reports why)."""
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            return handle.read(2).startswith(_UTF16_BOMS)
+            return handle.read(2).startswith(UTF16_BOMS)
     except Exception:  # noqa: BLE001 - any listing-time read error: the reader reports it with its reason
         return False

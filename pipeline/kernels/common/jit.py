@@ -102,3 +102,9 @@ def kernel(*signatures: Any, **extra: Any) -> Callable:
     if signatures:
         return numba.njit(list(signatures), **JIT_OPTIONS, **extra)
     return numba.njit(**JIT_OPTIONS, **extra)
+
+
+def helper(function: Callable) -> Callable:
+    """`@helper`: a kernel called from other kernels only. numba compiles no CPython or C wrapper for
+    it (less compile time and cache); calling one from Python is not possible (it crashes)."""
+    return numba.njit(**JIT_OPTIONS, no_cpython_wrapper=True, no_cfunc_wrapper=True)(function)

@@ -1,10 +1,10 @@
 """A memory prefetch hint for numba kernels: `prefetch_row(table, row)` asks the CPU to bring the
 cache line of table[row, 0] in, without waiting for it.
 
-A plain load of a row found ahead (what the SentencePiece kernels did before) also starts the fetch,
-but it occupies the reorder buffer until the line arrives, so only a few such loads overlap before
-the core stalls; a prefetch instruction retires at once, so the fetches of a whole batch of chunks
-overlap with the work between them. It changes no value.
+A plain load of a row found ahead also starts the fetch, but it occupies the reorder buffer until
+the line arrives, so only a few such loads overlap before the core stalls; a prefetch instruction
+retires at once, so the fetches of a whole batch of chunks overlap with the work between them. It
+changes no value.
 """
 
 from __future__ import annotations

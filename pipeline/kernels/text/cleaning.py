@@ -15,15 +15,15 @@ from numba.extending import intrinsic
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.loads import load8
 
-_UTF8_BOM = b"\xef\xbb\xbf"
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-_HTML_START = re.compile(rb"^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<\?xml)", re.IGNORECASE)
-_GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE | re.IGNORECASE)
-_GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+HTML_START = re.compile(rb"^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<\?xml)", re.IGNORECASE)
+GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE | re.IGNORECASE)
+GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 # A str's surrogate code points are lone ones (a valid pair is one code point): not Unicode text.
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _IS_CONTROL = np.zeros(256, dtype=np.uint8)
 _IS_CONTROL[list(_CONTROL_BYTES)] = 1
@@ -167,9 +167,9 @@ class CleanText:
 
 def decode(data: bytes) -> tuple[str, int]:
     """Decode bytes as UTF-8 (UTF-16 when it has a BOM), replacing invalid bytes; return (text, replaced)."""
-    if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM):]
-    elif data.startswith(_UTF16_BOMS):
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    elif data.startswith(UTF16_BOMS):
         text = data.decode("utf-16", errors="replace")
         return text, text.count("\ufffd")
     return decode_utf8(data)
@@ -194,7 +194,7 @@ def normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _find_marker(pattern: re.Pattern, text: str, position: int) -> re.Match | None:
+def find_marker(pattern: re.Pattern, text: str, position: int) -> re.Match | None:
     """The first line at or after `position` that `pattern` matches. Markers start with `***`:
     finding those with str.find and matching only their lines is ~20x faster than running the
     case-insensitive line regex over a whole book."""
@@ -219,10 +219,10 @@ def strip_gutenberg(text: str) -> tuple[str, int]:
     bodies: list[str] = []
     position = 0
     while True:
-        start = _find_marker(_GUTENBERG_START, text, position)
+        start = find_marker(GUTENBERG_START, text, position)
         if start is None:
             break
-        end = _find_marker(_GUTENBERG_END, text, start.end())
+        end = find_marker(GUTENBERG_END, text, start.end())
         bodies.append(text[start.end(): end.start() if end else len(text)])
         if end is None:
             break
@@ -239,12 +239,12 @@ def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
     Raises:
         NotText: for HTML pages, binary files and files with no text; the message is the reason.
     """
-    if _HTML_START.match(data[:4096]):
+    if HTML_START.match(data[:4096]):
         raise NotText(SKIP_HTML)
     known = binary_format(data[:4096])
     if known:
         raise NotText(known)
-    is_utf16 = data.startswith(_UTF16_BOMS)
+    is_utf16 = data.startswith(UTF16_BOMS)
     if not is_utf16 and b"\x00" in data:
         raise NotText(SKIP_BINARY_NUL)
     if not is_utf16:  # control characters are single bytes in UTF-8: counted on the bytes
@@ -253,7 +253,7 @@ def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
     if data and replaced > MAX_REPLACED_SHARE * len(data):
         raise NotText(SKIP_BINARY_UNDECODABLE)
     if is_utf16:
-        controls = len(_CONTROL.findall(text))
+        controls = len(CONTROL.findall(text))
     if text and controls > MAX_CONTROL_SHARE * len(text):
         raise NotText(SKIP_BINARY_CONTROL)
     return clean_text(text, replaced, keep_boilerplate)

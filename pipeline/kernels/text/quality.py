@@ -21,6 +21,7 @@ from pipeline.kernels.common.hashing import FNV_OFFSET, FNV_PRIME, mix64, mix64_
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.prefetch import prefetch_row
+from pipeline.kernels.common.utf8 import decode_lenient
 from schemas.options import SCRIPT_NAMES, SCRIPT_OTHER
 
 NUM_PERM = 256  # signature length: the similarity estimate has a standard deviation of at most 0.03
@@ -96,8 +97,8 @@ _TABLE: np.ndarray | None = None
 @kernel()
 def _script_counts(text, table, counts):
     """Count each character's script into counts. Eight ASCII bytes at a time (one load, letters
-    counted by a SWAR range test); any other byte is decoded as below, its continuation bytes
-    taken unchecked, exactly as one character at a time would."""
+    counted by a SWAR range test); any other byte is decoded by `decode_lenient` (raw file bytes cut
+    anywhere: continuation bytes unchecked), exactly as one character at a time would."""
     n = text.shape[0]
     i = 0
     ascii_letters = np.int64(0)
@@ -113,21 +114,7 @@ def _script_counts(text, table, counts):
                 ascii_others += 8 - found
                 i += 8
                 continue
-        b0 = np.int64(text[i])
-        if b0 < 0x80:
-            cp, width = b0, 1
-        elif b0 >= 0xF0 and i + 3 < n:
-            cp = ((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | \
-                ((np.int64(text[i + 2]) & 0x3F) << 6) | (np.int64(text[i + 3]) & 0x3F)
-            width = 4
-        elif b0 >= 0xE0 and i + 2 < n:
-            cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
-            width = 3
-        elif b0 >= 0xC0 and i + 1 < n:
-            cp = ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F)
-            width = 2
-        else:
-            cp, width = -1, 1
+        cp, width = decode_lenient(text, i, n)
         if 0 <= cp < table.shape[0]:
             counts[table[cp]] += 1
         elif cp >= 0:

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.kernels.text.cleaning import (
-    _CONTROL,
-    _GUTENBERG_END,
-    _GUTENBERG_START,
-    _HTML_START,
-    _UTF8_BOM,
-    _UTF16_BOMS,
+    CONTROL,
+    GUTENBERG_END,
+    GUTENBERG_START,
+    HTML_START,
     MAX_CONTROL_SHARE,
     MAX_REPLACED_SHARE,
     SKIP_BINARY_CONTROL,
@@ -32,10 +30,12 @@ from pipeline.kernels.text.cleaning import (
     SKIP_BINARY_UNDECODABLE,
     SKIP_EMPTY,
     SKIP_HTML,
+    UTF8_BOM,
+    UTF16_BOMS,
     NotText,
-    _find_marker,
     binary_format,
     decode_utf8,
+    find_marker,
     normalize_newline_bytes,
 )
 from pipeline.kernels.text.quality import MinHasher, script_letter_counts
@@ -211,25 +211,25 @@ def decoded_pieces(blocks: Iterable[bytes], stats: RawTextStats, piece_bytes: in
         head += block
         if len(head) >= _HTML_PROBE:
             break
-    if at_start and html_is_page and _HTML_START.match(head[:_HTML_PROBE]):
+    if at_start and html_is_page and HTML_START.match(head[:_HTML_PROBE]):
         raise NotText(SKIP_HTML)
     known = binary_format(head[:_HTML_PROBE]) if at_start else None
     if known:
         raise NotText(known)
-    is_utf16 = stats.utf16 = at_start and head.startswith(_UTF16_BOMS)
+    is_utf16 = stats.utf16 = at_start and head.startswith(UTF16_BOMS)
     if is_utf16:
         stream: Iterable[bytes] = _utf16_as_utf8(head, _counting(blocks, stats))
         stats.data_bytes += len(head)
     else:
-        has_bom = at_start and head.startswith(_UTF8_BOM)
-        stats.data_bytes += len(_UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
-        stats.raw_end += len(_UTF8_BOM) if has_bom else 0
-        stream = _chain_first(head[len(_UTF8_BOM):] if has_bom else head, blocks)
+        has_bom = at_start and head.startswith(UTF8_BOM)
+        stats.data_bytes += len(UTF8_BOM) if has_bom else 0  # clean_bytes counts it in the input's size
+        stats.raw_end += len(UTF8_BOM) if has_bom else 0
+        stream = _chain_first(head[len(UTF8_BOM):] if has_bom else head, blocks)
     for piece in cut_pieces(stream, piece_bytes, at_spaces, max_line_bytes, on_long_line):
         if is_utf16:
             text = piece.decode("utf-8", "surrogatepass")
             stats.replaced += text.count("\ufffd")
-            stats.controls += len(_CONTROL.findall(text))
+            stats.controls += len(CONTROL.findall(text))
             stats.chars += len(text)  # clean_bytes measures UTF-16 text before normalising newlines
             text = text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
             stats.utf8 = None
@@ -322,7 +322,7 @@ class GutenbergStripper:
         position = 0
         while position <= len(text):
             if not self._in_body:
-                start = _find_marker(_GUTENBERG_START, text, max(position, search_from))
+                start = find_marker(GUTENBERG_START, text, max(position, search_from))
                 if start is None:
                     return
                 self.found_start = True
@@ -332,7 +332,7 @@ class GutenbergStripper:
                 self._bodies += 1
                 position = start.end()
                 continue
-            end = _find_marker(_GUTENBERG_END, text, max(position, search_from))
+            end = find_marker(GUTENBERG_END, text, max(position, search_from))
             stop = end.start() if end else len(text)
             self.body_chars += max(stop - position, 0)
             if stop > position:

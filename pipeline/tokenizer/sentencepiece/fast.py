@@ -33,13 +33,16 @@ import numpy as np
 import tokenizers
 from tokenizers import Tokenizer
 
-from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
-from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import stream_encode
-from pipeline.kernels.tokenizer.sentencepiece.encode import chunk_cache, encode_kernel, remember_chunk
+from pipeline.kernels.common.utf8 import BMP
+from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeArrays, BpeTables
+from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, stream_encode
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
+from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,
     CUT_NONE,
+    META,
     OP_COLLAPSE_SPACES,
     OP_MAP,
     OP_PREPEND,
@@ -49,15 +52,13 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     OP_TRIM_SPACES,
     safe_cuts,
 )
-from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramTables
+from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramArrays, UnigramTables
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from pipeline.tokenizer.table_cache import cached_arrays
 
 FAMILY = "SentencePiece"
-META = "\u2581"
-BMP = 0x10000
 CACHE_SLOTS = 1 << 18  # chunks and words per tokenizer, 16 MB of 64-byte rows (16 MB of books: ~180,000 chunks)
 _PER_CHARACTER = {"Precompiled", "Nmt", "NFKC", "NFC", "NFKD", "NFD", "Lowercase", "StripAccents"}
 _TAIL_REGEX = {" {2,}": OP_COLLAPSE_SPACES, r"\A +| +\z": OP_TRIM_SPACES}
@@ -302,7 +303,7 @@ class SentencePieceFastTokenizer:
     def _encode_stream(self, data: bytes) -> np.ndarray | None:
         """The ids by segments of one BPE word (`kernels.tokenizer.sentencepiece.bpe_stream`); None where
         `data` is not valid UTF-8 (lone surrogates): the chunk path hands such text to the real tokenizer."""
-        stream, growth = self.tables.stream, int(self.tables.stream[-1][0])
+        stream, growth = self.tables.stream, int(self.tables.stream.growth[0])
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
         n_out, position = 0, 0
@@ -312,7 +313,7 @@ class SentencePieceFastTokenizer:
                 return None
             if position >= len(data):
                 return out[:n_out].copy()
-            more = growth * (len(data) - position) + len(stream[5]) + 64
+            more = growth * (len(data) - position) + len(stream.prefix) + 64
             out = np.concatenate([out[:n_out], np.empty(more, dtype=np.int32)])
 
     def _encode_chunks(self, data: bytes) -> np.ndarray:
@@ -369,19 +370,19 @@ class _Tables:
     plain_cp: np.ndarray
     run_bytes: np.ndarray
     edges: np.ndarray
-    uni: tuple
-    bpe: tuple
-    stream: tuple | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
+    uni: UnigramArrays
+    bpe: BpeArrays
+    stream: StreamTables | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
 
     @property
-    def cuts(self) -> tuple:
-        return (np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left, self.cut_right,
-                self.run_bytes, self.edges)
+    def cuts(self) -> Cuts:
+        return Cuts(np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left,
+                    self.cut_right, self.run_bytes, self.edges)
 
     @property
-    def normalizer(self) -> tuple:
-        return (self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok, self.growth,
-                self.plain_map, self.plain_prefix, self.plain_cp)
+    def normalizer(self) -> Normalizer:
+        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok,
+                          self.growth, self.plain_map, self.plain_prefix, self.plain_cp)
 
 
 def _ops(plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
@@ -460,12 +461,12 @@ def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
 class _Model:
     """The model's kernel tables, from the model as the Rust tokenizer holds it."""
 
-    uni: tuple
-    bpe: tuple
+    uni: UnigramArrays
+    bpe: BpeArrays
     is_bpe: int
     pieces: set[str]
     pairs: set[tuple[str, str]] | None  # the adjacent characters inside a BPE piece (None: Unigram)
-    stream: tuple | None
+    stream: StreamTables | None
 
 
 def _model(plan: _Plan, tokenizer_json: str) -> _Model:
@@ -473,7 +474,7 @@ def _model(plan: _Plan, tokenizer_json: str) -> _Model:
     if exact["type"] == "Unigram":
         unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
                                       exact.get("byte_fallback", False))
-        return _Model(_unigram_tuple(unigram), _empty_bpe(), 0, {t for t, _ in exact["vocab"]}, None, None)
+        return _Model(unigram.arrays(), _empty_bpe(), 0, {t for t, _ in exact["vocab"]}, None, None)
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
     tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
                              exact.get("fuse_unk", False), exact.get("ignore_merges", False))
@@ -481,7 +482,7 @@ def _model(plan: _Plan, tokenizer_json: str) -> _Model:
     pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
     stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
                          exact, exact["vocab"], tables)
-    return _Model(_empty_unigram(), _bpe_tuple(tables), 1, pieces, pairs, stream)
+    return _Model(_empty_unigram(), tables.arrays(), 1, pieces, pairs, stream)
 
 
 @lru_cache(maxsize=4)
@@ -528,22 +529,9 @@ def _forms(plan: _Plan, mapped, cut_drop: bool) -> tuple[np.ndarray, ...]:
     return tuple(saved[name] for name in _FORM_ARRAYS)
 
 
-def _unigram_tuple(unigram: UnigramTables) -> tuple:
-    u = unigram.pieces
-    return (u.cells, unigram.scores, unigram.byte_ids, np.array([unigram.unk_score]),
-            np.array([unigram.unk_id, unigram.byte_fallback]))
+def _empty_unigram() -> UnigramArrays:
+    return UnigramTables.build([("a", 0.0)], 0, False).arrays()
 
 
-def _empty_unigram() -> tuple:
-    return _unigram_tuple(UnigramTables.build([("a", 0.0)], 0, False))
-
-
-def _bpe_tuple(tables: BpeTables) -> tuple:
-    v = tables.vocab
-    return (v.blob, v.starts, v.lengths, v.ids, v.slots, tables.pair_keys, tables.pair_slots, tables.byte_ids,
-            np.array([2 if tables.bytes_isolated else int(tables.byte_fallback), tables.fuse_unk, tables.ignore_merges,
-                      tables.unk_mode, tables.unk_id], dtype=np.int64), tables.char_ids, tables.merge_table)
-
-
-def _empty_bpe() -> tuple:
-    return _bpe_tuple(BpeTables.build({"a": 0}, [], None, False, False, False))
+def _empty_bpe() -> BpeArrays:
+    return BpeTables.build({"a": 0}, [], None, False, False, False).arrays()

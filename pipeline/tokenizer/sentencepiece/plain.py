@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
+    META,
     OP_COLLAPSE_SPACES,
     OP_MAP,
     OP_PREPEND,
@@ -28,7 +29,6 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     OP_TRIM_SPACES,
 )
 
-META = "\u2581"
 _RUST_WHITE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
                         + "".join(chr(c) for c in range(0x2000, 0x200B)))
 _OFF = (np.zeros(256, dtype=np.uint8), np.array([-1], dtype=np.int64), np.zeros(0x10000, dtype=np.uint8))

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
-from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
+from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import (
+    CUT_AFTER,
+    CUT_BEFORE,
+    CUT_BEFORE_SPACE,
+    DIRECT_BYTES,
+    StreamTables,
+)
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import OP_MAP, OP_PREPEND, OP_REPLACE
-
-BMP = 0x10000
 
 
 def stream_form(ops: list[tuple[int, str, str]], has_per_character: bool, has_pre_tokenizer: bool, model: dict,
-                vocab: dict[str, int], tables: BpeTables) -> tuple | None:
+                vocab: dict[str, int], tables: BpeTables) -> StreamTables | None:
     """The stream kernel's tables (classes, direct ids, f_start, f_len, f_blob, prefix, growth), or
     None where the tokenizer is not of the stream form.
 
@@ -57,7 +62,7 @@ def stream_form(ops: list[tuple[int, str, str]], has_per_character: bool, has_pr
 
     classes, direct, f_start, f_len, blob, growth = _per_code_point(out, vocab)
     head = np.frombuffer(prefix.encode("utf-8"), dtype=np.uint8).copy()
-    return classes, direct, f_start, f_len, blob, head, np.array([growth], dtype=np.int64)
+    return StreamTables(classes, direct, f_start, f_len, blob, head, np.array([growth], dtype=np.int64))
 
 
 def _per_code_point(out, vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,

@@ -15,8 +15,8 @@ import numpy as np
 import tokenizers
 from tokenizers import Tokenizer
 
+from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.wordpiece.encode import (
-    BMP,
     CHUNK_SPACE,
     INNER_SPACE,
     ISOLATED,

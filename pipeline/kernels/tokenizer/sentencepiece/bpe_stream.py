@@ -20,49 +20,48 @@ character that is a piece, or that becomes byte pieces, is written directly.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from pipeline.kernels.common.hashing import FNV_OFFSET, FNV_PRIME
+from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.prefetch import prefetch_row
+from pipeline.kernels.common.utf8 import BMP, decode
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, merge_part
-from pipeline.kernels.tokenizer.sentencepiece.encode import _COUNT_AT, _HASH_BITS, CHUNK_BYTES, _insert, _probe
-
-# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
+    CHUNK_BYTES,
+    NO_FLAGS,
+    STREAM_FLAG,
+    cached_count,
+    copy_ids,
+    insert,
+    probe,
+    row_key,
+    set_of,
+)
 
 CUT_BEFORE = 1  # a cut just before this character is safe whatever precedes it
 CUT_AFTER = 2  # a cut just after it is safe whatever follows
 CUT_BEFORE_SPACE = 4  # a cut between it and a following ASCII space is safe
 DIRECT_BYTES = -2  # direct_id: the character alone becomes the byte pieces of its output
-STREAM_FLAG = np.uint64(0x40)  # key bit of a segment without the prefix (lengths stay below 0x20)
 _BATCH = 32
 _WHOLE = 32  # output bytes up to which a segment is merged whole, not cut into parts first
-_BMP = 0x10000
 
 
-@_inner
-def _char_at(text, i, n):
-    """(code point, bytes) of the valid UTF-8 sequence at text[i], any plane; (-1, 1) when invalid
-    (overlong, surrogate, truncated, beyond U+10FFFF)."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
-        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
-        if cp < 0x800 or 0xD800 <= cp < 0xE000:
-            return np.int64(-1), 1
-        return cp, 3
-    if 0xF0 <= b0 < 0xF5 and i + 3 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80 \
-            and (text[i + 3] & 0xC0) == 0x80:
-        cp = (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
-              | (np.int64(text[i + 3]) & 0x3F))
-        if cp < 0x10000 or cp > 0x10FFFF:
-            return np.int64(-1), 1
-        return cp, 4
-    return np.int64(-1), 1
+class StreamTables(NamedTuple):
+    """The stream form of a tokenizer (`pipeline.tokenizer.sentencepiece.stream.stream_form`), per BMP
+    code point: its cut class (CUT_* bits), its direct id (a piece, DIRECT_BYTES or -1), where its
+    output lies in `f_blob` (f_start, f_len, int32); prefix: uint8, what the first segment of a text
+    starts with; growth: int64 [the most output bytes one input byte makes]."""
+
+    classes: np.ndarray
+    direct: np.ndarray
+    f_start: np.ndarray
+    f_len: np.ndarray
+    f_blob: np.ndarray
+    prefix: np.ndarray
+    growth: np.ndarray
 
 
 @kernel()
@@ -71,17 +70,14 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
     had no room for the next segment (call again from stop with a larger `out`); bad = 1 when the
     text holds invalid UTF-8 (then nothing is reliable: encode it another way).
 
-    stream: (cut classes uint8 (BMP,), direct ids int32 (BMP,), f_start int32, f_len int32, f_blob
-    uint8: each BMP code point's output, prefix uint8: what the first segment of a text starts with,
-    growth int64 [the most output bytes one input byte makes]); bpe: the model tables
-    (`pipeline.tokenizer.sentencepiece.fast._bpe_tuple`); cache: `sentencepiece_encode.chunk_cache`."""
+    stream: `StreamTables`; bpe: the model tables (`bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`."""
     classes, direct, f_start, f_len, f_blob, prefix, growth = stream
-    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
-    p_keys, p_slots, b_bytes, b_chars, b_merges = bpe[5], bpe[6], bpe[7], bpe[9], bpe[10]
-    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[8][0], bpe[8][1] != 0, bpe[8][2] != 0, bpe[8][3], bpe[8][4]
+    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe.blob, bpe.starts, bpe.lengths, bpe.ids, bpe.slots
+    p_table, b_bytes, b_chars, b_merges = bpe.pair_table, bpe.byte_ids, bpe.char_ids, bpe.merge_table
+    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe.flags[0], bpe.flags[1] != 0, bpe.flags[2] != 0, \
+        bpe.flags[3], bpe.flags[4]
     cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
-    cache_mask = cache.shape[0] - 1
     n = text.shape[0]
     size = 256
     words = np.empty(size, np.uint8)
@@ -105,15 +101,15 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 if c < 0x80:
                     cp, width = np.int64(c), 1
                 else:
-                    cp, width = _char_at(text, j, n)
+                    cp, width = decode(text, j, n)
                     if cp < 0:
                         return n_out, j, 1
-                cls = classes[cp] if cp < _BMP else 0
+                cls = classes[cp] if cp < BMP else 0
                 if j > position and ((previous & CUT_AFTER) != 0 or (cls & CUT_BEFORE) != 0
                                      or (c == 32 and (previous & CUT_BEFORE_SPACE) != 0)):
                     break
                 for k in range(j, j + width):
-                    h = (h ^ np.uint64(text[k])) * FNV_PRIME
+                    h = hash_step(h, text[k])
                 previous = cls
                 last = cp
                 chars += 1
@@ -121,10 +117,10 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
             seg_start[count] = position
             seg_stop[count] = j
             seg_hash[count] = h
-            seg_cp[count] = last if chars == 1 and position > 0 and last < _BMP else -1
+            seg_cp[count] = last if chars == 1 and position > 0 and last < BMP else -1
             count += 1
             if j - position <= CHUNK_BYTES:
-                slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
+                slot = set_of(h, cache)
                 prefetch_row(cache, slot)
                 prefetch_row(cache, slot + 1)
             position = j
@@ -144,17 +140,14 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 continue
             length = j - i
             cacheable = length <= CHUNK_BYTES
-            slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
-            key = (h & _HASH_BITS) | np.uint64(length) | (STREAM_FLAG if i > 0 else np.uint64(0))
+            slot = set_of(h, cache)
+            key = row_key(h, length, STREAM_FLAG if i > 0 else NO_FLAGS)
             if cacheable:
-                probe = _probe(cache, cache_bytes, slot, key, text, i, length)
-                if probe >= 0:
-                    known = cache_ints[probe, _COUNT_AT]
-                    if n_out + known > out.shape[0]:
+                row = probe(cache, cache_bytes, slot, key, text, i, length)
+                if row >= 0:
+                    if n_out + cached_count(cache_ints, row) > out.shape[0]:
                         return n_out, i, 0
-                    for k in range(known):
-                        out[n_out + k] = cache_ints[probe, _COUNT_AT + 1 + k]
-                    n_out += known
+                    n_out = copy_ids(cache_ints, row, out, n_out)
                     continue
             need = prefix.shape[0] + growth[0] * length + 8
             if need > size:
@@ -173,8 +166,8 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                 if c < 0x80:
                     cp, width = np.int64(c), 1
                 else:
-                    cp, width = _char_at(text, k, j)
-                if cp < _BMP:
+                    cp, width = decode(text, k, j)
+                if cp < BMP:
                     for t in range(f_start[cp], f_start[cp] + f_len[cp]):
                         words[m] = f_blob[t]
                         m += 1
@@ -191,10 +184,10 @@ def stream_encode(text, begin, stream, bpe, cache, out, n_out):
                                    b_merges, b_bytes, b_fallback, b_fuse, b_unk_mode, b_unk, symbols, out, n_out)
             else:
                 n_out = bpe_ids(words, np.int64(0), m, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
-                                b_merges, p_keys, p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk,
+                                b_merges, p_table, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk,
                                 symbols, parts, out, n_out)
             if n_out < 0:
                 return first, i, 1
             if cacheable:
-                _insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
+                insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
     return n_out, n, 0

@@ -4,10 +4,9 @@ chunks from a cache, and run the normalizer, pre-tokenizer and model (`normalize
 
 What makes it fast (and why it stays exact):
 
-- *chunk cache*: a chunk of at most CHUNK_BYTES bytes is remembered with its ids in one 64-byte
-  row (key, the chunk's bytes, count, up to CHUNK_IDS ids), aligned to a cache line, two ways per
-  set (a slot and its neighbour): a repeated chunk costs one hash, one memory line and a byte
-  compare. A hit is checked byte for byte, so the cache changes the speed, never the ids.
+- *chunk cache* (`chunk_cache`): a chunk of at most CHUNK_BYTES bytes is remembered with its ids
+  in one 64-byte row: a repeated chunk costs one hash, one memory line and a byte compare. A hit
+  is checked byte for byte, so the cache changes the speed, never the ids.
 - *word cache*: a chunk the cache does not know and that is not plain (below) is normalised and
   pre-tokenized, and each of its words (the model's inputs, normalised bytes) is looked up in the
   same table under a word key before the model runs: the model is a function of the word alone,
@@ -15,7 +14,7 @@ What makes it fast (and why it stays exact):
 - *plain chunks*: a chunk whose every character is plain (`plain_map` for ASCII bytes,
   `plain_cp` for the rest: see `pipeline.tokenizer.sentencepiece.plain`) is one word: a fixed
   prefix (`plain_prefix`) followed by each character's output from the table, without the tail
-  operation passes. Any other chunk takes the general path (`metaspace.pre_tokenize`).
+  operation passes. Any other chunk takes the general path (`normalizer.pre_tokenize`).
 - the Unigram model walks a double-array trie (`pipeline.kernels.tokenizer.sentencepiece.trie`).
 
 A chunk holding a character the table does not vouch for is not encoded here: maximal runs of
@@ -25,12 +24,26 @@ recorded position.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from pipeline.kernels.common.hashing import FNV_OFFSET, FNV_PRIME
-from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_bytes, hash_step
+from pipeline.kernels.common.jit import helper, kernel
 from pipeline.kernels.common.prefetch import prefetch_row
+from pipeline.kernels.common.utf8 import decode_bmp, decode_valid, utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, bpe_parts, merge_part
+from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
+    CHUNK_BYTES,
+    NO_FLAGS,
+    WORD_FLAG,
+    cached_count,
+    copy_ids,
+    insert,
+    probe,
+    row_key,
+    set_of,
+)
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_NONE,
@@ -39,37 +52,42 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     OP_PREPEND,
     OP_REPLACE,
     OP_REPLACE_START,
-    _next_code_point,
     pre_tokenize,
 )
 from pipeline.kernels.tokenizer.sentencepiece.unigram import viterbi_ids
 
-# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
-
-ROW_BYTES = 64  # one cache line per chunk
-CHUNK_BYTES = 24  # row bytes 8..31: the chunk
-CHUNK_IDS = 7  # row int32 8: count, 9..15: ids
-_BYTES_AT = 8
-_COUNT_AT = 8  # in int32 units
-_FNV_OFFSET = FNV_OFFSET
-_FNV_PRIME = FNV_PRIME
-_HASH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)  # a key: the hash's high bits, a word flag, the length (<= 24)
 _BATCH = 32  # chunks found ahead of the one being encoded
-_WORD_FLAG = np.uint64(0x80)  # the row holds a normalised word (the model's input), not a chunk of text
 
 
-def chunk_cache(slots: int) -> np.ndarray:
-    """An empty chunk cache of `slots` rows (a power of two): uint64, shape (slots, 8), each row one
-    64-byte-aligned cache line."""
-    if slots < 2 or slots & (slots - 1):
-        raise ValueError(f"chunk cache slots must be a power of two >= 2, got {slots}")
-    raw = np.zeros(slots * 8 + 8, dtype=np.uint64)
-    skip = (-raw.ctypes.data % ROW_BYTES) // 8
-    return raw[skip:skip + slots * 8].reshape(slots, 8)
+class Cuts(NamedTuple):
+    """Where `encode_kernel` cuts a text into chunks (see
+    `pipeline.tokenizer.sentencepiece.plain.whitespace_cuts`)."""
+
+    rule: np.ndarray  # int64 [cut mode (CUT_*), 1 to cut at whitespace runs instead of single ASCII spaces]
+    left: np.ndarray  # uint8 (256,): ASCII bytes a cut at a space may follow
+    right: np.ndarray  # uint8 (256,): ASCII bytes a cut at a space may precede
+    run_bytes: np.ndarray  # uint8 (256,): the bytes of a whitespace run
+    edges: np.ndarray  # uint8 (BMP,): bit 1, the character may end a text before a run; bit 2, start one after
 
 
-@_inner
+class Normalizer(NamedTuple):
+    """The normalizer and pre-tokenizer of a tokenizer for `encode_kernel` (see `normalizer.pre_tokenize`
+    and, for the plain path, `pipeline.tokenizer.sentencepiece.plain.plain_form`)."""
+
+    flags: np.ndarray  # uint8 (BMP,): 1 where the per-code-point table vouches for the character
+    cp_start: np.ndarray  # int32 (BMP,): where its output lies in cp_blob
+    cp_len: np.ndarray  # int32 (BMP,)
+    cp_blob: np.ndarray  # uint8
+    ops: np.ndarray  # int64 (k, 5): the tail operations (OP_*)
+    op_blob: np.ndarray  # uint8: their patterns and contents
+    pretok: np.ndarray  # int64 [whitespace split, metaspace, prepend, split, is BPE]
+    growth: np.ndarray  # int64 [the longest output of one code point]
+    plain_map: np.ndarray  # uint8 (256,)
+    plain_prefix: np.ndarray  # int64 [length or -1, bytes...]
+    plain_cp: np.ndarray  # uint8 (BMP,)
+
+
+@helper
 def _grow(size):
     """Scratch buffers for chunks whose normalised text and words fit in `size` bytes."""
     src = np.empty(size, np.uint8)
@@ -83,7 +101,7 @@ def _grow(size):
     return src, dst, words, bounds, symbols, best_score, best_start, parts
 
 
-@_inner
+@helper
 def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     """(largest intermediate text, words) in bytes that normalising and pre-tokenizing text[i:j] can
     make: the per-character table's output summed where it comes first, each tail operation's
@@ -96,15 +114,10 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
             size = 0
             k = i
             while k < j:
-                lead = text[k]
-                width = 1 if lead < 0x80 else (2 if lead < 0xE0 else (3 if lead < 0xF0 else 4))
-                cp = np.int64(lead)
-                if width == 2 and k + 1 < j:
-                    cp = ((cp & 0x1F) << 6) | (np.int64(text[k + 1]) & 0x3F)
-                elif width == 3 and k + 2 < j:
-                    cp = ((cp & 0x0F) << 12) | ((np.int64(text[k + 1]) & 0x3F) << 6) | (np.int64(text[k + 2]) & 0x3F)
-                size += cp_len[cp] if width < 4 and cp < flags.shape[0] and flags[cp] != 0 else 4
-                k += width
+                size_k = utf8_width(text[k])  # what the character would be if valid (a truncated one: its lead byte)
+                cp = decode_valid(text, k)[0] if k + size_k <= j else np.int64(text[k])
+                size += cp_len[cp] if size_k < 4 and cp < flags.shape[0] and flags[cp] != 0 else 4
+                k += size_k
         elif code == OP_MAP:
             size *= max_cp
         elif code == OP_REPLACE:
@@ -117,7 +130,7 @@ def _bounds(text, i, j, ops, flags, cp_len, max_cp):
     return peak + 8, 3 * size + 8
 
 
-@_inner
+@helper
 def _ends_before_run(text, lo, j, edges):
     """Whether the character that ends at text[j] (not before lo) may end the text before a cut run."""
     k = j - 1
@@ -126,46 +139,15 @@ def _ends_before_run(text, lo, j, edges):
     s = k
     while s > lo and (text[s] & 0xC0) == 0x80 and k - s < 3:
         s -= 1
-    cp, width = _next_code_point(text, s, j)
+    cp, width = decode_bmp(text, s, j)
     return cp >= 0 and s + width == j and (edges[cp] & 1) != 0
 
 
-@_inner
+@helper
 def _starts_after_run(text, e, n, edges):
     """Whether the character at text[e] may start the text after a cut run."""
-    cp, width = _next_code_point(text, e, n)
+    cp, width = decode_bmp(text, e, n)
     return cp >= 0 and (edges[cp] & 2) != 0
-
-
-@_inner
-def _probe(cache, cache_bytes, slot, key, data, start, length):
-    """The row of the set at `slot` holding `key` and data[start:start+length], or -1."""
-    for way in range(2):
-        if cache[slot + way, 0] == key:
-            same = True
-            for k in range(length):
-                if cache_bytes[slot + way, _BYTES_AT + k] != data[start + k]:
-                    same = False
-                    break
-            if same:
-                return slot + way
-    return -1
-
-
-@_inner
-def _insert(cache, cache_bytes, cache_ints, slot, key, data, start, length, out, first, stop):
-    """Remember data[start:start+length] -> out[first:stop] in the set at `slot` (when it fits a row)."""
-    made = stop - first
-    if made > CHUNK_IDS or length > CHUNK_BYTES:
-        return
-    if cache[slot, 0] != 0 and cache[slot + 1, 0] == 0:
-        slot += 1  # keep what the first way holds while the second is free
-    cache[slot, 0] = key
-    for k in range(length):
-        cache_bytes[slot, _BYTES_AT + k] = data[start + k]
-    cache_ints[slot, _COUNT_AT] = made
-    for k in range(made):
-        cache_ints[slot, _COUNT_AT + 1 + k] = out[first + k]
 
 
 @kernel()
@@ -173,21 +155,19 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
     had no room for the next chunk (call again from stop with a larger `out`).
 
-    cuts: ([cut mode, whether to cut at whitespace runs], cut_left, cut_right, run_bytes, edges: see
-    `pipeline.tokenizer.sentencepiece.plain.whitespace_cuts`); normalizer: (flags, cp_start, cp_len,
-    cp_blob, ops, op_blob, pretok, growth (the longest output of one code point), plain_map,
-    plain_prefix, plain_cp); uni / bpe: the model tables (see `pipeline.tokenizer.sentencepiece.fast`); cache:
-    `chunk_cache`; spans: int64 (k, 3) fallback spans (byte start, byte stop, position in out)."""
-    cut_mode, cut_left, cut_right, run_bytes, edges = cuts[0][0], cuts[1], cuts[2], cuts[3], cuts[4]
-    by_runs = cuts[0][1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
+    cuts: `Cuts`; normalizer: `Normalizer`; uni / bpe: the model tables (`unigram.UnigramArrays`,
+    `bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`; spans: int64 (k, 3) fallback spans (byte start,
+    byte stop, position in out)."""
+    cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
+    by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
     flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = normalizer
-    cells, u_scores, u_bytes = uni[0], uni[1], uni[2]
-    unk_score = uni[3][0]
-    u_unk, u_fallback = uni[4][0], uni[4][1] != 0
-    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe[0], bpe[1], bpe[2], bpe[3], bpe[4]
-    p_keys, p_slots, b_bytes, b_chars, b_merges = bpe[5], bpe[6], bpe[7], bpe[9], bpe[10]
-    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe[8][0], bpe[8][1] != 0, bpe[8][2] != 0, \
-        bpe[8][3], bpe[8][4]
+    cells, u_scores, u_bytes = uni.cells, uni.scores, uni.byte_ids
+    unk_score = uni.unk_score[0]
+    u_unk, u_fallback = uni.unk[0], uni.unk[1] != 0
+    b_blob, b_starts, b_lengths, b_ids, b_slots = bpe.blob, bpe.starts, bpe.lengths, bpe.ids, bpe.slots
+    p_table, b_bytes, b_chars, b_merges = bpe.pair_table, bpe.byte_ids, bpe.char_ids, bpe.merge_table
+    b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk = bpe.flags[0], bpe.flags[1] != 0, bpe.flags[2] != 0, \
+        bpe.flags[3], bpe.flags[4]
     is_bpe = pretok[4] != 0
     by_parts = is_bpe and not b_ignore  # BPE words are cached by parts (`bpe_parts`)
     plain_ok = plain_prefix[0] >= 0  # plain_prefix: (length or -1, bytes...)
@@ -195,7 +175,6 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
-    cache_mask = cache.shape[0] - 1
     src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(np.int64(256))
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
@@ -208,7 +187,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
-            h = _FNV_OFFSET
+            h = FNV_OFFSET
             j = position
             following = n
             while j < n:
@@ -223,7 +202,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                             following = e  # the run belongs to neither side
                             break
                         while j < e:
-                            h = (h ^ np.uint64(text[j])) * _FNV_PRIME
+                            h = hash_step(h, text[j])
                             j += 1
                         continue
                 elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
@@ -231,14 +210,14 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
                     following = j + 1 if cut_mode == CUT_DROP else j
                     break
-                h = (h ^ np.uint64(c)) * _FNV_PRIME
+                h = hash_step(h, c)
                 j += 1
             chunk_start[count] = position
             chunk_stop[count] = j
             chunk_hash[count] = h
             count += 1
             if j - position <= CHUNK_BYTES:
-                slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
+                slot = set_of(h, cache)
                 prefetch_row(cache, slot)
                 prefetch_row(cache, slot + 1)
             position = following
@@ -246,17 +225,14 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
             length = j - i
             cacheable = length <= CHUNK_BYTES
-            slot = np.int64(h & np.uint64(cache_mask)) & ~np.int64(1)
-            key = (h & _HASH_BITS) | np.uint64(length)
+            slot = set_of(h, cache)
+            key = row_key(h, length, NO_FLAGS)
             if cacheable:
-                probe = _probe(cache, cache_bytes, slot, key, text, i, length)
-                if probe >= 0:
-                    known = cache_ints[probe, _COUNT_AT]
-                    if n_out + known > out.shape[0]:
+                row = probe(cache, cache_bytes, slot, key, text, i, length)
+                if row >= 0:
+                    if n_out + cached_count(cache_ints, row) > out.shape[0]:
                         return n_out, n_spans, i
-                    for k in range(known):
-                        out[n_out + k] = cache_ints[probe, _COUNT_AT + 1 + k]
-                    n_out += known
+                    n_out = copy_ids(cache_ints, row, out, n_out)
                     open_span = False
                     continue
             plain = plain_ok and length > 0  # plain characters only: one word, prefix and their outputs
@@ -269,7 +245,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     size += 1
                     k += 1
                 else:
-                    cp, width = _next_code_point(text, k, j)
+                    cp, width = decode_bmp(text, k, j)
                     plain = cp >= 0 and plain_cp[cp] != 0
                     if plain:
                         size += cp_len[cp]
@@ -296,7 +272,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         m += 1
                         k += 1
                     else:
-                        cp, width = _next_code_point(text, k, j)
+                        cp, width = decode_bmp(text, k, j)
                         for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
                             words[m] = cp_blob[t]
                             m += 1
@@ -314,35 +290,27 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 w += 1
                 word_slot, word_key = np.int64(-1), np.uint64(0)
                 if general and b - a <= CHUNK_BYTES and not by_parts:  # a word of an unknown chunk: maybe seen
-                    wh = _FNV_OFFSET
-                    for k in range(a, b):
-                        wh = (wh ^ np.uint64(words[k])) * _FNV_PRIME
-                    word_slot = np.int64(wh & np.uint64(cache_mask)) & ~np.int64(1)
-                    word_key = (wh & _HASH_BITS) | _WORD_FLAG | np.uint64(b - a)
-                    probe = _probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
-                    if probe >= 0:
-                        for k in range(cache_ints[probe, _COUNT_AT]):
-                            out[n_out] = cache_ints[probe, _COUNT_AT + 1 + k]
-                            n_out += 1
+                    wh = hash_bytes(words, a, b)
+                    word_slot = set_of(wh, cache)
+                    word_key = row_key(wh, b - a, WORD_FLAG)
+                    row = probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
+                    if row >= 0:
+                        n_out = copy_ids(cache_ints, row, out, n_out)
                         continue
                 before = n_out
                 if by_parts and general:  # the word's parts (no merge crosses them), each cached
-                    n_parts = bpe_parts(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, p_keys,
-                                        p_slots, b_bytes, b_fallback, parts)
+                    n_parts = bpe_parts(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, p_table,
+                                        b_bytes, b_fallback, parts)
                     for r in range(n_parts):
                         pa, pb = parts[r, 0], parts[r, 1]
                         part_slot, part_key = np.int64(-1), np.uint64(0)
                         if pb - pa <= CHUNK_BYTES:
-                            ph = _FNV_OFFSET
-                            for k in range(pa, pb):
-                                ph = (ph ^ np.uint64(words[k])) * _FNV_PRIME
-                            part_slot = np.int64(ph & np.uint64(cache_mask)) & ~np.int64(1)
-                            part_key = (ph & _HASH_BITS) | _WORD_FLAG | np.uint64(pb - pa)
-                            probe = _probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
-                            if probe >= 0:
-                                for k in range(cache_ints[probe, _COUNT_AT]):
-                                    out[n_out] = cache_ints[probe, _COUNT_AT + 1 + k]
-                                    n_out += 1
+                            ph = hash_bytes(words, pa, pb)
+                            part_slot = set_of(ph, cache)
+                            part_key = row_key(ph, pb - pa, WORD_FLAG)
+                            row = probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
+                            if row >= 0:
+                                n_out = copy_ids(cache_ints, row, out, n_out)
                                 continue
                         part_first = n_out
                         n_out = merge_part(words, pa, pb, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars,
@@ -351,21 +319,21 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         if n_out < 0:
                             break
                         if part_slot >= 0:
-                            _insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
+                            insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
                                     part_first, n_out)
                     word_slot = np.int64(-1)  # the parts are cached, not the word
                 elif is_bpe:
-                    n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges, p_keys,
-                                    p_slots, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
+                    n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
+                                    p_table, b_bytes, b_fallback, b_fuse, b_ignore, b_unk_mode, b_unk, symbols, parts,
                                     out, n_out)
                 else:
                     n_out = viterbi_ids(words, a, b, cells, u_scores, u_bytes, u_unk,
                                         unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
                 if word_slot >= 0 and n_out >= 0:
-                    _insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
+                    insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
             if n_words >= 0 and n_out >= 0:
                 if cacheable:
-                    _insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
+                    insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
                 open_span = False
             else:
                 n_out = first
@@ -378,20 +346,3 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     n_spans += 1
                     open_span = True
     return n_out, n_spans, n
-
-
-@kernel()
-def remember_chunk(cache, text, start, stop, ids):
-    """Put the ids (int32) the real tokenizer gave text[start:stop] (a fallback span, encoded as a
-    text of its own) in the chunk cache, as the kernel would have for a chunk it encoded itself:
-    the next time this chunk comes, it is a hit. Spans longer than a row takes are left out."""
-    length = stop - start
-    if length > CHUNK_BYTES or ids.shape[0] > CHUNK_IDS or length == 0:
-        return
-    h = _FNV_OFFSET
-    for k in range(start, stop):
-        h = (h ^ np.uint64(text[k])) * _FNV_PRIME
-    slot = np.int64(h & np.uint64(cache.shape[0] - 1)) & ~np.int64(1)
-    key = (h & _HASH_BITS) | np.uint64(length)
-    _insert(cache, cache.view(np.uint8), cache.view(np.int32), slot, key, text, start, length, ids, np.int64(0),
-            ids.shape[0])

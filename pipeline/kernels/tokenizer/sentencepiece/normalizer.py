@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.common.jit import kernel
-from pipeline.kernels.tokenizer.sentencepiece.unigram import utf8_width
-
-# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+from pipeline.kernels.common.jit import helper, kernel
+from pipeline.kernels.common.utf8 import decode_bmp, decode_valid
 
 CUT_NONE, CUT_DROP, CUT_KEEP = 0, 1, 2
 # Tail operations of the normalizer: (opcode, pattern start, pattern length, content start, content length)
@@ -42,7 +39,8 @@ OP_STRIP = 4  # Unicode whitespace at the left (pattern length 1) and/or right (
 OP_PREPEND = 5  # content before a non-empty text (Prepend)
 OP_REPLACE_START = 6  # the pattern at the very start (Replace, Regex "\A<literal>")
 OP_MAP = 7  # every character through the per-code-point table (the per-character normalizers, fused)
-_META0, _META1, _META2 = 0xE2, 0x96, 0x81  # U+2581 in UTF-8
+META = "\u2581"  # Metaspace's replacement for a space
+_META0, _META1, _META2 = META.encode()  # its UTF-8 bytes, which the kernels write and compare
 
 
 @kernel()
@@ -56,38 +54,7 @@ def is_white(cp):
             or cp == 0x202F or cp == 0x205F or cp == 0x3000)
 
 
-@_inner
-def _decode(buf, j):
-    """(code point, width) of the valid UTF-8 sequence at buf[j]."""
-    width = utf8_width(buf[j])
-    if width == 1:
-        return np.int64(buf[j]), 1
-    if width == 2:
-        return ((np.int64(buf[j]) & 0x1F) << 6) | (np.int64(buf[j + 1]) & 0x3F), 2
-    if width == 3:
-        return (((np.int64(buf[j]) & 0x0F) << 12) | ((np.int64(buf[j + 1]) & 0x3F) << 6)
-                | (np.int64(buf[j + 2]) & 0x3F)), 3
-    return (((np.int64(buf[j]) & 0x07) << 18) | ((np.int64(buf[j + 1]) & 0x3F) << 12)
-            | ((np.int64(buf[j + 2]) & 0x3F) << 6) | (np.int64(buf[j + 3]) & 0x3F)), 4
-
-
-@_inner
-def _next_code_point(text, i, n):
-    """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
-        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
-        if cp < 0x800 or 0xD800 <= cp < 0xE000:
-            return -1, 1
-        return cp, 3
-    return -1, 1
-
-
-@_inner
+@helper
 def _apply_op(op, blob, src, m, dst):
     """One tail operation from src[:m] into dst; returns the new length."""
     code, p0, plen, c0, clen = op[0], op[1], op[2], op[3], op[4]
@@ -136,7 +103,7 @@ def _apply_op(op, blob, src, m, dst):
         else:
             if plen == 1:
                 while a < b:
-                    cp, width = _decode(src, a)
+                    cp, width = decode_valid(src, a)
                     if not is_white(cp):
                         break
                     a += width
@@ -145,7 +112,7 @@ def _apply_op(op, blob, src, m, dst):
                     j = b - 1
                     while j > a and (src[j] & 0xC0) == 0x80:
                         j -= 1
-                    cp, width = _decode(src, j)
+                    cp, width = decode_valid(src, j)
                     if not is_white(cp):
                         break
                     b = j
@@ -182,7 +149,7 @@ def _apply_op(op, blob, src, m, dst):
     return k
 
 
-@_inner
+@helper
 def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     """Metaspace on norm[a:b], appended to words from k; each word's (start, stop) appended to bounds
     from n_words. Returns (k, n_words)."""
@@ -217,7 +184,7 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
     return k, n_words
 
 
-@_inner
+@helper
 def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
     """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
     k = 0
@@ -228,7 +195,7 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
             cp = np.int64(byte)
             width = 1
         else:
-            cp, width = _next_code_point(src, j, m)
+            cp, width = decode_bmp(src, j, m)
             if cp < 0:
                 return -1
         if flags[cp] == 0:
@@ -270,13 +237,13 @@ def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pre
     n_words = np.int64(0)
     i = np.int64(0)
     while i < m:
-        cp, width = _decode(src, i)
+        cp, width = decode_valid(src, i)
         if is_white(cp):
             i += width
             continue
         e = i
         while e < m:
-            cp, width = _decode(src, e)
+            cp, width = decode_valid(src, e)
             if is_white(cp):
                 break
             e += width

@@ -11,7 +11,7 @@ double array walks the same bytes with one read each: the child of `node` by byt
 free (the classic first-fit construction, darts-style), in a jitted loop over the sorted keys that
 walks a list of the free cells and drops a cell from it after MAX_TRIES failed tries, so the build is
 linear in the vocabulary: 16k / 64k / 250k random pieces of 1-10 characters in 0.03 / 0.13 / 0.89 s
-of CPU (a scan of every cell from the first free one took 0.65 s at 16k, 13 s at 64k).
+of CPU (a scan of every cell from the first free one takes 0.65 s at 16k, 13 s at 64k).
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.common.jit import kernel
-
-# private helpers, called from kernels only: no CPython wrapper to compile (calling one from Python crashes)
-_inner = kernel(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+from pipeline.kernels.common.jit import helper, kernel
 
 ROOT = 0
 _FREE = -1
@@ -73,7 +70,7 @@ class DoubleArray:
         return int(find_id(data, 0, len(data), self.cells)) if key else -1
 
 
-@_inner
+@helper
 def _grown(size, kept, base_, check_, value_, next_, prev_, tries_):
     """The build's arrays at `size` cells: the first `kept` copied, the rest free (plain loops: numpy's
     fill and slice assignment cost seconds of compile time here). The new cells are not yet linked."""
@@ -93,7 +90,7 @@ def _grown(size, kept, base_, check_, value_, next_, prev_, tries_):
     return base, check, value, next_free, prev_free, tries
 
 
-@_inner
+@helper
 def _unlink(cell, next_free, prev_free, head, tail):
     """Take `cell` out of the doubly linked free list; the list's new (head, tail)."""
     before, after = prev_free[cell], next_free[cell]

@@ -16,13 +16,25 @@ walk does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.utf8 import utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.trie import DoubleArray, find_id
 
 UNK_PENALTY = 10.0  # K_UNK_PENALTY in model.rs
+
+
+class UnigramArrays(NamedTuple):
+    """What `encode.encode_kernel` takes of a Unigram model: `UnigramTables.arrays()`."""
+
+    cells: np.ndarray
+    scores: np.ndarray
+    byte_ids: np.ndarray
+    unk_score: np.ndarray  # float64 [min score - UNK_PENALTY]
+    unk: np.ndarray  # int64 [unk id or -1, byte fallback]
 
 
 @dataclass(frozen=True)
@@ -61,17 +73,10 @@ class UnigramTables:
                    unk_id=-1 if unk_id is None else int(unk_id), unk_score=float(min_score - UNK_PENALTY),
                    byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
 
-
-@kernel()
-def utf8_width(lead):
-    """Bytes of the UTF-8 sequence that starts with byte `lead` (valid UTF-8 assumed)."""
-    if lead < 0x80:
-        return 1
-    if lead < 0xE0:
-        return 2
-    if lead < 0xF0:
-        return 3
-    return 4
+    def arrays(self) -> UnigramArrays:
+        """The model as the encoder kernel takes it."""
+        return UnigramArrays(self.pieces.cells, self.scores, self.byte_ids, np.array([self.unk_score]),
+                             np.array([self.unk_id, self.byte_fallback], dtype=np.int64))
 
 
 @kernel()

@@ -2,7 +2,7 @@
 
 The kernel reproduces what a BERT-style tokenizer (a per-character normalizer, `BertPreTokenizer`,
 `WordPiece`) does, from a table that says, for every BMP code point, how that tokenizer treats it
-on its own (built by `pipeline.tokenizer.fast` by asking the real tokenizer):
+on its own (built by `pipeline.tokenizer.wordpiece.fast` by asking the real tokenizer):
 
 - CHUNK_SPACE (ASCII space, tab, CR, LF): every BERT-style normalizer and pre-tokenizer splits
   there, so the text between two of them (a *chunk*) is tokenized independently of its neighbours;
@@ -34,32 +34,16 @@ import numpy as np
 
 from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
 from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.spans import add_span
+from pipeline.kernels.common.utf8 import decode_bmp
 
 CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE, OTHER = 0, 1, 2, 3, 4
-BMP = 0x10000
-_FNV_OFFSET = FNV_OFFSET
 _HIGH_BITS = np.uint64(0xFFFFFFFFFFFF0000)  # a cache key is the hash's high bits and the word length
 CACHE_SLOTS = 1 << 16  # words (not single vocabulary entries) remembered per tokenizer: about 6 MB
 CACHE_WORD_BYTES = 32
 CACHE_IDS = 16  # a count, then up to 15 ids
 MAX_FALLBACK_BYTES = 1 << 16  # a fallback span is cut at a chunk boundary past this size
 MAX_WORD_BYTES = 1 << 16  # a longer word is [UNK] whatever max_input_chars_per_word says (<= 100 in practice)
-
-
-@kernel()
-def _next_code_point(text, i, n):
-    """(code point, bytes) of the UTF-8 sequence at text[i]; (-1, 1) for an invalid or non-BMP one."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if 0xC2 <= b0 < 0xE0 and i + 1 < n and (text[i + 1] & 0xC0) == 0x80:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if 0xE0 <= b0 < 0xF0 and i + 2 < n and (text[i + 1] & 0xC0) == 0x80 and (text[i + 2] & 0xC0) == 0x80:
-        cp = ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
-        if cp < 0x800 or 0xD800 <= cp < 0xE000:
-            return -1, 1
-        return cp, 3
-    return -1, 1
 
 
 @kernel()
@@ -71,7 +55,9 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
 
     A chunk is tokenized optimistically; at its first OTHER character the chunk's ids are dropped
     and the chunk joins (or opens) a fallback span. WordPiece is written out inline at the one
-    place a word ends (a helper taking the ten table arrays cost ten times the lookup itself).
+    place a word ends: a helper taking the ten table arrays cost ten times the lookup itself, and
+    the same helper compiled into the kernel (numba's inline="always") made the kernel 2-3 times
+    slower on English books.
 
     Words that are not one vocabulary entry are split once and kept in a direct-mapped cache
     (cache_keys: hash and length, cache_words: the word's bytes, cache_ids: count then ids); a hit
@@ -90,7 +76,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
             continue
         chunk_out = n_out
         n_word = 0
-        word_hash = _FNV_OFFSET
+        word_hash = FNV_OFFSET
         j = i
         fast = True
         while True:
@@ -110,7 +96,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                     if b < 0x80:  # ASCII inline: the decoder is for the few multi-byte characters
                         cp = np.int64(b)
                     else:
-                        cp, width = _next_code_point(text, j, n)
+                        cp, width = decode_bmp(text, j, n)
                     kind = OTHER if cp < 0 else cp_class[cp]
             if kind == LETTER:
                 for k in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
@@ -156,7 +142,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                             best_end = -1
                             best_id = -1
                             if position > 0 and n_word - position <= max_key:
-                                h = _FNV_OFFSET
+                                h = FNV_OFFSET
                                 for k in range(position, n_word):
                                     h = hash_step(h, word[k])
                                 best_id = lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
@@ -164,7 +150,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                                 if best_id >= 0:
                                     best_end = n_word
                             if best_end < 0:
-                                h = _FNV_OFFSET
+                                h = FNV_OFFSET
                                 for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
                                     h = hash_step(h, word[end - 1])
                                     if position == 0:
@@ -192,7 +178,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                             for k in range(n_out - first):
                                 cache_ids[slot, k + 1] = out[first + k]
             n_word = 0
-            word_hash = _FNV_OFFSET
+            word_hash = FNV_OFFSET
             if kind == CHUNK_SPACE:
                 break
             for k in range(cp_start[cp], cp_start[cp] + cp_len[cp]):  # ISOLATED (INNER_SPACE has none)
@@ -206,37 +192,10 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
         n_out = chunk_out
         while j < n and not (text[j] == 32 or text[j] == 9 or text[j] == 10 or text[j] == 13):
             j += 1
-        if open_span and j - spans[n_spans - 1, 0] <= max_span_bytes:
-            spans[n_spans - 1, 1] = j
-        else:
-            spans[n_spans, 0] = i
-            spans[n_spans, 1] = j
-            spans[n_spans, 2] = n_out
-            n_spans += 1
-            open_span = True
+        n_spans = add_span(spans, n_spans, open_span and j - spans[n_spans - 1, 0] <= max_span_bytes, i, j, n_out)
+        open_span = True
         i = j
     return n_out, n_spans
-
-
-@kernel()
-def _longest_run(text, a, b):
-    longest = 0
-    run = 0
-    for i in range(text.shape[0]):
-        if text[i] == a or text[i] == b:
-            run = 0
-        else:
-            run += 1
-            if run > longest:
-                longest = run
-    return longest
-
-
-def longest_run_without(text: np.ndarray, separators: bytes) -> int:
-    """Length in bytes of the longest run of `text` (uint8) holding neither of two separator bytes."""
-    if len(separators) != 2:
-        raise ValueError(f"give two separator bytes, got {separators!r}")
-    return int(_longest_run(text, separators[0], separators[1]))
 
 
 @dataclass(frozen=True)
