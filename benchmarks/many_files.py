@@ -1,6 +1,6 @@
 """The preprocess job on many small inputs: the memory curve of its whole process tree.
 
-    python -m benchmarks.many_files --files 20000 [--folder DIR] [--csv memory.csv] [--limit_gb 6]
+    python -m benchmarks.many_files --files 20000 [50000 100000 ...] [--folder DIR] [--limit_gb 6]
 
 Writes N files of 1-4 KB of distinct text (deterministic: file i is drawn from the embedded sample's
 words with seed i; no two share a MinHash band, so near-duplicate detection finds nothing) under
@@ -11,6 +11,10 @@ launcher and every worker process it starts every `--every` seconds. The curve g
 is printed as one JSON line. A run whose tree passes `--limit_gb` is killed (the summary says so):
 a runaway run must not take the machine with it. Made to go to 1,000,000 files (about 2.5 GB of
 input and 1.5 GB of part files; the folder is reused by later runs).
+
+Several counts (`--files 20000 50000 100000`) run one after the other, each in `DIR/N/`, and the
+last line is the curve: every run's peak and the least-squares slope (KB of peak RSS per input) and
+intercept (MB) through them, from the runs that finished.
 """
 
 from __future__ import annotations
@@ -99,38 +103,63 @@ def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path)
     return {"returncode": proc.returncode, "killed": killed, "wall_s": time.perf_counter() - started, "curve": curve}
 
 
+def measure(files: int, folder: Path, every: float, limit_gb: float, job_args: list[str], keep_output: bool,
+            csv_path: Path | None = None) -> dict:
+    """One run on `files` files under `folder`: its memory curve to CSV, its summary."""
+    inputs, output = folder / "in", folder / "out"
+    input_bytes = write_inputs(inputs, files)
+    shutil.rmtree(output, ignore_errors=True)
+    job = [sys.executable, "-m", "jobs.preprocess", "--input", str(inputs), "--output", str(output),
+           "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "128", "--progress_seconds", "30", *job_args]
+    run = run_sampled(job, every, int(limit_gb * 2**30), folder / f"job-{files}.log")
+    csv_path = csv_path or folder / f"memory-{files}.csv"
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["seconds", "rss_mb", "processes"])
+        writer.writerows(run["curve"])
+    peak = max((mb for _, mb, _ in run["curve"]), default=0.0)
+    if not keep_output:
+        shutil.rmtree(output, ignore_errors=True)
+    return {"files": files, "input_mb": round(input_bytes / 1e6, 1), "wall_s": round(run["wall_s"], 1),
+            "peak_rss_mb": peak, "peak_kb_per_input": round(peak * 1024 / max(files, 1), 2),
+            "returncode": run["returncode"], "killed_past_gb": limit_gb if run["killed"] else None,
+            "csv": str(csv_path), "log": str(folder / f"job-{files}.log")}
+
+
+def memory_slope(runs: list[dict]) -> dict:
+    """Peak RSS against inputs over the finished runs: the least-squares line's slope (KB an input)
+    and intercept (MB); None with fewer than two distinct counts."""
+    done = [r for r in runs if r["returncode"] == 0 and not r["killed_past_gb"]]
+    if len({r["files"] for r in done}) < 2:
+        return {"slope_kb_per_input": None, "intercept_mb": None}
+    slope, intercept = np.polyfit([r["files"] for r in done], [r["peak_rss_mb"] for r in done], 1)
+    return {"slope_kb_per_input": round(float(slope) * 1024, 2), "intercept_mb": round(float(intercept), 1)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=20_000)
+    parser.add_argument("--files", type=int, nargs="+", default=[20_000])
     parser.add_argument("--folder", help="where the inputs (in/) and the output (out/) go (default: a temp folder)")
-    parser.add_argument("--csv", help="the memory curve (default: FOLDER/memory-N.csv)")
+    parser.add_argument("--csv", help="the memory curve of a single count (default: FOLDER/memory-N.csv)")
     parser.add_argument("--every", type=float, default=0.2, help="seconds between RSS samples")
     parser.add_argument("--limit_gb", type=float, default=6.0, help="kill the run past this tree RSS")
     parser.add_argument("--keep_output", action="store_true")
     parser.add_argument("job_args", nargs="*", help="more jobs.preprocess options (after --)")
     args = parser.parse_args(argv)
     folder = Path(args.folder or tempfile.mkdtemp(prefix="maskbeam-many-files-"))
-    inputs, output = folder / "in", folder / "out"
-    input_bytes = write_inputs(inputs, args.files)
-    shutil.rmtree(output, ignore_errors=True)
-    job = [sys.executable, "-m", "jobs.preprocess", "--input", str(inputs), "--output", str(output),
-           "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "128", "--progress_seconds", "30",
-           *args.job_args]
-    run = run_sampled(job, args.every, int(args.limit_gb * 2**30), folder / f"job-{args.files}.log")
-    csv_path = Path(args.csv or folder / f"memory-{args.files}.csv")
-    with open(csv_path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["seconds", "rss_mb", "processes"])
-        writer.writerows(run["curve"])
-    peak = max((mb for _, mb, _ in run["curve"]), default=0.0)
-    summary = {"files": args.files, "input_mb": round(input_bytes / 1e6, 1), "wall_s": round(run["wall_s"], 1),
-               "peak_rss_mb": peak, "peak_kb_per_input": round(peak * 1024 / max(args.files, 1), 2),
-               "returncode": run["returncode"], "killed_past_gb": args.limit_gb if run["killed"] else None,
-               "csv": str(csv_path), "log": str(folder / f"job-{args.files}.log")}
-    if not args.keep_output:
-        shutil.rmtree(output, ignore_errors=True)
-    print(json.dumps(summary))
-    return summary
+    if len(args.files) == 1:
+        summary = measure(args.files[0], folder, args.every, args.limit_gb, args.job_args, args.keep_output,
+                          Path(args.csv) if args.csv else None)
+        print(json.dumps(summary))
+        return summary
+    runs = []
+    for files in args.files:
+        runs.append(measure(files, folder / str(files), args.every, args.limit_gb, args.job_args, args.keep_output))
+        print(json.dumps(runs[-1]), flush=True)
+    curve = {"runs": [{k: r[k] for k in ("files", "peak_rss_mb", "wall_s", "returncode", "killed_past_gb")}
+                      for r in runs], **memory_slope(runs)}
+    print(json.dumps(curve))
+    return curve
 
 
 if __name__ == "__main__":

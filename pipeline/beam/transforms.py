@@ -299,6 +299,19 @@ class TokenizeAndChunk(beam.PTransform):
         return (results, stitched) | "AllUnitResults" >> beam.Flatten()
 
 
+def _is_range_result(result: UnitResult) -> bool:
+    """A byte range's result: its file's other ranges have results of their own."""
+    return bool(result.file)
+
+
+def _is_whole_input(result: UnitResult) -> bool:
+    return not result.file
+
+
+def _as_input(result: UnitResult) -> tuple[str, list[UnitResult]]:
+    return result.input, [result]
+
+
 def _by_input(kv) -> tuple[str, list[UnitResult]]:
     """An input's results in order (a split file's ranges by source)."""
     name, parts = kv
@@ -368,10 +381,19 @@ class WriteShards(beam.PTransform):
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
-        inputs = (unit_results
+        # Only a file read in byte ranges has more than one result to gather: every other result is
+        # its input's only one and goes on in the stage that made it, never through a shuffle (the
+        # results, with their signatures, were the largest elements of the job; their GroupByKey the
+        # peak of its memory on many small files).
+        whole = (unit_results
+                 | "OneResultInputs" >> beam.Filter(_is_whole_input)
+                 | "AsInputs" >> beam.Map(_as_input))
+        ranged = (unit_results
+                  | "RangeResults" >> beam.Filter(_is_range_result)
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
                   | "InputParts" >> beam.Map(_by_input))
+        inputs = (whole, ranged) | "Inputs" >> beam.Flatten()
         pairs = inputs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
         twins = (inputs
                  | "ContentKeys" >> beam.FlatMap(content_record)

@@ -58,6 +58,32 @@ def test_no_side_input_or_global_combine_carries_the_inputs(tmp_path, spec):
     assert not combines
 
 
+def _producers(proto) -> dict[str, str]:
+    """PCollection id -> unique name of the leaf transform that outputs it."""
+    return {pcoll: t.unique_name for t in proto.components.transforms.values() if not t.subtransforms
+            for pcoll in t.outputs.values()}
+
+
+def test_only_results_of_byte_ranges_are_gathered_by_input(tmp_path, spec):
+    """The unit results (a 2 KB MinHash signature each) were all shuffled by input, though only a file
+    read in byte ranges has more than one: that GroupByKey was the peak of a run on many small files."""
+    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
+    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert")
+    pipeline = beam.Pipeline()
+    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config)
+    proto = pipeline.to_runner_api()
+    made_by = _producers(proto)
+    transforms = {t.unique_name: t for t in proto.components.transforms.values()}
+    chain, name = [], "Preprocess/WriteShards/GroupInputs"
+    while name in transforms and len(chain) < 10:
+        inputs = list(transforms[name].inputs.values())
+        if len(inputs) != 1:
+            break
+        name = made_by[inputs[0]]
+        chain.append(name)
+    assert any(step.startswith("Preprocess/WriteShards/RangeResults") for step in chain), chain
+
+
 def _random_results(rng: random.Random, n: int) -> list[UnitResult]:
     results = []
     for i in range(n):
@@ -136,11 +162,17 @@ def test_the_timed_flush_cuts_an_element_slow_to_encode():
 
 
 MEMORY_FILES = 20_000
-# Measured on 2 shared cores: 1.78-2.31 GB in 4 runs (the graph before: killed past 4.3 and 6.2 GB in
-# stage 1; with only the flush fixed, 2.51 GB). Fewer files do not tell them apart: at 3,000 both
-# peaked at 1.0 GB in 4 runs of 4 (the timed flush cuts an element in most runs only once elements
-# take a second to encode), which test_an_element_slow_to_encode_reaches_a_group_by_key_whole proves
-# in seconds, as test_no_side_input_or_global_combine_carries_the_inputs does the graph's shape.
+# Measured on 2 shared cores (0.1 s samples), with the C heap's arenas capped and trimmed
+# (native_heap.py) and only byte ranges' results shuffled by input: 1,565 MB in one run (a spike of
+# under a second in stage 2, its plateau 1.0-1.3 GB) and a run past 2,038 MB under this test; the
+# heap alone 1.41 GB (0.5 s samples) and past 1,776 MB; before both, 1.78-2.31 GB in 4 runs (the
+# graph before the per-key joins: killed past 4.3 and 6.2 GB in stage 1; with only the flush fixed,
+# 2.51 GB). The spikes spread too widely for a tighter bound. Fewer files do not tell the graphs
+# apart: at 3,000 both peaked at 1.0 GB in 4 runs of 4 (the timed flush cuts an element in most runs
+# only once elements take a second to encode), which
+# test_an_element_slow_to_encode_reaches_a_group_by_key_whole proves in seconds, as
+# test_no_side_input_or_global_combine_carries_the_inputs and
+# test_only_results_of_byte_ranges_are_gathered_by_input do the graph's shape.
 MEMORY_BOUND_MB = 2800
 
 

@@ -224,13 +224,6 @@ def _options_parser(beam_args: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
-def beam_flags(beam_args: list[str]) -> set[str]:
-    """Every flag PipelineOptions and its subclasses know, so a typo like --sed=3 fails here
-    (Beam itself only logs a warning)."""
-    parser = _options_parser(beam_args)
-    return {opt.lstrip("-") for action in parser._actions for opt in action.option_strings}
-
-
 def check_beam_options(beam_args: list[str], job_flags: Iterable[str] = ()) -> None:
     """Refuse, before anything is written, what Beam would take only at run time (or warn about and
     ignore): an unknown flag, a value its option does not accept, a runner Beam does not know.
