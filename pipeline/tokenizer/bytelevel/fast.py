@@ -66,6 +66,9 @@ BYTE_CHARS = _byte_chars()
 CHAR_BYTES = {c: b for b, c in BYTE_CHARS.items()}
 _TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
 _SPACE = np.array([32], dtype=np.uint8)
+MASK_CLASSES = np.array([LETTER if chr(b).isascii() and chr(b).isalpha() else NUMBER if chr(b).isdigit()
+                         else SPACE if b in (9, 10, 11, 12, 13, 32) else OTHER for b in range(128)], dtype=np.uint8)
+"""The ASCII classes `class_masks64` sees (the 64-byte pre-tokenizer runs only where the regex engine agrees)."""
 
 
 def _utf8_reader():
@@ -267,6 +270,7 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
     classes = _cached_classes()
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
+                           ascii_masks=bool((classes[:128] == MASK_CLASSES).all()),
                            fold=probe_fold(pattern), pattern=PATTERNS[pattern],
                            ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
                            merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,

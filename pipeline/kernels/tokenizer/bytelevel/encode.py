@@ -3,10 +3,8 @@
 The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed by a regex-less
 `ByteLevel`) and a `BPE` model, from tables built by `pipeline.tokenizer.bytelevel.fast`:
 
-- a per-code-point class table (letter `\\p{L}`, number `\\p{N}`, whitespace `\\s`, other), asked of
-  the regex engine the tokenizer itself uses, so the pre-tokenizer's regex needs no regex engine
-  here: each supported pattern is written out below as the leftmost-first backtracking match its
-  alternatives make (GPT2_PATTERN, LLAMA3_PATTERN);
+- the pre-tokenizer's tables (`pipeline.kernels.tokenizer.bytelevel.pretokenize`: a per-code-point
+  class table asked of the tokenizer's own regex engine, the supported patterns written out);
 - the vocabulary keyed by raw bytes (the byte-to-unicode alphabet undone), the merges keyed by
   pair of ids with their rank and result, and each byte's initial id as the first, a middle, the
   last or the only symbol of a word (the `continuing_subword_prefix` and `end_of_word_suffix`
@@ -28,12 +26,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.common.jit import kernel
-from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.prefetch import prefetch_row
+from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (the family's names, imported from here)
+    GPT2,
+    GPT2_PATTERN,
+    LETTER,
+    LLAMA3,
+    LLAMA3_PATTERN,
+    N_CODE_POINTS,
+    NUMBER,
+    OTHER,
+    PATTERNS,
+    SPACE,
+    WINDOW_REACH,
+    later_start,
+    window,
+    word_end,
+)
 from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     MAX_IDS,
     WORD_BYTES,
@@ -46,191 +58,10 @@ from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     word_set,
 )
 
-OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-N_CODE_POINTS = 0x110000
-GPT2, LLAMA3 = 0, 1
-GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
 WINDOW_BYTES = 1 << 20  # words tokenized a kernel call (its buffers grow with it)
 AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
-
-@kernel(inline="always")
-def _char(text, i, n):
-    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if b0 < 0xE0:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if b0 < 0xF0:
-        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
-    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
-            | (np.int64(text[i + 3]) & 0x3F)), 4
-
-
-@kernel(inline="always")
-def _run(text, i, n, classes, kind):
-    """(end, chars, start of the last char) of the run of class `kind` starting at byte i."""
-    chars = 0
-    last = i
-    while i < n:
-        b = text[i]
-        if b < 0x80:
-            if classes[b] != kind:
-                break
-            last = i
-            i += 1
-        else:
-            cp, width = _char(text, i, n)
-            if classes[cp] != kind:
-                break
-            last = i
-            i += width
-        chars += 1
-    return i, chars, last
-
-
-@kernel()
-def _contraction(text, i, n, fold, ignore_case):
-    """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
-    if text[i] != 39 or i + 1 >= n:
-        return 0
-    a, wa = _char(text, i + 1, n)
-    if ignore_case:
-        a = fold[a] if a < fold.shape[0] else 0
-    if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
-        return 1 + wa
-    if i + 1 + wa >= n:
-        return 0
-    b, wb = _char(text, i + 1 + wa, n)
-    if ignore_case:
-        b = fold[b] if b < fold.shape[0] else 0
-    if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
-        return 1 + wa + wb
-    return 0
-
-
-_ONES = np.uint64(0x0101010101010101)
-_HIGH = np.uint64(0x8080808080808080)
-_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_CASE = np.uint64(0x2020202020202020)
-
-
-@kernel(inline="always")
-def _ascii_letters(x):
-    """0x80 in each byte of x (8 text bytes, little-endian) that is an ASCII letter [A-Za-z], else 0:
-    the byte with its case bit set lies strictly between 0x60 and 0x7B (the 'has between' bit trick:
-    each byte's high bit is cleared first, so no carry crosses a byte)."""
-    folded = x | _CASE
-    low = folded & _LOW7
-    return ((_ONES * np.uint64(127 + 0x7B)) - low) & ~folded & (low + _ONES * np.uint64(127 - 0x60)) & _HIGH
-
-
-@kernel(inline="always")
-def _letter_run_end(text, i, n, classes):
-    """End of the run of letters (class LETTER) starting at byte i: eight bytes at a time while
-    they are ASCII letters (`swar_letters` of the tables: the class table's ASCII letters are
-    exactly [A-Za-z]), then one character at a time from the first byte that is not."""
-    while i + 8 <= n:
-        others = ~_ascii_letters(load8(text, i)) & _HIGH
-        if others == 0:
-            i += 8
-            continue
-        i += np.int64(trailing_zeros(others)) >> 3
-        if text[i] < 0x80:  # an ASCII byte that is not a letter: the run ends here
-            return i
-        break
-    return _run(text, i, n, classes, LETTER)[0]
-
-
-@kernel(inline="always")
-def _letters_end(text, i, n, classes, swar_letters):
-    """End of the run of letters starting at byte i (eight ASCII bytes at a time with `swar_letters`)."""
-    if swar_letters:
-        return _letter_run_end(text, i, n, classes)
-    return _run(text, i, n, classes, LETTER)[0]
-
-
-@kernel(inline="always")
-def _letter_word_end(text, i, n, classes, swar_letters):
-    """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
-    (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
-    there), else -1. Most words take this path and skip the general dispatch."""
-    b = text[i]
-    if b == 32 and i + 1 < n:
-        b = text[i + 1]
-        i += 1
-    if b < 0x80 and classes[b] == LETTER:
-        return _letters_end(text, i + 1, n, classes, swar_letters)
-    return -1
-
-
-@kernel()
-def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
-    """End (byte) of the regex match at byte i (GPT2_PATTERN or LLAMA3_PATTERN: their leftmost-first
-    alternatives written out), for any word; the first character and the next are classified once.
-
-    GPT-2: a contraction; ` ?` then a run of one class (letters, numbers or others); else whitespace,
-    `\\s+(?!\\S)` leaving the run's last character to the next word, `\\s+` when it is alone or ends
-    the text. Llama-3: a case-insensitive contraction; one character that is neither a newline, a
-    letter nor a number then letters (or letters alone); up to three numbers; ` ?` then others then
-    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace."""
-    llama = pattern == LLAMA3
-    if text[i] == 39:
-        length = _contraction(text, i, n, fold, llama)
-        if length:
-            return i + length
-    cp, width = _char(text, i, n)
-    c = classes[cp]
-    if c == LETTER:
-        return _letters_end(text, i + width, n, classes, swar_letters)
-    j = i + width
-    nxt = np.int64(-1)
-    kind = np.uint8(255)
-    next_width = 0
-    if j < n:
-        nxt, next_width = _char(text, j, n)
-        kind = classes[nxt]
-    if llama:
-        if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
-            return _letters_end(text, j + next_width, n, classes, swar_letters)
-        if c == NUMBER:  # `\\p{N}{1,3}`
-            end = j
-            for _ in range(2):
-                if end >= n:
-                    break
-                nxt, w = _char(text, end, n)
-                if classes[nxt] != NUMBER:
-                    break
-                end += w
-            return end
-        if c == OTHER or (cp == 32 and kind == OTHER):  # ` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`
-            end = _run(text, j, n, classes, OTHER)[0]
-            while end < n and (text[end] == 10 or text[end] == 13):
-                end += 1
-            return end
-    else:
-        if cp == 32 and j < n and kind != SPACE:  # ` ?\\p{L}+`, ` ?\\p{N}+`, ` ?[^\\s\\p{L}\\p{N}]+`
-            return _run(text, j, n, classes, kind)[0]
-        if c != SPACE:
-            return _run(text, j, n, classes, c)[0]
-    if kind != SPACE:  # whitespace alone (or a newline alone in Llama-3's `\\s*[\\r\\n]+`)
-        return j
-    end, chars, last = _run(text, j, n, classes, SPACE)
-    if llama:
-        last_newline = -1
-        for m in range(i, end):
-            if text[m] == 10 or text[m] == 13:
-                last_newline = m
-        if last_newline >= 0:  # `\\s*[\\r\\n]+`
-            return last_newline + 1
-    if end == n:  # `\\s+(?!\\S)` to the end
-        return end
-    return last  # `\\s+(?!\\S)` backs off one so the last space joins the next word
 
 
 @kernel(inline="always")
@@ -299,27 +130,8 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
         out[n_out + q] = symbols[q]
     return n_out + count
 
-
-@kernel(inline="always")
-def _word_end(text, position, size, classes, fold, pattern, swar_letters):
-    """End (byte) of the pre-token starting at byte `position`."""
-    stop = _letter_word_end(text, position, size, classes, swar_letters)
-    if stop >= 0:
-        return stop
-    if position + 1 < size:  # one ASCII punctuation mark before a space, or a newline alone: one character
-        b = text[position]
-        following = text[position + 1]
-        if b < 0x80 and following < 0x80 and b != 39:
-            if classes[following] == SPACE:
-                if classes[b] == OTHER and (pattern == GPT2 or (following != 10 and following != 13)):
-                    return position + 1
-            elif b == 10:
-                return position + 1
-    return _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
-
-
 @kernel()
-def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, initial, merge_keys,
+def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merge_keys,
                    merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
@@ -349,9 +161,26 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
     n_found = 0  # words found
     n_done = 0  # words tokenized
     position = begin  # where the next word to tokenize starts
+    masked = ascii_masks and pattern == GPT2
+    base = np.int64(-1)  # the pre-tokenizer's window (none yet)
+    starts = untrusted = np.uint64(0)
     while True:
         while n_found - n_done < AHEAD and found_end < limit:
-            stop = _word_end(text, found_end, size, classes, fold, pattern, swar_letters)
+            stop = np.int64(-1)
+            if masked and found_end + WINDOW_REACH <= size:  # 64 bytes at a time (written out: numba's inlining of
+                bit = found_end - base  # a function returning the window state made this loop 3 times slower)
+                if base < 0 or bit > 62:
+                    base = found_end
+                    starts, untrusted = window(text, found_end, classes)
+                    bit = 0
+                stop = later_start(starts, untrusted, bit)
+                if stop == 64 and bit > 0:  # the word may run past the window: one that starts with it
+                    base = found_end
+                    starts, untrusted = window(text, found_end, classes)
+                    stop = later_start(starts, untrusted, 0)
+                stop = base + stop if 0 <= stop < 64 else np.int64(-1)
+            if stop < 0:
+                stop = word_end(text, found_end, size, classes, fold, pattern, swar_letters)
             n = stop - found_end
             found = np.int64(-1)
             if n <= WORD_BYTES:
@@ -432,6 +261,8 @@ class ByteLevelTables:
             as the tokenizer's regex engine classes it.
         swar_letters: whether the ASCII code points of class LETTER are exactly [A-Za-z] (then
             letter runs are scanned eight bytes at a time).
+        ascii_masks: whether the ASCII classes are those `class_masks64` sees (letters [A-Za-z],
+            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then GPT-2's pattern is scanned 64 bytes at a time.
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
         pattern: GPT2 or LLAMA3.
@@ -446,6 +277,7 @@ class ByteLevelTables:
 
     classes: np.ndarray
     swar_letters: bool
+    ascii_masks: bool
     fold: np.ndarray
     pattern: int
     ignore_merges: bool
@@ -514,10 +346,10 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     span = min(size, window)
     out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
-    args = (text, tables.classes, tables.swar_letters, tables.fold, tables.pattern, tables.ignore_merges,
-            tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts,
-            tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles,
-            cache.records, out)
+    args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
+            tables.ignore_merges, tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob,
+            tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
+            tables.singles, cache.records, out)
     id_parts, fallback_parts = [], []
     begin, n_ids = 0, 0
     while begin < size or not id_parts:
