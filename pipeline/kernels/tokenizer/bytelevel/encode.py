@@ -53,7 +53,8 @@ from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     cached_ids,
     remember,
     set_shift,
-    single_id,
+    single_probe,
+    single_slot,
     word_key,
     word_set,
 )
@@ -61,32 +62,35 @@ from pipeline.kernels.tokenizer.bytelevel.word_cache import (
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
 WINDOW_BYTES = 1 << 20  # words tokenized a kernel call (its buffers grow with it)
-AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
+AHEAD = 32  # words found (and their table slots prefetched) before the first of them is looked up
+_SHORT, _CACHED, _LONG = 0, 1, 2  # a word of up to 8 bytes (in `singles` or the cache), up to WORD_BYTES, longer
 
 
 @kernel(inline="always")
-def _merge_lookup(a, b, keys, values):
-    """(rank, new id) of merging ids a and b, or (-1, -1)."""
-    key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
-    mask = keys.shape[0] - 1
+def _merge_lookup(a, b, merges):
+    """(rank, new id) of merging ids a and b, or (-1, -1): one 16-byte slot holds a merge's key and
+    both values, so a lookup touches one cache line."""
+    key = ((np.uint64(a) << np.uint64(32)) | np.uint64(b)) + np.uint64(1)
+    mask = merges.shape[0] - 1
     slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-    while keys[slot] != 0:
-        if keys[slot] == key + np.uint64(1):
-            return values[slot, 0], values[slot, 1]
+    while merges[slot, 0] != 0:
+        if merges[slot, 0] == key:
+            value = merges[slot, 1]
+            return np.int32(value & np.uint64(0xFFFFFFFF)), np.int32(value >> np.uint64(32))
         slot = (slot + 1) & mask
-    return -1, -1
+    return np.int32(-1), np.int32(-1)
 
 
 @kernel(inline="always")
-def _pair(symbols, q, merge_keys, merge_values, ranks, news):
+def _pair(symbols, q, merges, ranks, news):
     """Looks up the pair (symbols[q], symbols[q + 1]) into ranks[q], news[q] (NO_MERGE when none)."""
-    rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merge_keys, merge_values)
+    rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merges)
     ranks[q] = rank if rank >= 0 else NO_MERGE
     news[q] = new_id
 
 
 @kernel()
-def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out):
+def _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out):
     """BPE of the word text[start:stop] into out[n_out:]; returns the new n_out, or -1 when a byte
     has no initial id (the real model decides what [UNK] or byte fallback make of it).
 
@@ -106,7 +110,7 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
             return -1
         symbols[q] = symbol
     for q in range(n - 1):
-        _pair(symbols, q, merge_keys, merge_values, ranks, news)
+        _pair(symbols, q, merges, ranks, news)
     count = n
     while count > 1:
         best = 0
@@ -123,16 +127,16 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
             news[q] = news[q + 1]
         count -= 1
         if best > 0:
-            _pair(symbols, best - 1, merge_keys, merge_values, ranks, news)
+            _pair(symbols, best - 1, merges, ranks, news)
         if best < count - 1:
-            _pair(symbols, best, merge_keys, merge_values, ranks, news)
+            _pair(symbols, best, merges, ranks, news)
     for q in range(count):
         out[n_out + q] = symbols[q]
     return n_out + count
 
 @kernel()
-def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merge_keys,
-                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
+def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
+                   v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -150,7 +154,8 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     ahead_stops = np.empty(AHEAD, dtype=np.int64)
-    ahead_found = np.empty(AHEAD, dtype=np.int64)  # the word's id (a one-token word), its cache set, or -1
+    ahead_kind = np.empty(AHEAD, dtype=np.int64)  # _SHORT, _CACHED or _LONG
+    ahead_where = np.empty(AHEAD, dtype=np.int64)  # a short word's slot in `singles`, a cached word's set
     ahead_keys = np.empty((AHEAD, 3), dtype=np.uint64)
     n_out = 0
     n_fallback = 0
@@ -182,26 +187,25 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
             if stop < 0:
                 stop = word_end(text, found_end, size, classes, fold, pattern, swar_letters)
             n = stop - found_end
-            found = np.int64(-1)
+            slot = n_found & (AHEAD - 1)
+            kind = _LONG
             if n <= WORD_BYTES:
                 k0, k1, k2 = word_key(text, found_end, n)
-                single = np.int64(-1)
+                ahead_keys[slot, 0] = k0
+                ahead_keys[slot, 1] = k1
+                ahead_keys[slot, 2] = k2
                 if n <= 8:
-                    single = single_id(singles, k0, n, single_shift)
-                if single >= 0:
-                    found = single
+                    kind = _SHORT
+                    where = single_slot(k0, n, single_shift)
+                    prefetch_row(singles, where)
                 else:
-                    row = word_set(k0, k1, k2, n, shift)
-                    prefetch_row(records, row)
-                    prefetch_row(records, row + 1)
-                    found = -2 - row
-                    slot = n_found & (AHEAD - 1)
-                    ahead_keys[slot, 0] = k0
-                    ahead_keys[slot, 1] = k1
-                    ahead_keys[slot, 2] = k2
-            slot = n_found & (AHEAD - 1)
+                    kind = _CACHED
+                    where = word_set(k0, k1, k2, n, shift)
+                    prefetch_row(records, where)
+                    prefetch_row(records, where + 1)
+                ahead_where[slot] = where
+            ahead_kind[slot] = kind
             ahead_stops[slot] = stop
-            ahead_found[slot] = found
             found_end = stop
             n_found += 1
         if n_done == n_found:
@@ -210,19 +214,23 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
         n_done += 1
         start = position
         stop = ahead_stops[slot]
-        found = ahead_found[slot]
+        kind = ahead_kind[slot]
         position = stop
-        if found >= 0:
-            out[n_out] = found
-            n_out += 1
-            continue
         n = stop - start
-        row = -2 - found
+        row = np.int64(-1)
         k0 = k1 = k2 = np.uint64(0)
-        if row >= 0:
+        if kind != _LONG:
             k0 = ahead_keys[slot, 0]
             k1 = ahead_keys[slot, 1]
             k2 = ahead_keys[slot, 2]
+            row = ahead_where[slot]
+            if kind == _SHORT:
+                single = single_probe(singles, row, k0, n)
+                if single >= 0:
+                    out[n_out] = single
+                    n_out += 1
+                    continue
+                row = word_set(k0, k1, k2, n, shift)
             done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
             if done >= 0:
                 n_out = done
@@ -237,7 +245,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                 out[n_out] = whole
                 done = n_out + 1
         if done < 0 and n <= MAX_KERNEL_WORD:
-            done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out)
+            done = _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out)
         if done < 0:
             if n_fallback == fallback.shape[0]:
                 return n_out, -1, position
@@ -269,8 +277,8 @@ class ByteLevelTables:
         ignore_merges: whether a word that is a vocabulary entry is that entry.
         initial: int32, shape (4, 256): the id of a byte as first, middle, last or only symbol; -1
             when the vocabulary lacks it.
-        merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
-        merge_values: int32, shape (slots, 2): rank and new id.
+        merges: uint64, shape (power of two, 2): per slot (a << 32 | b) + 1 (0 when empty) and
+            rank | new id << 32.
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
     """
@@ -282,8 +290,7 @@ class ByteLevelTables:
     pattern: int
     ignore_merges: bool
     initial: np.ndarray
-    merge_keys: np.ndarray
-    merge_values: np.ndarray
+    merges: np.ndarray
     vocab_blob: np.ndarray
     vocab_starts: np.ndarray
     vocab_lengths: np.ndarray
@@ -293,28 +300,26 @@ class ByteLevelTables:
     singles: np.ndarray
 
 
-def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The merges as an open-addressing table: (keys uint64, values int32 (slots, 2))."""
+def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> np.ndarray:
+    """The merges {(a, b): (rank, new id)} as an open-addressing table: uint64, shape (slots, 2)."""
     size = 1 << max(4, (2 * max(len(pairs), 1) - 1).bit_length())
-    keys = np.zeros(size, dtype=np.uint64)
-    values = np.zeros((size, 2), dtype=np.int32)
+    table = np.zeros((size, 2), dtype=np.uint64)
     pair_keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
-    pair_values = np.array(list(pairs.values()), dtype=np.int32).reshape(-1, 2)
-    _fill_merges(pair_keys, pair_values, keys, values)
-    return keys, values
+    pair_values = np.array([rank | (new << 32) for rank, new in pairs.values()], dtype=np.uint64)
+    _fill_merges(pair_keys, pair_values, table)
+    return table
 
 
 @kernel()
-def _fill_merges(pair_keys, pair_values, keys, values):
-    mask = keys.shape[0] - 1
+def _fill_merges(pair_keys, pair_values, table):
+    mask = table.shape[0] - 1
     for i in range(pair_keys.shape[0]):
-        key = pair_keys[i]
+        key = pair_keys[i] + np.uint64(1)
         slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-        while keys[slot] != 0:
+        while table[slot, 0] != 0:
             slot = (slot + 1) & mask
-        keys[slot] = key + np.uint64(1)
-        values[slot, 0] = pair_values[i, 0]
-        values[slot, 1] = pair_values[i, 1]
+        table[slot, 0] = key
+        table[slot, 1] = pair_values[i]
 
 
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
@@ -347,7 +352,7 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
-            tables.ignore_merges, tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob,
+            tables.ignore_merges, tables.initial, tables.merges, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
             tables.singles, cache.records, out)
     id_parts, fallback_parts = [], []
