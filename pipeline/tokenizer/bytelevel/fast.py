@@ -48,6 +48,9 @@ FAMILY = "byte-level BPE"
 _CLASS_FORMAT = 1
 _TO_CHARS = [BYTE_CHARS[b] for b in range(256)]
 _SPACE = np.array([32], dtype=np.uint8)
+MASK_CLASSES = np.array([LETTER if chr(b).isascii() and chr(b).isalpha() else NUMBER if chr(b).isdigit()
+                         else SPACE if b in (9, 10, 11, 12, 13, 32) else OTHER for b in range(128)], dtype=np.uint8)
+"""The ASCII classes `class_masks64` sees (the 64-byte pre-tokenizer runs only where the regex engine agrees)."""
 
 
 def _utf8_reader():
@@ -215,14 +218,14 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
         if token and all(c in CHAR_BYTES for c in token):
             by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
     words = ByteTable.build(by_bytes)
-    keys, values = merge_table(pairs)
     singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
     classes = _cached_classes()
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
+                           ascii_masks=bool((classes[:128] == MASK_CLASSES).all()),
                            fold=probe_fold(pattern), pattern=PATTERNS[pattern],
-                           ignore_merges=bool(model.get("ignore_merges")), initial=initial, merge_keys=keys,
-                           merge_values=values, vocab_blob=words.blob, vocab_starts=words.starts,
+                           ignore_merges=bool(model.get("ignore_merges")), initial=initial,
+                           merges=merge_table(pairs), vocab_blob=words.blob, vocab_starts=words.starts,
                            vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
                            max_key=max((len(k) for k in by_bytes), default=1), singles=singles)
 

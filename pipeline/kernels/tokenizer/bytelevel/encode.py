@@ -3,10 +3,8 @@
 The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed by a regex-less
 `ByteLevel`) and a `BPE` model, from tables built by `pipeline.tokenizer.bytelevel.fast`:
 
-- a per-code-point class table (letter `\\p{L}`, number `\\p{N}`, whitespace `\\s`, other), asked of
-  the regex engine the tokenizer itself uses, so the pre-tokenizer's regex needs no regex engine
-  here: each supported pattern is written out below as the leftmost-first backtracking match its
-  alternatives make (GPT2_PATTERN, LLAMA3_PATTERN);
+- the pre-tokenizer's tables (`pipeline.kernels.tokenizer.bytelevel.pretokenize`: a per-code-point
+  class table asked of the tokenizer's own regex engine, the supported patterns written out);
 - the vocabulary keyed by raw bytes (the byte-to-unicode alphabet undone), the merges keyed by
   pair of ids with their rank and result, and each byte's initial id as the first, a middle, the
   last or the only symbol of a word (the `continuing_subword_prefix` and `end_of_word_suffix`
@@ -28,12 +26,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_step, lookup
 from pipeline.kernels.common.jit import kernel
-from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.prefetch import prefetch_row
+from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (the family's names, imported from here)
+    GPT2,
+    GPT2_PATTERN,
+    LETTER,
+    LLAMA3,
+    LLAMA3_PATTERN,
+    N_CODE_POINTS,
+    NUMBER,
+    OTHER,
+    PATTERNS,
+    SPACE,
+    WINDOW_REACH,
+    later_start,
+    window,
+    word_end,
+)
 from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     MAX_IDS,
     WORD_BYTES,
@@ -41,221 +53,44 @@ from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     cached_ids,
     remember,
     set_shift,
-    single_id,
+    single_probe,
+    single_slot,
     word_key,
     word_set,
 )
 
-OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
-N_CODE_POINTS = 0x110000
-GPT2, LLAMA3 = 0, 1
-GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
 WINDOW_BYTES = 1 << 20  # words tokenized a kernel call (its buffers grow with it)
-AHEAD = 32  # words found (and their cache sets prefetched) before the first of them is looked up
-
-@kernel(inline="always")
-def _char(text, i, n):
-    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if b0 < 0xE0:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if b0 < 0xF0:
-        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
-    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
-            | (np.int64(text[i + 3]) & 0x3F)), 4
+AHEAD = 32  # words found (and their table slots prefetched) before the first of them is looked up
+_SHORT, _CACHED, _LONG = 0, 1, 2  # a word of up to 8 bytes (in `singles` or the cache), up to WORD_BYTES, longer
 
 
 @kernel(inline="always")
-def _run(text, i, n, classes, kind):
-    """(end, chars, start of the last char) of the run of class `kind` starting at byte i."""
-    chars = 0
-    last = i
-    while i < n:
-        b = text[i]
-        if b < 0x80:
-            if classes[b] != kind:
-                break
-            last = i
-            i += 1
-        else:
-            cp, width = _char(text, i, n)
-            if classes[cp] != kind:
-                break
-            last = i
-            i += width
-        chars += 1
-    return i, chars, last
-
-
-@kernel()
-def _contraction(text, i, n, fold, ignore_case):
-    """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
-    if text[i] != 39 or i + 1 >= n:
-        return 0
-    a, wa = _char(text, i + 1, n)
-    if ignore_case:
-        a = fold[a] if a < fold.shape[0] else 0
-    if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
-        return 1 + wa
-    if i + 1 + wa >= n:
-        return 0
-    b, wb = _char(text, i + 1 + wa, n)
-    if ignore_case:
-        b = fold[b] if b < fold.shape[0] else 0
-    if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
-        return 1 + wa + wb
-    return 0
-
-
-_ONES = np.uint64(0x0101010101010101)
-_HIGH = np.uint64(0x8080808080808080)
-_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
-_CASE = np.uint64(0x2020202020202020)
-
-
-@kernel(inline="always")
-def _ascii_letters(x):
-    """0x80 in each byte of x (8 text bytes, little-endian) that is an ASCII letter [A-Za-z], else 0:
-    the byte with its case bit set lies strictly between 0x60 and 0x7B (the 'has between' bit trick:
-    each byte's high bit is cleared first, so no carry crosses a byte)."""
-    folded = x | _CASE
-    low = folded & _LOW7
-    return ((_ONES * np.uint64(127 + 0x7B)) - low) & ~folded & (low + _ONES * np.uint64(127 - 0x60)) & _HIGH
-
-
-@kernel(inline="always")
-def _letter_run_end(text, i, n, classes):
-    """End of the run of letters (class LETTER) starting at byte i: eight bytes at a time while
-    they are ASCII letters (`swar_letters` of the tables: the class table's ASCII letters are
-    exactly [A-Za-z]), then one character at a time from the first byte that is not."""
-    while i + 8 <= n:
-        others = ~_ascii_letters(load8(text, i)) & _HIGH
-        if others == 0:
-            i += 8
-            continue
-        i += np.int64(trailing_zeros(others)) >> 3
-        if text[i] < 0x80:  # an ASCII byte that is not a letter: the run ends here
-            return i
-        break
-    return _run(text, i, n, classes, LETTER)[0]
-
-
-@kernel(inline="always")
-def _letters_end(text, i, n, classes, swar_letters):
-    """End of the run of letters starting at byte i (eight ASCII bytes at a time with `swar_letters`)."""
-    if swar_letters:
-        return _letter_run_end(text, i, n, classes)
-    return _run(text, i, n, classes, LETTER)[0]
-
-
-@kernel(inline="always")
-def _letter_word_end(text, i, n, classes, swar_letters):
-    """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
-    (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
-    there), else -1. Most words take this path and skip the general dispatch."""
-    b = text[i]
-    if b == 32 and i + 1 < n:
-        b = text[i + 1]
-        i += 1
-    if b < 0x80 and classes[b] == LETTER:
-        return _letters_end(text, i + 1, n, classes, swar_letters)
-    return -1
-
-
-@kernel()
-def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
-    """End (byte) of the regex match at byte i (GPT2_PATTERN or LLAMA3_PATTERN: their leftmost-first
-    alternatives written out), for any word; the first character and the next are classified once.
-
-    GPT-2: a contraction; ` ?` then a run of one class (letters, numbers or others); else whitespace,
-    `\\s+(?!\\S)` leaving the run's last character to the next word, `\\s+` when it is alone or ends
-    the text. Llama-3: a case-insensitive contraction; one character that is neither a newline, a
-    letter nor a number then letters (or letters alone); up to three numbers; ` ?` then others then
-    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace."""
-    llama = pattern == LLAMA3
-    if text[i] == 39:
-        length = _contraction(text, i, n, fold, llama)
-        if length:
-            return i + length
-    cp, width = _char(text, i, n)
-    c = classes[cp]
-    if c == LETTER:
-        return _letters_end(text, i + width, n, classes, swar_letters)
-    j = i + width
-    nxt = np.int64(-1)
-    kind = np.uint8(255)
-    next_width = 0
-    if j < n:
-        nxt, next_width = _char(text, j, n)
-        kind = classes[nxt]
-    if llama:
-        if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
-            return _letters_end(text, j + next_width, n, classes, swar_letters)
-        if c == NUMBER:  # `\\p{N}{1,3}`
-            end = j
-            for _ in range(2):
-                if end >= n:
-                    break
-                nxt, w = _char(text, end, n)
-                if classes[nxt] != NUMBER:
-                    break
-                end += w
-            return end
-        if c == OTHER or (cp == 32 and kind == OTHER):  # ` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`
-            end = _run(text, j, n, classes, OTHER)[0]
-            while end < n and (text[end] == 10 or text[end] == 13):
-                end += 1
-            return end
-    else:
-        if cp == 32 and j < n and kind != SPACE:  # ` ?\\p{L}+`, ` ?\\p{N}+`, ` ?[^\\s\\p{L}\\p{N}]+`
-            return _run(text, j, n, classes, kind)[0]
-        if c != SPACE:
-            return _run(text, j, n, classes, c)[0]
-    if kind != SPACE:  # whitespace alone (or a newline alone in Llama-3's `\\s*[\\r\\n]+`)
-        return j
-    end, chars, last = _run(text, j, n, classes, SPACE)
-    if llama:
-        last_newline = -1
-        for m in range(i, end):
-            if text[m] == 10 or text[m] == 13:
-                last_newline = m
-        if last_newline >= 0:  # `\\s*[\\r\\n]+`
-            return last_newline + 1
-    if end == n:  # `\\s+(?!\\S)` to the end
-        return end
-    return last  # `\\s+(?!\\S)` backs off one so the last space joins the next word
-
-
-@kernel(inline="always")
-def _merge_lookup(a, b, keys, values):
-    """(rank, new id) of merging ids a and b, or (-1, -1)."""
-    key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
-    mask = keys.shape[0] - 1
+def _merge_lookup(a, b, merges):
+    """(rank, new id) of merging ids a and b, or (-1, -1): one 16-byte slot holds a merge's key and
+    both values, so a lookup touches one cache line."""
+    key = ((np.uint64(a) << np.uint64(32)) | np.uint64(b)) + np.uint64(1)
+    mask = merges.shape[0] - 1
     slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-    while keys[slot] != 0:
-        if keys[slot] == key + np.uint64(1):
-            return values[slot, 0], values[slot, 1]
+    while merges[slot, 0] != 0:
+        if merges[slot, 0] == key:
+            value = merges[slot, 1]
+            return np.int32(value & np.uint64(0xFFFFFFFF)), np.int32(value >> np.uint64(32))
         slot = (slot + 1) & mask
-    return -1, -1
+    return np.int32(-1), np.int32(-1)
 
 
 @kernel(inline="always")
-def _pair(symbols, q, merge_keys, merge_values, ranks, news):
+def _pair(symbols, q, merges, ranks, news):
     """Looks up the pair (symbols[q], symbols[q + 1]) into ranks[q], news[q] (NO_MERGE when none)."""
-    rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merge_keys, merge_values)
+    rank, new_id = _merge_lookup(symbols[q], symbols[q + 1], merges)
     ranks[q] = rank if rank >= 0 else NO_MERGE
     news[q] = new_id
 
 
 @kernel()
-def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out):
+def _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out):
     """BPE of the word text[start:stop] into out[n_out:]; returns the new n_out, or -1 when a byte
     has no initial id (the real model decides what [UNK] or byte fallback make of it).
 
@@ -275,7 +110,7 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
             return -1
         symbols[q] = symbol
     for q in range(n - 1):
-        _pair(symbols, q, merge_keys, merge_values, ranks, news)
+        _pair(symbols, q, merges, ranks, news)
     count = n
     while count > 1:
         best = 0
@@ -292,35 +127,16 @@ def _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, n
             news[q] = news[q + 1]
         count -= 1
         if best > 0:
-            _pair(symbols, best - 1, merge_keys, merge_values, ranks, news)
+            _pair(symbols, best - 1, merges, ranks, news)
         if best < count - 1:
-            _pair(symbols, best, merge_keys, merge_values, ranks, news)
+            _pair(symbols, best, merges, ranks, news)
     for q in range(count):
         out[n_out + q] = symbols[q]
     return n_out + count
 
-
-@kernel(inline="always")
-def _word_end(text, position, size, classes, fold, pattern, swar_letters):
-    """End (byte) of the pre-token starting at byte `position`."""
-    stop = _letter_word_end(text, position, size, classes, swar_letters)
-    if stop >= 0:
-        return stop
-    if position + 1 < size:  # one ASCII punctuation mark before a space, or a newline alone: one character
-        b = text[position]
-        following = text[position + 1]
-        if b < 0x80 and following < 0x80 and b != 39:
-            if classes[following] == SPACE:
-                if classes[b] == OTHER and (pattern == GPT2 or (following != 10 and following != 13)):
-                    return position + 1
-            elif b == 10:
-                return position + 1
-    return _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
-
-
 @kernel()
-def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, initial, merge_keys,
-                   merge_values, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
+def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
+                   v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -338,7 +154,8 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
     ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
     ahead_stops = np.empty(AHEAD, dtype=np.int64)
-    ahead_found = np.empty(AHEAD, dtype=np.int64)  # the word's id (a one-token word), its cache set, or -1
+    ahead_kind = np.empty(AHEAD, dtype=np.int64)  # _SHORT, _CACHED or _LONG
+    ahead_where = np.empty(AHEAD, dtype=np.int64)  # a short word's slot in `singles`, a cached word's set
     ahead_keys = np.empty((AHEAD, 3), dtype=np.uint64)
     n_out = 0
     n_fallback = 0
@@ -349,30 +166,46 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
     n_found = 0  # words found
     n_done = 0  # words tokenized
     position = begin  # where the next word to tokenize starts
+    masked = ascii_masks and pattern == GPT2
+    base = np.int64(-1)  # the pre-tokenizer's window (none yet)
+    starts = untrusted = np.uint64(0)
     while True:
         while n_found - n_done < AHEAD and found_end < limit:
-            stop = _word_end(text, found_end, size, classes, fold, pattern, swar_letters)
+            stop = np.int64(-1)
+            if masked and found_end + WINDOW_REACH <= size:  # 64 bytes at a time (written out: numba's inlining of
+                bit = found_end - base  # a function returning the window state made this loop 3 times slower)
+                if base < 0 or bit > 62:
+                    base = found_end
+                    starts, untrusted = window(text, found_end, classes)
+                    bit = 0
+                stop = later_start(starts, untrusted, bit)
+                if stop == 64 and bit > 0:  # the word may run past the window: one that starts with it
+                    base = found_end
+                    starts, untrusted = window(text, found_end, classes)
+                    stop = later_start(starts, untrusted, 0)
+                stop = base + stop if 0 <= stop < 64 else np.int64(-1)
+            if stop < 0:
+                stop = word_end(text, found_end, size, classes, fold, pattern, swar_letters)
             n = stop - found_end
-            found = np.int64(-1)
+            slot = n_found & (AHEAD - 1)
+            kind = _LONG
             if n <= WORD_BYTES:
                 k0, k1, k2 = word_key(text, found_end, n)
-                single = np.int64(-1)
+                ahead_keys[slot, 0] = k0
+                ahead_keys[slot, 1] = k1
+                ahead_keys[slot, 2] = k2
                 if n <= 8:
-                    single = single_id(singles, k0, n, single_shift)
-                if single >= 0:
-                    found = single
+                    kind = _SHORT
+                    where = single_slot(k0, n, single_shift)
+                    prefetch_row(singles, where)
                 else:
-                    row = word_set(k0, k1, k2, n, shift)
-                    prefetch_row(records, row)
-                    prefetch_row(records, row + 1)
-                    found = -2 - row
-                    slot = n_found & (AHEAD - 1)
-                    ahead_keys[slot, 0] = k0
-                    ahead_keys[slot, 1] = k1
-                    ahead_keys[slot, 2] = k2
-            slot = n_found & (AHEAD - 1)
+                    kind = _CACHED
+                    where = word_set(k0, k1, k2, n, shift)
+                    prefetch_row(records, where)
+                    prefetch_row(records, where + 1)
+                ahead_where[slot] = where
+            ahead_kind[slot] = kind
             ahead_stops[slot] = stop
-            ahead_found[slot] = found
             found_end = stop
             n_found += 1
         if n_done == n_found:
@@ -381,19 +214,23 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
         n_done += 1
         start = position
         stop = ahead_stops[slot]
-        found = ahead_found[slot]
+        kind = ahead_kind[slot]
         position = stop
-        if found >= 0:
-            out[n_out] = found
-            n_out += 1
-            continue
         n = stop - start
-        row = -2 - found
+        row = np.int64(-1)
         k0 = k1 = k2 = np.uint64(0)
-        if row >= 0:
+        if kind != _LONG:
             k0 = ahead_keys[slot, 0]
             k1 = ahead_keys[slot, 1]
             k2 = ahead_keys[slot, 2]
+            row = ahead_where[slot]
+            if kind == _SHORT:
+                single = single_probe(singles, row, k0, n)
+                if single >= 0:
+                    out[n_out] = single
+                    n_out += 1
+                    continue
+                row = word_set(k0, k1, k2, n, shift)
             done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
             if done >= 0:
                 n_out = done
@@ -408,7 +245,7 @@ def _encode_kernel(text, classes, swar_letters, fold, pattern, ignore_merges, in
                 out[n_out] = whole
                 done = n_out + 1
         if done < 0 and n <= MAX_KERNEL_WORD:
-            done = _bpe(text, start, stop, initial, merge_keys, merge_values, symbols, ranks, news, out, n_out)
+            done = _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out)
         if done < 0:
             if n_fallback == fallback.shape[0]:
                 return n_out, -1, position
@@ -432,26 +269,28 @@ class ByteLevelTables:
             as the tokenizer's regex engine classes it.
         swar_letters: whether the ASCII code points of class LETTER are exactly [A-Za-z] (then
             letter runs are scanned eight bytes at a time).
+        ascii_masks: whether the ASCII classes are those `class_masks64` sees (letters [A-Za-z],
+            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then GPT-2's pattern is scanned 64 bytes at a time.
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
         pattern: GPT2 or LLAMA3.
         ignore_merges: whether a word that is a vocabulary entry is that entry.
         initial: int32, shape (4, 256): the id of a byte as first, middle, last or only symbol; -1
             when the vocabulary lacks it.
-        merge_keys: uint64 (power of two,): (a << 32 | b) + 1 per slot, 0 when empty.
-        merge_values: int32, shape (slots, 2): rank and new id.
+        merges: uint64, shape (power of two, 2): per slot (a << 32 | b) + 1 (0 when empty) and
+            rank | new id << 32.
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
     """
 
     classes: np.ndarray
     swar_letters: bool
+    ascii_masks: bool
     fold: np.ndarray
     pattern: int
     ignore_merges: bool
     initial: np.ndarray
-    merge_keys: np.ndarray
-    merge_values: np.ndarray
+    merges: np.ndarray
     vocab_blob: np.ndarray
     vocab_starts: np.ndarray
     vocab_lengths: np.ndarray
@@ -461,28 +300,26 @@ class ByteLevelTables:
     singles: np.ndarray
 
 
-def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """The merges as an open-addressing table: (keys uint64, values int32 (slots, 2))."""
+def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> np.ndarray:
+    """The merges {(a, b): (rank, new id)} as an open-addressing table: uint64, shape (slots, 2)."""
     size = 1 << max(4, (2 * max(len(pairs), 1) - 1).bit_length())
-    keys = np.zeros(size, dtype=np.uint64)
-    values = np.zeros((size, 2), dtype=np.int32)
+    table = np.zeros((size, 2), dtype=np.uint64)
     pair_keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
-    pair_values = np.array(list(pairs.values()), dtype=np.int32).reshape(-1, 2)
-    _fill_merges(pair_keys, pair_values, keys, values)
-    return keys, values
+    pair_values = np.array([rank | (new << 32) for rank, new in pairs.values()], dtype=np.uint64)
+    _fill_merges(pair_keys, pair_values, table)
+    return table
 
 
 @kernel()
-def _fill_merges(pair_keys, pair_values, keys, values):
-    mask = keys.shape[0] - 1
+def _fill_merges(pair_keys, pair_values, table):
+    mask = table.shape[0] - 1
     for i in range(pair_keys.shape[0]):
-        key = pair_keys[i]
+        key = pair_keys[i] + np.uint64(1)
         slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-        while keys[slot] != 0:
+        while table[slot, 0] != 0:
             slot = (slot + 1) & mask
-        keys[slot] = key + np.uint64(1)
-        values[slot, 0] = pair_values[i, 0]
-        values[slot, 1] = pair_values[i, 1]
+        table[slot, 0] = key
+        table[slot, 1] = pair_values[i]
 
 
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
@@ -514,10 +351,10 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     span = min(size, window)
     out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
-    args = (text, tables.classes, tables.swar_letters, tables.fold, tables.pattern, tables.ignore_merges,
-            tables.initial, tables.merge_keys, tables.merge_values, tables.vocab_blob, tables.vocab_starts,
-            tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key, tables.singles,
-            cache.records, out)
+    args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
+            tables.ignore_merges, tables.initial, tables.merges, tables.vocab_blob,
+            tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
+            tables.singles, cache.records, out)
     id_parts, fallback_parts = [], []
     begin, n_ids = 0, 0
     while begin < size or not id_parts:

@@ -167,11 +167,16 @@ def single_table(words: dict[bytes, int]) -> np.ndarray:
 
 
 @kernel(inline="always")
-def single_id(table, k0, n, shift):
-    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
-    or -1; `shift` is 64 - log2 of the table's size."""
+def single_slot(k0, n, shift):
+    """The first slot of the one-token word (k0 = its packed bytes, n <= 8 its length) in a
+    `single_table` (`shift` is 64 - log2 of the table's size), for `single_probe`."""
+    return np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
+
+
+@kernel(inline="always")
+def single_probe(table, slot, k0, n):
+    """The id of the one-token word (k0, n) in a `single_table`, probed from its `single_slot`, or -1."""
     mask = table.shape[0] - 1
-    slot = np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
     while True:
         meta = table[slot, 1]
         if meta == 0:
@@ -179,3 +184,10 @@ def single_id(table, k0, n, shift):
         if table[slot, 0] == k0 and (meta & _LOW_BYTE) == np.uint64(n):
             return np.int64(meta >> np.uint64(32))
         slot = (slot + 1) & mask
+
+
+@kernel(inline="always")
+def single_id(table, k0, n, shift):
+    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
+    or -1; `shift` is 64 - log2 of the table's size."""
+    return single_probe(table, single_slot(k0, n, shift), k0, n)

@@ -1,0 +1,290 @@
+"""The byte-level pre-tokenizer: where each word (regex match) of GPT2_PATTERN or LLAMA3_PATTERN ends.
+
+The regex is not run: each supported pattern is written out as the leftmost-first backtracking
+match its alternatives make, from a per-code-point class table (letter `\\p{L}`, number `\\p{N}`,
+whitespace `\\s`, other) asked of the regex engine the tokenizer itself uses.
+
+Two scanners give the same words. `word_end` finds one word's end from its first characters (any
+text). `window` (GPT-2's pattern) classes 64 bytes at once (`class_masks64`: vector compares, one
+bit a byte) and finds every word start among them with a few bit operations, so that the next
+word's end (`later_start`) costs a trailing-zero count instead of a walk over its bytes and the
+dispatch of its first characters. It trusts a start only where the rule that makes it sees true
+classes (see `window`); a word across an untrusted byte, or within WINDOW_REACH bytes of the text's
+end, goes to `word_end`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.loads import load8
+from pipeline.kernels.tokenizer.bytelevel.masks import class_masks64
+
+OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
+N_CODE_POINTS = 0x110000
+GPT2, LLAMA3 = 0, 1
+GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
+
+
+@kernel(inline="always")
+def _char(text, i, n):
+    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
+    b0 = np.int64(text[i])
+    if b0 < 0x80:
+        return b0, 1
+    if b0 < 0xE0:
+        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
+    if b0 < 0xF0:
+        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
+    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
+            | (np.int64(text[i + 3]) & 0x3F)), 4
+
+
+@kernel(inline="always")
+def _run(text, i, n, classes, kind):
+    """(end, chars, start of the last char) of the run of class `kind` starting at byte i."""
+    chars = 0
+    last = i
+    while i < n:
+        b = text[i]
+        if b < 0x80:
+            if classes[b] != kind:
+                break
+            last = i
+            i += 1
+        else:
+            cp, width = _char(text, i, n)
+            if classes[cp] != kind:
+                break
+            last = i
+            i += width
+        chars += 1
+    return i, chars, last
+
+
+@kernel()
+def _contraction(text, i, n, fold, ignore_case):
+    """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
+    if text[i] != 39 or i + 1 >= n:
+        return 0
+    a, wa = _char(text, i + 1, n)
+    if ignore_case:
+        a = fold[a] if a < fold.shape[0] else 0
+    if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
+        return 1 + wa
+    if i + 1 + wa >= n:
+        return 0
+    b, wb = _char(text, i + 1 + wa, n)
+    if ignore_case:
+        b = fold[b] if b < fold.shape[0] else 0
+    if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
+        return 1 + wa + wb
+    return 0
+
+
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_CASE = np.uint64(0x2020202020202020)
+
+
+@kernel(inline="always")
+def _ascii_letters(x):
+    """0x80 in each byte of x (8 text bytes, little-endian) that is an ASCII letter [A-Za-z], else 0:
+    the byte with its case bit set lies strictly between 0x60 and 0x7B (the 'has between' bit trick:
+    each byte's high bit is cleared first, so no carry crosses a byte)."""
+    folded = x | _CASE
+    low = folded & _LOW7
+    return ((_ONES * np.uint64(127 + 0x7B)) - low) & ~folded & (low + _ONES * np.uint64(127 - 0x60)) & _HIGH
+
+
+@kernel(inline="always")
+def _letter_run_end(text, i, n, classes):
+    """End of the run of letters (class LETTER) starting at byte i: eight bytes at a time while
+    they are ASCII letters (`swar_letters` of the tables: the class table's ASCII letters are
+    exactly [A-Za-z]), then one character at a time from the first byte that is not."""
+    while i + 8 <= n:
+        others = ~_ascii_letters(load8(text, i)) & _HIGH
+        if others == 0:
+            i += 8
+            continue
+        i += np.int64(trailing_zeros(others)) >> 3
+        if text[i] < 0x80:  # an ASCII byte that is not a letter: the run ends here
+            return i
+        break
+    return _run(text, i, n, classes, LETTER)[0]
+
+
+@kernel(inline="always")
+def _letters_end(text, i, n, classes, swar_letters):
+    """End of the run of letters starting at byte i (eight ASCII bytes at a time with `swar_letters`)."""
+    if swar_letters:
+        return _letter_run_end(text, i, n, classes)
+    return _run(text, i, n, classes, LETTER)[0]
+
+
+@kernel(inline="always")
+def _letter_word_end(text, i, n, classes, swar_letters):
+    """End of the match at byte i when it is an ASCII letter, or a space then one: the letter run
+    (` ?\\p{L}+` of GPT-2, `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+` of Llama-3; no contraction starts
+    there), else -1. Most words take this path and skip the general dispatch."""
+    b = text[i]
+    if b == 32 and i + 1 < n:
+        b = text[i + 1]
+        i += 1
+    if b < 0x80 and classes[b] == LETTER:
+        return _letters_end(text, i + 1, n, classes, swar_letters)
+    return -1
+
+
+@kernel()
+def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
+    """End (byte) of the regex match at byte i (GPT2_PATTERN or LLAMA3_PATTERN: their leftmost-first
+    alternatives written out), for any word; the first character and the next are classified once.
+
+    GPT-2: a contraction; ` ?` then a run of one class (letters, numbers or others); else whitespace,
+    `\\s+(?!\\S)` leaving the run's last character to the next word, `\\s+` when it is alone or ends
+    the text. Llama-3: a case-insensitive contraction; one character that is neither a newline, a
+    letter nor a number then letters (or letters alone); up to three numbers; ` ?` then others then
+    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace."""
+    llama = pattern == LLAMA3
+    if text[i] == 39:
+        length = _contraction(text, i, n, fold, llama)
+        if length:
+            return i + length
+    cp, width = _char(text, i, n)
+    c = classes[cp]
+    if c == LETTER:
+        return _letters_end(text, i + width, n, classes, swar_letters)
+    j = i + width
+    nxt = np.int64(-1)
+    kind = np.uint8(255)
+    next_width = 0
+    if j < n:
+        nxt, next_width = _char(text, j, n)
+        kind = classes[nxt]
+    if llama:
+        if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
+            return _letters_end(text, j + next_width, n, classes, swar_letters)
+        if c == NUMBER:  # `\\p{N}{1,3}`
+            end = j
+            for _ in range(2):
+                if end >= n:
+                    break
+                nxt, w = _char(text, end, n)
+                if classes[nxt] != NUMBER:
+                    break
+                end += w
+            return end
+        if c == OTHER or (cp == 32 and kind == OTHER):  # ` ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*`
+            end = _run(text, j, n, classes, OTHER)[0]
+            while end < n and (text[end] == 10 or text[end] == 13):
+                end += 1
+            return end
+    else:
+        if cp == 32 and j < n and kind != SPACE:  # ` ?\\p{L}+`, ` ?\\p{N}+`, ` ?[^\\s\\p{L}\\p{N}]+`
+            return _run(text, j, n, classes, kind)[0]
+        if c != SPACE:
+            return _run(text, j, n, classes, c)[0]
+    if kind != SPACE:  # whitespace alone (or a newline alone in Llama-3's `\\s*[\\r\\n]+`)
+        return j
+    end, chars, last = _run(text, j, n, classes, SPACE)
+    if llama:
+        last_newline = -1
+        for m in range(i, end):
+            if text[m] == 10 or text[m] == 13:
+                last_newline = m
+        if last_newline >= 0:  # `\\s*[\\r\\n]+`
+            return last_newline + 1
+    if end == n:  # `\\s+(?!\\S)` to the end
+        return end
+    return last  # `\\s+(?!\\S)` backs off one so the last space joins the next word
+
+
+
+@kernel(inline="always")
+def word_end(text, position, size, classes, fold, pattern, swar_letters):
+    """End (byte) of the pre-token starting at byte `position`."""
+    stop = _letter_word_end(text, position, size, classes, swar_letters)
+    if stop >= 0:
+        return stop
+    if position + 1 < size:  # one ASCII punctuation mark before a space, or a newline alone: one character
+        b = text[position]
+        following = text[position + 1]
+        if b < 0x80 and following < 0x80 and b != 39:
+            if classes[following] == SPACE:
+                if classes[b] == OTHER and (pattern == GPT2 or (following != 10 and following != 13)):
+                    return position + 1
+            elif b == 10:
+                return position + 1
+    return _other_word_end(text, position, size, classes, fold, pattern, swar_letters)
+
+
+
+_ONE = np.uint64(1)
+_WINDOW_STARTS = np.uint64((1 << 63) - 1)  # bits 0..62 of a window: bit 63 is only what follows them
+WINDOW_REACH = 67  # bytes from a window's first that it reads (its 64, and the last character's 3 more)
+
+
+@kernel(inline="always")
+def _class_span(classes, text, q, k, letters, digits, white, bad):
+    """The masks with the character whose lead byte text[q] is bit k set in its class's mask, all
+    its bytes (whitespace beyond ASCII also in `bad`)."""
+    cp, width = _char(text, q, 0)
+    c = classes[cp]
+    if c != OTHER:
+        span = ((_ONE << np.uint64(width)) - _ONE) << np.uint64(k)
+        if c == LETTER:
+            letters |= span
+        elif c == NUMBER:
+            digits |= span
+        else:
+            white |= span
+            bad |= span
+    return letters, digits, white, bad
+
+
+@kernel(inline="always")
+def window(text, p, classes):
+    """(starts, untrusted) of the window of bytes [p, p + 64) (bit k: byte p + k) for GPT-2's pattern;
+    p is a word start with p + WINDOW_REACH <= len(text). Only starts after bit 0 count.
+
+    Each byte gets its character's class (a multi-byte character's bytes all get it, so no start
+    falls inside one). A start is a change of class, except a letter, number or other right after
+    a space (` ?\\p{L}+` and the like start at that space), plus the last whitespace of a run of two
+    or more before a non-space (`\\s+(?!\\S)` leaves it to the next word). These rules see a byte,
+    the one before and the one after: they are exact wherever no apostrophe (a contraction, up to 3
+    bytes after it) nor whitespace beyond ASCII (its own rules of which character starts the next
+    word) is that near. Such bytes and their neighbours are `untrusted`, and `starts` holds only
+    trusted starts: a word from a start to the next trusted start with no untrusted byte between
+    is the regex's word."""
+    letters, digits, white, spaces, high, leads, quotes = class_masks64(text, p)
+    bad = quotes
+    while leads:
+        k = np.int64(trailing_zeros(leads))
+        leads &= leads - _ONE
+        letters, digits, white, bad = _class_span(classes, text, p + k, k, letters, digits, white, bad)
+    others = ~(letters | digits | white)
+    same = (letters & (letters << _ONE)) | (digits & (digits << _ONE)) | (white & (white << _ONE)) | (
+        others & (others << _ONE))
+    change = ~same
+    starts = (white & (change | ((white << _ONE) & ~(white >> _ONE)))) | (~white & change & ~(spaces << _ONE))
+    untrusted = bad | (bad << _ONE) | (bad >> _ONE) | (quotes << np.uint64(2)) | (quotes << np.uint64(3))
+    return starts & ~untrusted & _WINDOW_STARTS, untrusted
+
+
+@kernel(inline="always")
+def later_start(starts, untrusted, bit):
+    """The first trusted start after window bit `bit` (a word start) when no untrusted byte lies
+    between (the word from `bit` to it is the regex's), else -1; 64 when the window has none."""
+    later = starts & ~((_ONE << np.uint64(bit + 1)) - _ONE)
+    if later == 0:
+        return np.int64(64)
+    end = np.int64(trailing_zeros(later))
+    between = ((_ONE << np.uint64(end)) - _ONE) & ~((_ONE << np.uint64(bit + 1)) - _ONE)
+    return end if (untrusted & between) == 0 else np.int64(-1)
