@@ -60,16 +60,13 @@ needs_glibc = pytest.mark.skipif(not release_free_memory(), reason="not glibc: t
 
 
 @needs_glibc
-def test_glibc_keeps_freed_memory_without_a_trim():
-    """What the job works around: most of the freed 157 MB stay in the process (so the test below can fail)."""
-    rss = _churned("plain")
-    assert rss["end"] - rss["start"] > FREED * 0.5, rss
-
-
-@needs_glibc
 def test_a_run_inside_compact_native_heap_hands_freed_memory_back():
-    rss = _churned("compact")
-    assert rss["end"] - rss["start"] < FREED * 0.25, rss
+    """Of the 157 MB the threads free, glibc alone keeps a good part in the process (how much depends on
+    its trim heuristics and the machine's load: 67-85 MB seen); inside compact_native_heap most goes back."""
+    plain, compact = _churned("plain"), _churned("compact")
+    kept_plain, kept_compact = plain["end"] - plain["start"], compact["end"] - compact["start"]
+    assert kept_plain > FREED * 0.25, plain  # the control: without the trim the memory stays
+    assert kept_compact < FREED * 0.25 and kept_compact < kept_plain / 2, (compact, plain)
 
 
 @needs_glibc

@@ -11,6 +11,7 @@ from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.runner_options import DASK_RUNNER, local_runner_defaults, tokenizer_threads
 from pipeline.beam.run.spec_file import ship_spec
 from pipeline.beam.transforms import _ProcessUnitFn
+from pipeline.beam.units import UnitContext
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -30,7 +31,8 @@ def test_worker_setup_caps_the_pool_before_the_tokenizer_starts(spec, monkeypatc
     monkeypatch.setenv("RAYON_NUM_THREADS", "unset")  # so that the teardown restores what was there
     monkeypatch.delenv("RAYON_NUM_THREADS")
     config = PreprocessConfig(inputs=("x",), output=str(tmp_path), tokenizer="t", tokenizer_backend="hf")
-    _ProcessUnitFn(ship_spec(spec, str(tmp_path)), config, str(tmp_path), tokenizer_threads=1).setup()
+    context = UnitContext.from_spec(spec, config, str(tmp_path))
+    _ProcessUnitFn(ship_spec(spec, str(tmp_path)), context, tokenizer_threads=1).setup()
     assert os.environ["RAYON_NUM_THREADS"] == "1"
 
 
