@@ -20,6 +20,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.loads import load8
+from pipeline.kernels.common.utf8 import decode_valid
 from pipeline.kernels.tokenizer.bytelevel.masks import class_masks64
 
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
@@ -29,20 +30,6 @@ GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
-
-
-@kernel(inline="always")
-def _char(text, i, n):
-    """(code point, bytes) of the valid UTF-8 sequence at text[i] (the caller checked validity)."""
-    b0 = np.int64(text[i])
-    if b0 < 0x80:
-        return b0, 1
-    if b0 < 0xE0:
-        return ((b0 & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F), 2
-    if b0 < 0xF0:
-        return ((b0 & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F), 3
-    return (((b0 & 0x07) << 18) | ((np.int64(text[i + 1]) & 0x3F) << 12) | ((np.int64(text[i + 2]) & 0x3F) << 6)
-            | (np.int64(text[i + 3]) & 0x3F)), 4
 
 
 @kernel(inline="always")
@@ -58,7 +45,7 @@ def _run(text, i, n, classes, kind):
             last = i
             i += 1
         else:
-            cp, width = _char(text, i, n)
+            cp, width = decode_valid(text, i)
             if classes[cp] != kind:
                 break
             last = i
@@ -72,14 +59,14 @@ def _contraction(text, i, n, fold, ignore_case):
     """Bytes of the contraction ('s 't 're 've 'm 'll 'd) at byte i, or 0."""
     if text[i] != 39 or i + 1 >= n:
         return 0
-    a, wa = _char(text, i + 1, n)
+    a, wa = decode_valid(text, i + 1)
     if ignore_case:
         a = fold[a] if a < fold.shape[0] else 0
     if a == 115 or a == 116 or a == 109 or a == 100:  # s t m d
         return 1 + wa
     if i + 1 + wa >= n:
         return 0
-    b, wb = _char(text, i + 1 + wa, n)
+    b, wb = decode_valid(text, i + 1 + wa)
     if ignore_case:
         b = fold[b] if b < fold.shape[0] else 0
     if (a == 114 and b == 101) or (a == 118 and b == 101) or (a == 108 and b == 108):  # re ve ll
@@ -157,7 +144,7 @@ def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
         length = _contraction(text, i, n, fold, llama)
         if length:
             return i + length
-    cp, width = _char(text, i, n)
+    cp, width = decode_valid(text, i)
     c = classes[cp]
     if c == LETTER:
         return _letters_end(text, i + width, n, classes, swar_letters)
@@ -166,7 +153,7 @@ def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
     kind = np.uint8(255)
     next_width = 0
     if j < n:
-        nxt, next_width = _char(text, j, n)
+        nxt, next_width = decode_valid(text, j)
         kind = classes[nxt]
     if llama:
         if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
@@ -176,7 +163,7 @@ def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
             for _ in range(2):
                 if end >= n:
                     break
-                nxt, w = _char(text, end, n)
+                nxt, w = decode_valid(text, end)
                 if classes[nxt] != NUMBER:
                     break
                 end += w
@@ -235,7 +222,7 @@ WINDOW_REACH = 67  # bytes from a window's first that it reads (its 64, and the 
 def _class_span(classes, text, q, k, letters, digits, white, bad):
     """The masks with the character whose lead byte text[q] is bit k set in its class's mask, all
     its bytes (whitespace beyond ASCII also in `bad`)."""
-    cp, width = _char(text, q, 0)
+    cp, width = decode_valid(text, q)
     c = classes[cp]
     if c != OTHER:
         span = ((_ONE << np.uint64(width)) - _ONE) << np.uint64(k)
