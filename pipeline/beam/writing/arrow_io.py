@@ -16,7 +16,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.storage.arrow_files import fixed_list_array, fixed_list_to_numpy
+from pipeline.storage.arrow_files import array_to_numpy, fixed_list_array, fixed_list_to_numpy, numpy_array
 from schemas.manifest import PARTIAL_SUFFIX
 from schemas.shard import INPUT_IDS, MASK_SEED, PART_LENGTH, ROWS_PER_RECORD_BATCH
 
@@ -142,7 +142,7 @@ def file_sha256(path: str) -> str:
 
 
 def part_batch(rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
-    return pa.record_batch([fixed_list_array(rows), pa.array(lengths), pa.array(seeds)], schema=schema)
+    return pa.record_batch([fixed_list_array(rows), numpy_array(lengths), numpy_array(seeds)], schema=schema)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,8 @@ def read_table(path: str) -> pa.Table:
 
 def _part_rows(batch: pa.RecordBatch, seq_len: int) -> PartRows:
     return PartRows(ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
-                    lengths=batch.column(PART_LENGTH).to_numpy(), seeds=batch.column(MASK_SEED).to_numpy())
+                    lengths=array_to_numpy(batch.column(PART_LENGTH)),
+                    seeds=array_to_numpy(batch.column(MASK_SEED)))
 
 
 def read_part_rows(path: str, seq_len: int, start: int, stop: int) -> Iterator[PartRows]:

@@ -30,7 +30,7 @@ from pipeline.beam.writing.arrow_io import (
 )
 from pipeline.beam.writing.planning import range_pieces, shard_count
 from pipeline.kernels.rows.masking import MaskingRule, mask_rows
-from pipeline.storage.arrow_files import fixed_list_array
+from pipeline.storage.arrow_files import fixed_list_array, numpy_array
 from schemas import manifest as m
 from schemas.shard import (
     ATTENTION_DTYPE,
@@ -151,7 +151,7 @@ def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schem
         if config.masking == MASKING_STATIC:
             columns = [fixed_list_array(masked), fixed_list_array(attention), fixed_list_array(labels)]
         else:
-            columns = [fixed_list_array(rows.ids), fixed_list_array(attention), pa.array(rows.seeds)]
+            columns = [fixed_list_array(rows.ids), fixed_list_array(attention), numpy_array(rows.seeds)]
         pending.append(pa.record_batch(columns, schema=schema))
         pending_rows += rows.ids.shape[0]
         while pending_rows >= ROWS_PER_RECORD_BATCH:
