@@ -26,9 +26,9 @@ from pipeline.beam.reading.work_units import (
 )
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan, whole_element_flushes
+from pipeline.beam.run.graph_memos import graph_memos
 from pipeline.beam.run.native_heap import compact_native_heap
 from pipeline.beam.run.no_rows import check_made_rows
-from pipeline.beam.run.option_views import memoized_option_views
 from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
 from pipeline.beam.run.progress import UnitProgress, input_name
 from pipeline.beam.run.resume import prepare_resume, reuse_line, run_record, start_run
@@ -197,7 +197,7 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
     config = run.config
     config_threads = run.tokenizer_threads
     with compact_native_heap(), dask_cluster(dask_local_workers) as dask_args, outside_ipython(), \
-            whole_element_flushes(), side_input_sizes_without_module_scan(), memoized_option_views():
+            whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
         options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
