@@ -110,7 +110,7 @@ _SURROGATE_TEXT = st.lists(st.one_of(
 ), max_size=40).map("".join)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_SURROGATE_TEXT)
 def test_lone_surrogates_are_found_as_the_regex_finds_them(text):
     assert has_lone_surrogate(text) == (_SURROGATE_REFERENCE.search(text) is not None)
