@@ -113,24 +113,25 @@ class AddedTokenSplitter:
         self.unknown_id = _UNKNOWN_ID
         assert self.unknown_id not in self._ids and len(self._ids) == len(added), "added tokens with one string"
         plain = plain_added(config)
-        # Raw text without any token's string holds no match: skip the shell (a normalizer that does
+        # Raw text without any token's first character holds no match: skip the shell (a normalizer that does
         # nothing, or only tokens matched on the raw text).
         self._raw_filter = is_no_op_normalizer(config.get("normalizer")) or not any(
             t.get("normalized", True) for t in plain)
-        self._strings = sorted({t["content"] for t in plain if t.get("content")})
-        self._byte_strings = [s.encode("utf-8") for s in self._strings]
+        # a match starts with one of these: a few scans of the text instead of one a token
+        self._firsts = sorted({t["content"][0] for t in plain if t.get("content")})
+        self._byte_firsts = [c.encode("utf-8") for c in self._firsts]
         self._ascii_bounded = not is_no_op_normalizer(config.get("normalizer"))
         self._normalized_ids = {t["id"] for t in plain if t.get("normalized", True)}
 
     def may_match_bytes(self, data: bytes) -> bool:
         """False when UTF-8 `data` surely holds no added token."""
-        return not self._raw_filter or any(s in data for s in self._byte_strings)
+        return not self._raw_filter or any(c in data for c in self._byte_firsts)
 
     def matches(self, text: str) -> list[tuple[int, int, int]] | None:
         """(start, stop, id) of each added token in `text` (character offsets, stripped whitespace
         included), in order; None where the parts between them cannot be proven to normalize as in
         the whole text (then the real tokenizer must encode the text)."""
-        if self._raw_filter and not any(s in text for s in self._strings):
+        if self._raw_filter and not any(c in text for c in self._firsts):
             return []
         encoding = self._shell.encode(text, add_special_tokens=False)
         found = [(start, stop, self._ids[token_id]) for token_id, (start, stop) in zip(encoding.ids, encoding.offsets)
