@@ -76,7 +76,8 @@ class FastTokenizer:
         self._added = None
         if plain_added(config):
             self._added = AddedTokenSplitter(config)
-            content = json.dumps(without_plain_added(json.loads(content)), ensure_ascii=False)
+            content = json.dumps(without_plain_added(config if content is tokenizer_json else json.loads(content)),
+                                 ensure_ascii=False)
             inner = Tokenizer.from_str(content)  # the family's own fallbacks must not match added tokens
             inner.encode_special_tokens = True
             self._impl = family.make(inner, content)
