@@ -185,9 +185,9 @@ def test_auto_picks_fast_for_every_byte_level_tokenizer(name):
                                          "rstrip": False, "normalized": False, "special": False}),
      "non-special added tokens"),
     (lambda c: c.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": r"\s+"}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": r"\s+?"}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}),
-     "Split pattern"),
+     "Split 1 of 1: lazy or possessive quantifier"),
 ])
 def test_unsupported_byte_level_settings_are_named(change, named):
     config = _variant("roberta", change)

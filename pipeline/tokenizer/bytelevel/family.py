@@ -8,7 +8,9 @@ from pipeline.tokenizer.bytelevel.fast import (
     ByteLevelFastTokenizer,
     bytelevel_support,
     pre_tokenizer_shape,
+    split_chain,
 )
+from pipeline.tokenizer.bytelevel.split_program import chain_cuts
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, REGEX_CUTS, SPACE_CUTS, CutRule
 from pipeline.tokenizer.family import Family, holds_type, marker_rule
 
@@ -21,10 +23,14 @@ def claims(config: dict) -> bool:
 
 def cuts(config: dict, tokenizer_json: str) -> CutRule:
     """At a space after a visible character with a prefix space; else where the regex starts a
-    new pre-token after one (any ASCII whitespace for GPT-2's, spaces and tabs for Llama-3's)."""
+    new pre-token after one (any ASCII whitespace for GPT-2's, spaces and tabs for Llama-3's and
+    for a compiled Split chain that proves them, `split_program.chain_cuts`)."""
     pattern, prefix_space, _ = pre_tokenizer_shape(config)
     if prefix_space:
         return SPACE_CUTS
+    chain = split_chain(config)
+    if chain is not None:
+        return chain_cuts(chain)
     return REGEX_CUTS if pattern == GPT2_PATTERN else LLAMA3_CUTS
 
 

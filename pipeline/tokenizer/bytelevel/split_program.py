@@ -28,6 +28,7 @@ class means exactly what it means to the engine. A literal outside `(?i:...)` is
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -69,7 +70,10 @@ which for the merges is the other merge of the matches (checked against `tokeniz
 
 
 class Unsupported(ValueError):
-    """A regex or `Split` outside the compiled subset; says which construct and where."""
+    """A regex or `Split` outside the compiled subset; says which construct and where. `level`: the
+    index of the `Split` in the chain."""
+
+    level = 0
 
 
 # The regex as a tree: ("atom", key), ("seq", [..]), ("alt", [..]), ("repeat", node, low, high),
@@ -115,7 +119,8 @@ class _Parser:
         if low is None:
             return node
         if self.i < len(p) and p[self.i] in "?+":
-            raise self.fail(f"lazy or possessive quantifier {p[self.i - 1:self.i + 1]!r}")
+            raise Unsupported(f"lazy or possessive quantifier {p[self.i - 1:self.i + 1]!r} at {self.i - 1} of "
+                              "the pattern")
         if node[0] == "look":
             raise self.fail("a quantified lookahead")
         if high >= 0 and high < low:
@@ -508,7 +513,14 @@ def _class_tables(keys: tuple) -> dict[str, np.ndarray]:
 def compile_chain(steps: list[dict]) -> SplitProgram:
     """The `Split` steps of a pre-tokenizer chain compiled (the atoms' table probed or read from the
     cache). Raises Unsupported naming the first construct outside the subset."""
-    chain = tuple(parse_split(step) for step in steps)
+    chain = []
+    for k, step in enumerate(steps):
+        try:
+            chain.append(parse_split(step))
+        except Unsupported as error:
+            error.level = k
+            raise
+    chain = tuple(chain)
     emitter = _Emitter()
     levels, firsts = [], []
     for level in chain:
@@ -555,9 +567,14 @@ def chain_cuts(program: SplitProgram) -> CutRule:
 
 @lru_cache(maxsize=1)
 def _visible_code_points() -> np.ndarray:
-    """The code points `CutRule` counts as visible (letters, marks, numbers, punctuation, symbols)."""
-    return np.array([cp for cp in range(_N_CODE_POINTS) if not 0xD800 <= cp < 0xE000 and is_visible(chr(cp))],
-                    dtype=np.int64)
+    """The code points `CutRule` counts as visible (letters, marks, numbers, punctuation, symbols),
+    kept on disk per Unicode version of Python's `unicodedata`."""
+    def build() -> dict[str, np.ndarray]:
+        found = [cp for cp in range(_N_CODE_POINTS) if not 0xD800 <= cp < 0xE000 and is_visible(chr(cp))]
+        return {"visible": np.array(found, dtype=np.int64)}
+
+    return cached_arrays("visible-code-points", f"{_FORMAT}|{unicodedata.unidata_version}", ("visible",),
+                         build)["visible"]
 
 
 def _level_cut_safe(ops: np.ndarray, start: int, visible_bits: int, space_bits: list[int]) -> bool:

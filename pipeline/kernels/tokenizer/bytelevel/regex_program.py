@@ -30,6 +30,7 @@ import numpy as np
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.utf8 import decode_valid
 
+PROGRAM = 2  # the encode kernel's `pattern` for a compiled chain (GPT2 and LLAMA3 are its written-out scanners)
 CLASS, REPEAT, SPLIT, JMP, NOT_AHEAD, AHEAD, MATCH = 0, 1, 2, 3, 4, 5, 6
 ISOLATED, CONTIGUOUS, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT = 0, 1, 2, 3
 """How a level's matches become pieces (`levels[:, 1]`), as `Split`'s behaviors with `invert` folded
@@ -202,6 +203,11 @@ def program_word_end(text, position, size, program):
                                          class_bits, state)
         parent_end = state[level, 0]
     return parent_end
+
+
+NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.uint64),
+              np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64))
+"""(ops, levels, firsts, cp_class, class_bits) of a tokenizer without a compiled chain (same types)."""
 
 
 def new_state(levels: int) -> np.ndarray:
