@@ -252,8 +252,7 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
                            merges=merge_table(pairs), vocab_blob=words.blob, vocab_starts=words.starts,
                            vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
                            max_key=max((len(k) for k in by_bytes), default=1), singles=singles,
-                           program=NO_PROGRAM if chain is None else (chain.ops, chain.levels, chain.firsts,
-                                                                     chain.cp_class, chain.class_bits))
+                           program=NO_PROGRAM if chain is None else chain.arrays)
 
 
 class ByteLevelFastTokenizer:

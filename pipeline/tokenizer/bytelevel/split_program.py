@@ -16,9 +16,10 @@ Refused, each with its reason: anchors (`^ $ \\A \\z \\b \\G`...), lookbehind, a
 back-references, inline option switches `(?i)`, extended mode, other options than `i`, a class
 or escape inside `(?i:...)` (the engine's multi-character case folding would need its own model),
 a case-insensitive literal whose case folding is more than one character or that several
-characters of the pattern fold onto, a pattern that can match the empty string, a `Split` behavior
-other than Isolated, Contiguous and the two Merged ones (Removed drops text), a program of more than
-MAX_OPS instructions or more than 64 distinct classes in the chain.
+characters of the pattern fold onto, a group repeated without an upper bound (`(?:ab)+`: a
+program's jumps all go forward, which bounds its backtracking stack), a pattern that can match the
+empty string, a `Split` behavior other than Isolated, Contiguous and the two Merged ones (Removed
+drops text), a program of more than MAX_OPS instructions or more than 64 distinct classes in the chain.
 
 Every single-character atom becomes one bit of a per-code-point table asked of the engine itself:
 `(?:X)+` over every code point (cached on disk per `tokenizers` version and set of atoms), so a
@@ -39,6 +40,7 @@ from tokenizers.pre_tokenizers import Split
 
 from pipeline.kernels.tokenizer.bytelevel.regex_program import (
     AHEAD,
+    ANY,
     CLASS,
     CONTIGUOUS,
     ISOLATED,
@@ -395,17 +397,13 @@ class _Emitter:
         if single is not None and body[0] != "look":
             self.emit(REPEAT, self.bit(single), low, high)
             return
+        if high < 0:
+            raise Unsupported("a group repeated without an upper bound (only a single character class "
+                              "repeats unboundedly: every jump of a program goes forward)")
         if _nullable(body) and high != 1:
             raise Unsupported("a repeated group that can match the empty string")
         for _ in range(low):
             self.node(body)
-        if high < 0:  # L: SPLIT body, out; body; JMP L
-            loop = self.emit(SPLIT)
-            self.ops[loop][1] = loop + 1
-            self.node(body)
-            self.emit(JMP, loop)
-            self.ops[loop][2] = len(self.ops)
-            return
         splits = []
         for _ in range(high - low):  # nested optionals: (?:X(?:X)?)?
             splits.append(self.emit(SPLIT))
@@ -426,16 +424,51 @@ class SplitLevel:
 
 @dataclass(frozen=True)
 class SplitProgram:
-    """The compiled chain, as the kernel takes it (see `regex_program`): ops int64 (n, 4), levels
-    int64 (k, 2), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,), class_bits uint64 (m,)."""
+    """The compiled chain, as the kernel takes it (see `regex_program`): ops int64 (n, 4), guards
+    uint64 (n,), levels int64 (k, 2), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
+    class_bits uint64 (m,)."""
 
     ops: np.ndarray
+    guards: np.ndarray
     levels: np.ndarray
     firsts: np.ndarray
     cp_class: np.ndarray
     class_bits: np.ndarray
     chain: tuple[SplitLevel, ...]
     keys: tuple
+
+    @property
+    def arrays(self) -> tuple:
+        """(ops, guards, levels, firsts, cp_class, class_bits): what the kernel takes (less its state)."""
+        return self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits
+
+
+def _guards(ops: np.ndarray) -> np.ndarray:
+    """Each SPLIT's guard: the bits of the characters its first branch can start with (ANY where
+    that branch can match or look ahead before it consumes a character); ANY for the others."""
+    guards = np.full(ops.shape[0], ANY, dtype=np.uint64)
+    for pc in np.flatnonzero(ops[:, 0] == SPLIT):
+        mask, stack, seen = 0, [int(ops[pc, 1])], set()
+        while stack:
+            q = stack.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            op = ops[q, 0]
+            if op == SPLIT:
+                stack += [int(ops[q, 1]), int(ops[q, 2])]
+            elif op == JMP:
+                stack.append(int(ops[q, 1]))
+            elif op in (CLASS, REPEAT):
+                mask |= 1 << int(ops[q, 1])
+                if op == REPEAT and ops[q, 2] == 0:
+                    stack.append(q + 1)
+            else:  # a lookahead or MATCH before any character
+                mask = -1
+                break
+        if mask >= 0:
+            guards[pc] = np.uint64(mask)
+    return guards
 
 
 def parse_split(step: dict) -> SplitLevel:
@@ -534,7 +567,8 @@ def compile_chain(steps: list[dict]) -> SplitProgram:
         firsts.append(mask)
     keys = tuple(emitter.keys)
     tables = _class_tables(keys)
-    return SplitProgram(ops=np.asarray(emitter.ops, dtype=np.int64).reshape(-1, 4),
+    ops = np.asarray(emitter.ops, dtype=np.int64).reshape(-1, 4)
+    return SplitProgram(ops=ops, guards=_guards(ops),
                         levels=np.asarray(levels, dtype=np.int64).reshape(-1, 2),
                         firsts=np.asarray(firsts, dtype=np.uint64), cp_class=tables["cp_class"],
                         class_bits=tables["class_bits"], chain=chain, keys=keys)

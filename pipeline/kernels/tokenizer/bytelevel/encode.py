@@ -284,7 +284,7 @@ class ByteLevelTables:
             rank | new id << 32.
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
-        program: (ops, levels, firsts, cp_class, class_bits) of a compiled Split chain
+        program: (ops, guards, levels, firsts, cp_class, class_bits) of a compiled Split chain
             (`regex_program`), NO_PROGRAM for GPT2 and LLAMA3.
     """
 
@@ -357,7 +357,7 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     span = min(size, window)
     out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
-    state = new_state(tables.program[1].shape[0])  # a compiled chain's progress, carried from window to window
+    state = new_state(tables.program)  # a compiled chain's progress, carried from window to window
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
             tables.ignore_merges, tables.initial, tables.merges, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,

@@ -12,15 +12,18 @@ Instructions (rows of `ops`, int64 (n, 4): op, a, b, c):
 - CLASS a: one character with bit a;
 - REPEAT a, b, c: b to c (-1: no limit) characters with bit a, greedy; backtracking gives them
   back one at a time (one stack entry for the whole run, as the engine's own run loop);
-- SPLIT a, b: try pc a, then pc b; JMP a;
+- SPLIT a, b: try pc a, then pc b, unless the next character has no bit of `guards[pc]` (the
+  characters a match from pc a can start with: then pc b at once, nothing to backtrack to); JMP a;
 - NOT_AHEAD a / AHEAD a: the next character does not have / has bit a (the end of the text, which is
   the end of the piece being split, has no character);
 - MATCH.
 
 A chain applies each level's regex to every piece of the level before (a level's piece end is its
 regex's text end); `program_word_end` gives the end of the last level's next piece and keeps each
-level's current piece in `state` (int64 (levels, 3): piece end, a match found after a gap), so a
-long text is done window after window exactly as in one call.
+level's current piece in `state` (int64 (levels + instructions, 3): per level its piece end and a match
+found after a gap; the rows after them the matcher's backtracking stack, one row per instruction:
+every jump goes forward, so a path runs an instruction at most once and pushes at most once for
+it), so a long text is done window after window exactly as in one call.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pipeline.kernels.common.utf8 import decode_valid
 
 PROGRAM = 2  # the encode kernel's `pattern` for a compiled chain (GPT2 and LLAMA3 are its written-out scanners)
 CLASS, REPEAT, SPLIT, JMP, NOT_AHEAD, AHEAD, MATCH = 0, 1, 2, 3, 4, 5, 6
+ANY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a guard that lets every character through
 ISOLATED, CONTIGUOUS, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT = 0, 1, 2, 3
 """How a level's matches become pieces (`levels[:, 1]`), as `Split`'s behaviors with `invert` folded
 in: matches and gaps each a piece; runs of adjacent matches one piece; each match joined to the gap
@@ -54,11 +58,11 @@ def _has(bits, bit):
 
 
 @kernel()
-def match_at(text, pos, end, ops, pc, cp_class, class_bits):
+def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, bottom):
     """End (byte) of the program's match at byte `pos` of text[:end] (the leftmost-first one, as the
-    engine finds it), or -1 when none starts there."""
-    stack = np.empty((64, 3), dtype=np.int64)  # (pc, pos, characters a REPEAT can still give back)
-    top = 0
+    engine finds it), or -1 when none starts there. stack[bottom:] holds the backtracking entries
+    (pc, pos, characters a REPEAT can still give back)."""
+    top = bottom
     while True:
         op = ops[pc, 0]
         ok = False
@@ -82,7 +86,7 @@ def match_at(text, pos, end, ops, pc, cp_class, class_bits):
             if count >= low:
                 if count > low:
                     if top == stack.shape[0]:
-                        stack = _grown(stack)
+                        raise RuntimeError("regex program: backtracking stack full")
                     stack[top, 0] = pc + 1
                     stack[top, 1] = p
                     stack[top, 2] = count - low
@@ -91,8 +95,12 @@ def match_at(text, pos, end, ops, pc, cp_class, class_bits):
                 pc += 1
                 ok = True
         elif op == SPLIT:
+            guard = guards[pc]
+            if guard != ANY and (pos >= end or not _bits_at(text, pos, cp_class, class_bits)[0] & guard):
+                pc = ops[pc, 2]  # the first branch cannot start here
+                continue
             if top == stack.shape[0]:
-                stack = _grown(stack)
+                raise RuntimeError("regex program: backtracking stack full")
             stack[top, 0] = ops[pc, 2]
             stack[top, 1] = pos
             stack[top, 2] = 0
@@ -113,7 +121,7 @@ def match_at(text, pos, end, ops, pc, cp_class, class_bits):
             return pos
         if ok:
             continue
-        if top == 0:
+        if top == bottom:
             return -1
         top -= 1
         pc = stack[top, 0]
@@ -130,21 +138,14 @@ def match_at(text, pos, end, ops, pc, cp_class, class_bits):
 
 
 @kernel()
-def _grown(stack):
-    bigger = np.empty((stack.shape[0] * 2, 3), dtype=np.int64)
-    bigger[:stack.shape[0]] = stack
-    return bigger
-
-
-@kernel()
-def find_match(text, start, end, ops, pc, first, cp_class, class_bits):
+def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, state, bottom):
     """(start, end) of the first match at or after byte `start` in text[:end] (the engine's search),
     (-1, -1) when none; only characters with a bit of `first` can start one."""
     q = start
     while q < end:
         bits, width = _bits_at(text, q, cp_class, class_bits)
         if bits & first:
-            e = match_at(text, q, end, ops, pc, cp_class, class_bits)
+            e = match_at(text, q, end, ops, guards, pc, cp_class, class_bits, state, bottom)
             if e > q:
                 return q, e
         q += width
@@ -152,7 +153,7 @@ def find_match(text, start, end, ops, pc, first, cp_class, class_bits):
 
 
 @kernel()
-def _piece_end(text, p, parent_end, level, ops, levels, firsts, cp_class, class_bits, state):
+def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, state):
     """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
     pc = levels[level, 0]
     behavior = levels[level, 1]
@@ -160,7 +161,8 @@ def _piece_end(text, p, parent_end, level, ops, levels, firsts, cp_class, class_
     if state[level, 1] == p:  # the match found after the gap that ended at p
         q, e = state[level, 1], state[level, 2]
     else:
-        q, e = find_match(text, p, parent_end, ops, pc, first, cp_class, class_bits)
+        q, e = find_match(text, p, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
+                          levels.shape[0])
     state[level, 1] = -1
     if q < 0:
         return parent_end
@@ -173,7 +175,8 @@ def _piece_end(text, p, parent_end, level, ops, levels, firsts, cp_class, class_
     if behavior == ISOLATED:
         return e
     while e < parent_end:  # CONTIGUOUS: the adjacent matches; MERGED_WITH_NEXT: the gap after
-        q2, e2 = find_match(text, e, parent_end, ops, pc, first, cp_class, class_bits)
+        q2, e2 = find_match(text, e, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
+                            levels.shape[0])
         if q2 < 0:
             return e if behavior == CONTIGUOUS else parent_end
         if q2 > e and behavior == CONTIGUOUS:
@@ -192,45 +195,54 @@ def _piece_end(text, p, parent_end, level, ops, levels, firsts, cp_class, class_
 def program_word_end(text, position, size, program):
     """End (byte) of the chain's piece starting at byte `position` (where the last one ended).
 
-    `program` is (ops, levels, firsts, cp_class, class_bits, state): levels int64 (k, 2) (start pc,
-    behavior), firsts uint64 (k,) the bits a match can start with, state int64 (k, 3) the chain's
-    progress (all -1 before a text's first piece)."""
-    ops, levels, firsts, cp_class, class_bits, state = program
+    `program` is (ops, guards, levels, firsts, cp_class, class_bits, state): guards uint64 (n,)
+    (SPLIT's), levels int64 (k, 2) (start pc, behavior), firsts uint64 (k,) the bits a match can
+    start with, state `new_state(k)` (the chain's progress, all -1 before a text's first piece)."""
+    ops, guards, levels, firsts, cp_class, class_bits, state = program
+    return chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state)
+
+
+@kernel()
+def chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state):
+    """`program_word_end` with the program's arrays apart (a loop unpacks the tuple once)."""
     parent_end = size
     for level in range(levels.shape[0]):
         if position >= state[level, 0]:
-            state[level, 0] = _piece_end(text, position, parent_end, level, ops, levels, firsts, cp_class,
-                                         class_bits, state)
+            state[level, 0] = _piece_end(text, position, parent_end, level, ops, guards, levels, firsts,
+                                         cp_class, class_bits, state)
         parent_end = state[level, 0]
     return parent_end
 
 
-NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.uint64),
-              np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64))
-"""(ops, levels, firsts, cp_class, class_bits) of a tokenizer without a compiled chain (same types)."""
+NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 2), dtype=np.int64),
+              np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64))
+"""(ops, guards, levels, firsts, cp_class, class_bits) of a tokenizer without a compiled chain (same types)."""
 
 
-def new_state(levels: int) -> np.ndarray:
-    """The chain's progress before a text's first piece: int64 (levels, 3), all -1."""
-    return np.full((max(levels, 1), 3), -1, dtype=np.int64)
+def new_state(program: tuple) -> np.ndarray:
+    """The chain's progress before a text's first piece, and the matcher's stack: int64
+    (levels + instructions, 3), all -1."""
+    return np.full((program[2].shape[0] + program[0].shape[0], 3), -1, dtype=np.int64)
 
 
 @kernel()
 def _chain_ends(text, program):
+    ops, guards, levels, firsts, cp_class, class_bits, state = program
     ends = np.empty(text.shape[0], dtype=np.int64)
     n = 0
     position = 0
     while position < text.shape[0]:
-        position = program_word_end(text, position, text.shape[0], program)
+        position = chain_word_end(text, position, text.shape[0], ops, guards, levels, firsts, cp_class, class_bits,
+                                  state)
         ends[n] = position
         n += 1
     return ends[:n]
 
 
-def chain_ends(text: np.ndarray, ops: np.ndarray, levels: np.ndarray, firsts: np.ndarray, cp_class: np.ndarray,
-               class_bits: np.ndarray) -> np.ndarray:
-    """int64 (pieces,): the byte end of each piece the chain makes of valid UTF-8 `text` (uint8, 1-D)."""
+def chain_ends(text: np.ndarray, program: tuple) -> np.ndarray:
+    """int64 (pieces,): the byte end of each piece the chain `program` (ops, guards, levels, firsts,
+    cp_class, class_bits) makes of valid UTF-8 `text` (uint8, 1-D)."""
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
-    program = (ops, levels, firsts, cp_class, class_bits, new_state(levels.shape[0]))
+    program = tuple(program) + (new_state(program),)
     return _chain_ends(np.ascontiguousarray(text), program)
