@@ -125,3 +125,28 @@ def test_groups_are_consecutive_small_files_within_their_bounds():
     assert [len(g.units) if isinstance(g, UnitGroup) else 1 for g in by_bytes] == [3, 3, 3, 1]
     assert group_units(units, 1, 1000) == units  # --group_inputs 1: every input alone
     assert len(group_units(units, 1000, 1 << 30, n_bins=2)) == 5  # 4 groups a worker at most 10 / 8 inputs
+
+
+def test_runners_of_unknown_worker_count_group_within_bundles():
+    """Where no step sees every unit (a cloud runner's Reshuffle), small inputs are grouped as they
+    come within a bundle: every unit comes out once, small ones in groups within the bounds."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that
+
+    from pipeline.beam.transforms import SpreadUnits
+
+    units = [WorkUnit(source=f"/in/{i:02d}.txt", format="text", size=100) for i in range(12)]
+    big = WorkUnit(source="/in/big.txt", format="text", size=2 << 20)
+
+    def check(items):
+        sources = sorted(u.source for item in items for u in (item.units if isinstance(item, UnitGroup) else [item]))
+        assert sources == sorted(u.source for u in [*units, big])  # each once
+        groups = [item for item in items if isinstance(item, UnitGroup)]
+        assert groups and all(len(g.units) <= 5 and g.size <= 1000 for g in groups)
+        assert all(big not in g.units for g in groups)
+
+    with TestPipeline() as pipeline:
+        spread = (pipeline | beam.Create([*units, big])
+                  | SpreadUnits(n_bins=None, group_inputs=5, group_bytes=1000))
+        assert_that(spread, check)
