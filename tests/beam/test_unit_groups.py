@@ -63,6 +63,7 @@ def _same_output(expected: Path, got: Path) -> None:
     assert a == b
 
 
+@pytest.mark.slow
 def test_the_inputs_cover_every_case(alone):
     manifest = json.loads((alone / m.MANIFEST_FILE).read_text())
     reasons = " | ".join(e[m.KEY_REASON] for e in manifest[m.KEY_SKIPPED])
@@ -72,18 +73,12 @@ def test_the_inputs_cover_every_case(alone):
     assert all(manifest[m.KEY_SPLITS][split][m.KEY_ROWS] for split in m.SPLITS)
 
 
-def test_grouped_inputs_make_the_same_output(inputs, alone, tmp_path):
-    """Groups of 4 (the local runner's 2 workers: at most 30 / 8 a group by default too) against
-    every input alone: the same shards, side files and manifest."""
-    out = tmp_path / "grouped"
-    run_preprocess([inputs], out, *ARGS, "--group_inputs", "4")
-    _same_output(alone, out)
-
-
-def test_resume_after_an_interrupt_inside_a_group(inputs, alone, tmp_path, caplog):
-    """A run whose first group finished and whose second failed half-way (its inputs done so far
-    have no record: a group's records are written once its parts are), resumed with other groups:
-    the finished group's inputs are reused from their shared parts, the rest is redone."""
+@pytest.mark.slow
+def test_grouped_and_resumed_inside_a_group_makes_the_same_output(inputs, alone, tmp_path, caplog):
+    """Grouped against every input alone: a run whose first group (5 inputs) finished and whose
+    second failed half-way (its inputs done so far have no record: a group's records are written
+    once its parts are), resumed with groups of 3: the finished group's inputs are reused from
+    their shared parts, the other 25 grouped anew; the same shards, side files and manifest."""
     from pipeline.beam.run.config import PreprocessConfig
     from pipeline.beam.run.job import prepare_run
     from pipeline.beam.unit_groups import InputFailed, process_group
