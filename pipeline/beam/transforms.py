@@ -9,6 +9,7 @@ no token is ever shuffled through a GroupByKey.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import posixpath
 import threading
@@ -251,38 +252,31 @@ def _shard_path(task: ShardTask) -> str:
     return task.path
 
 
-class _GroupInBundles(beam.DoFn):
-    """Small inputs grouped as they come, within a bundle (where no step sees every unit)."""
+GROUP_KEYS = 256  # where no step sees every unit, small inputs are grouped among those of one of these keys
 
-    def __init__(self, max_inputs: int, max_bytes: int) -> None:
-        self._max_inputs = max_inputs
-        self._max_bytes = max_bytes
 
-    def start_bundle(self) -> None:
-        self._small: list[WorkUnit] = []
-        self._bytes = 0
+def _group_key(unit) -> tuple[int, Any]:
+    """A stable key of 256 for a small input (a hash of its path), None for any other unit."""
+    if not groupable(unit):
+        return -1, unit
+    digest = hashlib.sha256(unit.source.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:4], "big") % GROUP_KEYS, unit
 
-    def process(self, unit):
-        if not groupable(unit):
-            yield unit
-            return
-        self._small.append(unit)
-        self._bytes += unit.size
-        if len(self._small) >= self._max_inputs or self._bytes >= self._max_bytes:
-            yield from self._groups()
 
-    def finish_bundle(self):
-        from apache_beam.transforms.window import GlobalWindow
-        from apache_beam.utils.timestamp import MIN_TIMESTAMP
-        from apache_beam.utils.windowed_value import WindowedValue
-
-        for item in self._groups():
-            yield WindowedValue(item, MIN_TIMESTAMP, [GlobalWindow()])
-
-    def _groups(self) -> list:
-        groups = group_units(self._small, self._max_inputs, self._max_bytes)
-        self._small, self._bytes = [], 0
-        return groups
+def _groups_of_key(kv, max_inputs: int, max_bytes: int):
+    """The units of one key in groups as they come (a runner may stream a key's values: bounded
+    memory), the other units alone."""
+    key, units = kv
+    if key < 0:
+        yield from units
+        return
+    small: list[WorkUnit] = []
+    for unit in units:
+        small.append(unit)
+        if len(small) >= max_inputs or sum(u.size for u in small) >= max_bytes:
+            yield from group_units(small, max_inputs, max_bytes)
+            small = []
+    yield from group_units(small, max_inputs, max_bytes)
 
 
 class SpreadUnits(beam.PTransform):
@@ -305,10 +299,14 @@ class SpreadUnits(beam.PTransform):
     def expand(self, units):
         group_inputs, group_bytes = self._group
         if self._n_bins is None:
-            spread = units | "Reshuffle" >> beam.Reshuffle()
             if group_inputs > 1:
-                spread = spread | "GroupSmallInputs" >> beam.ParDo(_GroupInBundles(group_inputs, group_bytes))
-            return spread
+                # No finish_bundle output (Beam's Dask runner drops it): a GroupByKey on 256 keys.
+                units = (units
+                         | "GroupKeys" >> beam.Map(_group_key)
+                         | "ByGroupKey" >> beam.GroupByKey()
+                         | "GroupSmallInputs" >> beam.FlatMap(_groups_of_key, max_inputs=group_inputs,
+                                                              max_bytes=group_bytes))
+            return units | "Reshuffle" >> beam.Reshuffle()
         n_bins, size, key = self._n_bins, self._size, self._key
 
         def bins(kv):
