@@ -88,16 +88,14 @@ def _pairs_in_bands(group: tuple[int, Iterable[tuple[int, tuple[str, str]]]]) ->
 class FindNearDuplicateCandidates(beam.PTransform):
     """(input, its results) -> the candidate pairs (earlier input, later input), each once. (The local
     runner holds a shuffle in memory, at a few hundred bytes a key: 64 band keys an input were most
-    of the job's memory on many small files; and about as much for each element it shuffles: the
-    64 band records of an input are gathered into lists per band group before the shuffle, by a
-    combine the runner lifts into the stage that makes them.)"""
+    of the job's memory on many small files.)"""
 
     def expand(self, inputs):
         return (
             inputs
             | "BandRecords" >> beam.FlatMap(band_records)
             | "InBandGroups" >> beam.Map(_in_band_group)
-            | "GroupBands" >> beam.CombinePerKey(beam.combiners.ToListCombineFn())
+            | "GroupBands" >> beam.GroupByKey()
             | "PairsInBand" >> beam.FlatMap(_pairs_in_bands)
             | "DistinctPairs" >> beam.Distinct()
         )
