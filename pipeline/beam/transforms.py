@@ -256,7 +256,7 @@ GROUP_KEYS = 256  # where no step sees every unit, small inputs are grouped amon
 
 
 def _group_key(unit) -> tuple[int, Any]:
-    """A stable key of 256 for a small input (a hash of its path), None for any other unit."""
+    """A stable key of GROUP_KEYS for a small input (a hash of its path), -1 for any other unit."""
     if not groupable(unit):
         return -1, unit
     digest = hashlib.sha256(unit.source.encode("utf-8", "surrogatepass")).digest()
@@ -271,11 +271,13 @@ def _groups_of_key(kv, max_inputs: int, max_bytes: int):
         yield from units
         return
     small: list[WorkUnit] = []
+    size = 0
     for unit in units:
         small.append(unit)
-        if len(small) >= max_inputs or sum(u.size for u in small) >= max_bytes:
+        size += unit.size
+        if len(small) >= max_inputs or size >= max_bytes:
             yield from group_units(small, max_inputs, max_bytes)
-            small = []
+            small, size = [], 0
     yield from group_units(small, max_inputs, max_bytes)
 
 

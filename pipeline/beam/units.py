@@ -116,8 +116,9 @@ def check_unchanged(unit: WorkUnit, result: UnitResult, discard: Callable[[], No
         return result
     if discard is not None:
         discard()
-    for path, _ in ({} if discard is not None else result.parts).values():
-        FileSystems.delete([path])
+    else:
+        for path, _ in result.parts.values():
+            FileSystems.delete([path])
     result = _gated(result, changed)
     result.counts = {name: (value if name == m.FILES_READ else 0) for name, value in result.counts.items()}
     result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]

@@ -1,5 +1,5 @@
 """A unit's rows written into its train and validation part files as they are made; the rows of a
-group of small inputs one input after another into one pair of part files (`GroupPartWriter`)."""
+group of small inputs one input after another into one pair of part files (`MemberWriter`)."""
 
 from __future__ import annotations
 
