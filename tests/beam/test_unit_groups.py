@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.many_files import _words, file_text
-from pipeline.beam.reading.work_units import UnitGroup, WorkUnit, group_units
+from pipeline.beam.reading.work_units import UnitGroup, WorkUnit, expand_inputs, group_units
 from schemas import manifest as m
 from tests.conftest import run_preprocess
 
@@ -146,3 +146,30 @@ def test_runners_of_unknown_worker_count_group_by_key():
         spread = (pipeline | beam.Create([*units, big])
                   | SpreadUnits(n_bins=None, group_inputs=5, group_bytes=1000))
         assert_that(spread, check)
+
+
+def test_an_input_that_grows_inside_a_group_leaves_no_row_in_the_groups_parts(tmp_path, spec):
+    """Its rows were made before the check: dropped from the group's parts (never written), and
+    the next input's rows start where the previous kept input's end."""
+    from pipeline.beam.run.config import PreprocessConfig
+    from pipeline.beam.unit_groups import process_group
+    from pipeline.beam.units import UnitContext
+    from pipeline.beam.writing.arrow_io import read_part
+    from pipeline.tokenizer.fast import FastTokenizer
+    from pipeline.tokenizer.spec import build_tokenizer
+
+    words = _words()
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text(file_text(i, words))
+    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert",
+                              validation_fraction=0.0, min_tokens=4, max_seq_length=64)
+    context = UnitContext.from_spec(spec, config, str(tmp_path / "temp"), FastTokenizer(build_tokenizer(spec), spec.json))
+    group = UnitGroup(tuple(expand_inputs([str(tmp_path)])))
+    with open(tmp_path / "1.txt", "a") as handle:
+        handle.write("More text written after the listing. " * 20)
+    first, grown, third = process_group(group, context)
+    assert grown.skip_reason.startswith("unreadable: changed while being read: grew"), grown.skip_reason
+    assert grown.parts == {} and first.counts[m.ROWS] and third.counts[m.ROWS]
+    (path, rows), (path3, rows3) = first.parts[m.TRAIN], third.parts[m.TRAIN]
+    assert path == path3 and (first.part_starts[m.TRAIN], third.part_starts[m.TRAIN]) == (0, rows)
+    assert read_part(path, 64).ids.shape[0] == rows + rows3
