@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
+    DEFAULT_GROUP_INPUTS,
     FORMAT_HF,
     WorkUnit,
     hf_revision,
@@ -68,6 +69,7 @@ class PreparedRun:
     units: list[WorkUnit]
     why_not_fast: list[str]
     tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
+    group_inputs: int = DEFAULT_GROUP_INPUTS  # --group_inputs: small inputs one worker call writes together
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
@@ -218,7 +220,8 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
         listed = [u for u in run.units if u.format == FORMAT_HF]
         _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
                                                   config=config,
-                                                  local_workers=workers, tokenizer_threads=threads)
+                                                  local_workers=workers, tokenizer_threads=threads,
+                                                  group_inputs=run.group_inputs)
         result = pipeline.run()
         result.wait_until_finish()
         if runner and runner.endswith("DaskRunner"):
