@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import pytest
 import torch
@@ -389,3 +390,49 @@ def test_the_fp16_scaler_skips_inf_steps_without_reading_the_device(spec):
             assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
             assert precision.scaler.get_scale() == scale / 2
     assert steps == {1.0} and not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_exports_keep_the_newest_and_a_resume_drops_the_killed_runs_later_ones(spec, tmp_path):
+    """export_model writes checkpoint-STEP/ (model and tokenizer, loadable by from_pretrained) and keeps
+    the newest `keep`; on resume from step 2, the exports a killed run wrote after it, and a
+    half-written one, are removed (the resumed run writes them again)."""
+    from transformers import AutoModelForMaskedLM
+
+    from pipeline.consumers.training.saved_model import drop_exports_after, export_model, exports
+
+    model, _ = _model_and_batch(spec)
+    for step in (1, 2, 3):
+        export_model(model, spec, 64, str(tmp_path), step, keep=2)
+    assert [step for step, _ in exports(str(tmp_path))] == [2, 3]
+    (tmp_path / "checkpoint-5.partial").mkdir()
+    drop_exports_after(str(tmp_path), 2)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]
+    loaded = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "checkpoint-2"))
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_tensorboard_hides_what_a_killed_run_logged_after_its_checkpoint(tmp_path):
+    """Rows become HF Trainer's scalar names (train/loss, eval/loss); a resume from step 3 purges the
+    killed run's steps 4 and 5, so each step has the resumed run's value once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pipeline.consumers.training.config import TrainConfig
+    from pipeline.consumers.training.reporting import Reporters, scalars
+
+    assert scalars({"step": 4, "loss": 2.0, "eval_accuracy": 0.5, "note": "x"}) == \
+        (4, {"train/loss": 2.0, "eval/accuracy": 0.5})
+    cfg = TrainConfig(output=str(tmp_path), report_to="tensorboard")
+    killed = Reporters(cfg, main=True, resumed_at=None)
+    for step in range(1, 6):
+        killed.log({"step": step, "loss": float(step)})
+    killed.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    resumed = Reporters(cfg, main=True, resumed_at=3)
+    for step in (4, 5):
+        resumed.log({"step": step, "loss": 10.0 * step})
+    resumed.close()
+    assert not Reporters(cfg, main=False, resumed_at=None)._sinks  # rank > 0 reports nothing
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0),
+                                                                          (5, 50.0)]

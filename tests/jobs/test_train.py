@@ -255,7 +255,7 @@ def test_sigterm_during_an_evaluation_stops_it_at_once_and_saves_the_step(data12
     assert "Traceback" not in err, err
     assert not any(r["step"] == stopped_at and "eval_loss" in r for r in _metrics(out))
     assert load_checkpoint(str(out / "checkpoint.pt"))["step"] == stopped_at
-    final = run([*argv, "--resume"])
+    final = run([*argv, "--resume", "--eval_every", "0", "--eval_rows", "16"])  # the final evaluation only
     assert [r["step"] for r in _metrics(out) if "loss" in r] == list(range(1, 9)) and "eval_loss" in final
 
 
@@ -422,6 +422,26 @@ def test_flags_keep_the_config_defaults(data128):
     assert cfg.read_mode == "pread"
     with pytest.raises(SystemExit):
         parse(["--data", str(data128), "--output", "unused", "--read_mode", "direct"])
+    cfg = parse(["--data", str(data128), "--output", "unused"])
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.min_lr_ratio) == (0.9, 0.999, 1e-8, 0.0)
+    assert cfg.hidden_dropout is cfg.attention_dropout is None and cfg.report_to == "none"
+    assert cfg.save_pretrained_every == 0 and cfg.gradient_checkpointing is False
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),
+    (["--adam_epsilon", "0"], "--adam_epsilon must be > 0"),
+    (["--hidden_dropout", "-0.1"], "--hidden_dropout must be in [0, 1)"),
+    (["--min_lr_ratio", "1.5"], "--min_lr_ratio must be in [0, 1]"),
+    (["--save_pretrained_every", "-1"], "--save_pretrained_every must be >= 0"),
+    (["--report_to", "tensorboard,mlflow"], "--report_to 'mlflow': choose tensorboard, wandb"),
+])
+def test_hf_style_flags_are_checked_in_one_line(data128, capsys, flags, message):
+    from jobs.train import parse
+
+    with pytest.raises(SystemExit):
+        parse(["--data", str(data128), "--output", "unused", *flags])
+    assert message in capsys.readouterr().err
 
 
 def test_every_flag_has_help_with_its_default():
