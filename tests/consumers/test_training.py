@@ -295,8 +295,7 @@ def test_min_lr_ratio_is_the_floor_of_the_decays(schedule):
     assert all(a >= b for a, b in zip(rates[4:], rates[5:]))
 
 
-@pytest.mark.parametrize("arch", ["bert", "modernbert"])
-def test_gradient_checkpointing_recomputes_the_layers_for_the_same_loss(spec, arch):
+def test_gradient_checkpointing_recomputes_the_layers_for_the_same_loss(spec, arch="bert"):
     """With --gradient_checkpointing each layer runs again in the backward pass (its activations were
     not kept); the loss and the gradients are those without it, dropout on (the recomputation
     replays the same masks)."""
