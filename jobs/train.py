@@ -18,11 +18,11 @@ from dataclasses import MISSING, fields
 from pipeline.console import setup_logging
 from pipeline.console.arguments import OneLineParser
 from pipeline.console.preflight import missing_folder
-from pipeline.consumers.training.config import TrainConfig
+from pipeline.consumers.training.config import REPORTERS, TrainConfig, reporters
 
 # torch, transformers and the readers are imported once the command line is checked (see `parse`).
 
-_CASTS = {"int": int, "float": float, "int | None": int, "str": str, "str | None": str}
+_CASTS = {"int": int, "float": float, "int | None": int, "float | None": float, "str": str, "str | None": str}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,7 +75,7 @@ def parse(argv: list[str] | None) -> TrainConfig:
         if getattr(cfg, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(cfg, name)}")
     for name in ("max_steps", "warmup_steps", "eval_every", "eval_rows", "save_every", "save_minutes", "num_workers",
-                 "log_every", "max_tokens", "max_minutes"):
+                 "log_every", "max_tokens", "max_minutes", "save_pretrained_every"):
         value = getattr(cfg, name)
         if value is not None and value < 0 or name == "max_steps" and value == 0:
             p.error(f"--{name} must be {'>= 1' if name == 'max_steps' else '>= 0'}, got {value}")
@@ -85,6 +85,23 @@ def parse(argv: list[str] | None) -> TrainConfig:
         p.error(f"--max_grad_norm must be >= 0 (0: no clipping), got {cfg.max_grad_norm}")
     if cfg.lr <= 0:
         p.error(f"--lr must be > 0, got {cfg.lr}")
+    for name in ("adam_beta1", "adam_beta2", "hidden_dropout", "attention_dropout"):
+        value = getattr(cfg, name)
+        if value is not None and not 0 <= value < 1:
+            p.error(f"--{name} must be in [0, 1), got {value}")
+    if cfg.adam_epsilon <= 0:
+        p.error(f"--adam_epsilon must be > 0, got {cfg.adam_epsilon}")
+    if not 0 <= cfg.min_lr_ratio <= 1:
+        p.error(f"--min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}")
+    unknown = [name for name in reporters(cfg.report_to) if name not in REPORTERS]
+    if unknown:
+        p.error(f"--report_to {unknown[0]!r}: choose {', '.join(REPORTERS)}, several comma-separated, or none")
+    from pipeline.consumers.training.reporting import ReporterError, check_reporters
+
+    try:
+        check_reporters(cfg.report_to)
+    except ReporterError as error:
+        p.error(str(error))
     if cfg.model and not _model_exists(cfg.model):
         p.error(f"--model {cfg.model!r}: no such folder, and not a Hub id")
     if cfg.probe and not os.path.isfile(cfg.probe):

@@ -14,21 +14,26 @@ from pipeline.consumers.training.ranks import Ranks
 from pipeline.consumers.training.run_folders import RunFolderError, check_run_folder, check_shared_output
 
 REMAINS = ["train.log", "train_config.json", "metrics.jsonl", "samples-rank0.jsonl", "samples-rank1.jsonl",
-           "checkpoint.pt.partial"]
+           "checkpoint.pt.partial", "tensorboard/", "wandb/", "checkpoint-5/", "checkpoint-10.partial/"]
 
 
 def _folder(tmp_path, names):
+    """A run folder holding `names` (a trailing / makes a folder with a file in it)."""
     folder = tmp_path / "run"
     folder.mkdir()
     for name in names:
-        (folder / name).write_text("x")
+        if name.endswith("/"):
+            (folder / name).mkdir()
+            (folder / name / "x").write_text("x")
+        else:
+            (folder / name).write_text("x")
     return folder
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["rerun", "resume"])
 def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path, resume, caplog):
-    """kill -9 before the first checkpoint leaves a config, metrics, samples logs and maybe a partial
-    checkpoint: the same command (or --resume) starts the run again, keeping only the log."""
+    """kill -9 before the first checkpoint leaves a config, metrics, samples logs, maybe a partial
+    checkpoint, TensorBoard and W&B files and checkpoint-STEP/ exports: the same command (or --resume) starts the run again, keeping only the log."""
     folder = _folder(tmp_path, REMAINS)
     with caplog.at_level("WARNING", logger="maskbeam"):
         assert check_run_folder(str(folder), resume=resume, overwrite=False) is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 
 import pytest
 import torch
@@ -276,3 +277,161 @@ def test_constant_and_wsd_schedules():
     assert all(a > b for a, b in zip(rates[80:], rates[81:]))
     linear = TrainConfig(lr=1.0, warmup_steps=4, schedule="linear")
     assert lr_at(52, linear, 100) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "wsd"])
+def test_min_lr_ratio_is_the_floor_of_the_decays(schedule):
+    """--min_lr_ratio 0.1: each decay ends at a tenth of the peak instead of 0, halfway through it at
+    0.55 (HF's cosine_with_min_lr); the warmup and the peak are unchanged."""
+    from pipeline.consumers.training.config import TrainConfig
+    from pipeline.consumers.training.schedule import lr_at
+
+    floored = TrainConfig(lr=2.0, warmup_steps=4, schedule=schedule, min_lr_ratio=0.1, decay_fraction=0.5)
+    plain = TrainConfig(**{**vars(floored), "min_lr_ratio": 0.0})
+    rates = [lr_at(s, floored, 100) for s in range(101)]
+    assert rates[:4] == [0.5, 1.0, 1.5, 2.0] and rates[100] == pytest.approx(0.2) and min(rates[4:]) >= 0.2 - 1e-12
+    middle = 52 if schedule != "wsd" else 75  # halfway through the decay
+    assert lr_at(middle, floored, 100) == pytest.approx(2.0 * 0.55) and lr_at(middle, plain, 100) == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(rates[4:], rates[5:]))
+
+
+def test_gradient_checkpointing_recomputes_the_layers_for_the_same_loss(spec, arch="bert"):
+    """With --gradient_checkpointing each layer runs again in the backward pass (its activations were
+    not kept); the loss and the gradients are those without it, dropout on (the recomputation
+    replays the same masks)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from pipeline.consumers.training.loss import mlm_loss_sum
+
+    _, batch = _model_and_batch(spec)
+    results = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny", hidden_dropout=0.1,
+                            attention_dropout=0.1, gradient_checkpointing=checkpointing).train()
+        layer = next(m for m in model.modules() if isinstance(m, GradientCheckpointingLayer))
+        calls = []  # a module inside the first layer: transformers checkpoints the layer's forward, not its hooks
+        next(m for m in layer.modules() if isinstance(m, torch.nn.Linear)).register_forward_hook(
+            lambda *_, into=calls: into.append(1))
+        torch.manual_seed(1)
+        loss = mlm_loss_sum(model, batch)[0]
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((loss.detach(), grads, len(calls)))
+    (plain, plain_grads, plain_calls), (checked, checked_grads, checked_calls) = results
+    assert (plain_calls, checked_calls) == (1, 2)
+    torch.testing.assert_close(checked, plain, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(checked_grads, plain_grads, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "distilbert", "modernbert", "electra"])
+def test_dropout_flags_set_each_familys_own_fields(spec, arch):
+    """--hidden_dropout and --attention_dropout reach the config fields of each family; 0 for both
+    makes two forward passes in train mode equal."""
+    from pipeline.consumers.training.models import set_dropout
+
+    model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny", hidden_dropout=0.0,
+                        attention_dropout=0.25)
+    config = model.config.to_dict()
+    hidden = {"distilbert": ["dropout"], "modernbert": ["embedding_dropout", "mlp_dropout"]}.get(
+        arch, ["hidden_dropout_prob"])
+    attention = "attention_dropout" if arch in ("distilbert", "modernbert") else "attention_probs_dropout_prob"
+    assert [config[name] for name in hidden] == [0.0] * len(hidden) and config[attention] == 0.25
+    _, batch = _model_and_batch(spec)
+    model = build_model(spec, 64, torch.device("cpu"), arch=arch, size="tiny", hidden_dropout=0.0,
+                        attention_dropout=0.0).train()
+    torch.testing.assert_close(mlm_loss(model, batch), mlm_loss(model, batch), rtol=0, atol=0)
+
+    class NoDropout:
+        model_type = "plain"
+
+    with pytest.raises(ValueError, match="--hidden_dropout: a plain config has none of hidden_dropout_prob"):
+        set_dropout(NoDropout(), hidden=0.1)
+
+
+def test_the_fp16_scaler_skips_inf_steps_without_reading_the_device(spec):
+    """fp16: the fused AdamW takes the scaler's inf check as a tensor, so a step reads nothing back
+    from the device (the unfused one made the scaler call .item() each step); a step with an inf
+    gradient still changes no weight and no optimizer step count, and halves the scale; a finite
+    one trains; the betas and epsilon are the flags'."""
+    from pipeline.consumers.training.optimizer import adamw, apply_gradients
+    from pipeline.consumers.training.precision import precision_for
+
+    model, batch = _model_and_batch(spec)
+    precision = precision_for("fp16", torch.device("cpu"))
+    optimizer = adamw(model, 1e-3, 0.01, torch.device("cpu"), betas=(0.8, 0.95), eps=1e-6, fp16=True)
+    assert optimizer.param_groups[0]["betas"] == (0.8, 0.95) and optimizer.param_groups[0]["eps"] == 1e-6
+    before = [p.detach().clone() for p in model.parameters()]
+    scale = precision.scaler.get_scale()
+    reads = []
+    original = torch.Tensor.item
+
+    def counted(self, *args):
+        reads.append(1)
+        return original(self, *args)
+
+    for poisoned in (True, False):
+        with precision.autocast():
+            loss = mlm_loss(model, batch)
+        precision.scaler.scale(loss).backward()
+        if poisoned:
+            next(model.parameters()).grad[0, 0] = float("inf")
+        torch.Tensor.item = counted
+        try:
+            norm = apply_gradients(optimizer, precision.scaler, model.parameters(), 1.0)
+        finally:
+            torch.Tensor.item = original
+        optimizer.zero_grad(set_to_none=True)
+        assert not reads, "a step read the device back"
+        steps = {float(state["step"]) for state in optimizer.state.values()}
+        if poisoned:
+            assert not torch.isfinite(norm) and steps == {0.0}
+            assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+            assert precision.scaler.get_scale() == scale / 2
+    assert steps == {1.0} and not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_exports_keep_the_newest_and_a_resume_drops_the_killed_runs_later_ones(spec, tmp_path):
+    """export_model writes checkpoint-STEP/ (model and tokenizer, loadable by from_pretrained) and keeps
+    the newest `keep`; on resume from step 2, the exports a killed run wrote after it, and a
+    half-written one, are removed (the resumed run writes them again)."""
+    from transformers import AutoModelForMaskedLM
+
+    from pipeline.consumers.training.saved_model import drop_exports_after, export_model, exports
+
+    model, _ = _model_and_batch(spec)
+    for step in (1, 2, 3):
+        export_model(model, spec, 64, str(tmp_path), step, keep=2)
+    assert [step for step, _ in exports(str(tmp_path))] == [2, 3]
+    (tmp_path / "checkpoint-5.partial").mkdir()
+    drop_exports_after(str(tmp_path), 2)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]
+    loaded = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "checkpoint-2"))
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
+
+
+def test_tensorboard_hides_what_a_killed_run_logged_after_its_checkpoint(tmp_path):
+    """Rows become HF Trainer's scalar names (train/loss, eval/loss); a resume from step 3 purges the
+    killed run's steps 4 and 5, so each step has the resumed run's value once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pipeline.consumers.training.config import TrainConfig
+    from pipeline.consumers.training.reporting import Reporters, scalars
+
+    assert scalars({"step": 4, "loss": 2.0, "eval_accuracy": 0.5, "note": "x"}) == \
+        (4, {"train/loss": 2.0, "eval/accuracy": 0.5})
+    cfg = TrainConfig(output=str(tmp_path), report_to="tensorboard")
+    killed = Reporters(cfg, main=True, resumed_at=None)
+    for step in range(1, 6):
+        killed.log({"step": step, "loss": float(step)})
+    killed.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    resumed = Reporters(cfg, main=True, resumed_at=3)
+    for step in (4, 5):
+        resumed.log({"step": step, "loss": 10.0 * step})
+    resumed.close()
+    assert not Reporters(cfg, main=False, resumed_at=None)._sinks  # rank > 0 reports nothing
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0),
+                                                                          (5, 50.0)]

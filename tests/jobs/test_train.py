@@ -217,6 +217,48 @@ def test_ctrl_c_at_start_up_is_acknowledged_at_once_and_skips_the_evaluation(dat
     assert not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text()
 
 
+def test_sigterm_during_an_evaluation_stops_it_at_once_and_saves_the_step(data128, tmp_path):
+    """SIGTERM while an --eval_every evaluation runs: the run says "stopping after step N" at once,
+    abandons the evaluation (no eval row of step N), saves the checkpoint of step N, prints the --resume
+    line and exits 143; --resume continues from it to the end. The signal is made to land inside the
+    evaluation: the run is frozen (SIGSTOP) as soon as the rows of step N appear (written just before its
+    evaluation), and the signal sent while it is frozen when its evaluation row has not appeared yet."""
+    from jobs.train import run
+    from pipeline.consumers.training.checkpoints import load_checkpoint
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = tmp_path / "run"
+    argv = ["--data", str(data128), "--output", str(out), "--config", "tiny", "--max_steps", "8", "--batch_size",
+            "8", "--warmup_steps", "2", "--eval_every", "2", "--eval_rows", "0"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.train", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    stopped_at, deadline = None, time.time() + 300
+    for step in (2, 4, 6):  # the evaluations before the last step; each is preceded by its rows
+        while proc.poll() is None and time.time() < deadline:
+            rows = _metrics(out) if (out / "metrics.jsonl").exists() else []
+            if any(r["step"] == step and "loss" in r for r in rows):
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGSTOP)
+        if not any(r["step"] == step and "eval_loss" in r for r in _metrics(out)):  # frozen inside it
+            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGCONT)
+            stopped_at = step
+            break
+        os.kill(proc.pid, signal.SIGCONT)  # the evaluation was done already: the next one
+    err = proc.communicate(timeout=300)[1]
+    assert stopped_at is not None and proc.returncode == 143, err
+    assert re.search(rf"^jobs.train: SIGTERM: stopping after step {stopped_at}(, abandoning the evaluation)? \(then "
+                     r"exit 143", err, re.M), err
+    assert re.search(rf"stopped by SIGTERM at step {stopped_at} of 8, checkpoint saved; continue with: .* --resume$",
+                     err, re.M), err
+    assert "Traceback" not in err, err
+    assert not any(r["step"] == stopped_at and "eval_loss" in r for r in _metrics(out))
+    assert load_checkpoint(str(out / "checkpoint.pt"))["step"] == stopped_at
+    final = run([*argv, "--resume", "--eval_every", "0", "--eval_rows", "16"])  # the final evaluation only
+    assert [r["step"] for r in _metrics(out) if "loss" in r] == list(range(1, 9)) and "eval_loss" in final
+
+
 def test_an_epochs_run_keeps_its_schedule_when_a_resume_changes_the_rows_per_step(one_book, tmp_path, caplog):
     """--epochs 1 on batches of 8, stopped (SIGINT) at step 5 or after, resumed on batches of 16 (as
     another world size changes the rows per step): the run keeps the step total counted at its start, so
@@ -380,6 +422,26 @@ def test_flags_keep_the_config_defaults(data128):
     assert cfg.read_mode == "pread"
     with pytest.raises(SystemExit):
         parse(["--data", str(data128), "--output", "unused", "--read_mode", "direct"])
+    cfg = parse(["--data", str(data128), "--output", "unused"])
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.adam_epsilon, cfg.min_lr_ratio) == (0.9, 0.999, 1e-8, 0.0)
+    assert cfg.hidden_dropout is cfg.attention_dropout is None and cfg.report_to == "none"
+    assert cfg.save_pretrained_every == 0 and cfg.gradient_checkpointing is False
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--adam_beta2", "1"], "--adam_beta2 must be in [0, 1), got 1.0"),
+    (["--adam_epsilon", "0"], "--adam_epsilon must be > 0"),
+    (["--hidden_dropout", "-0.1"], "--hidden_dropout must be in [0, 1)"),
+    (["--min_lr_ratio", "1.5"], "--min_lr_ratio must be in [0, 1]"),
+    (["--save_pretrained_every", "-1"], "--save_pretrained_every must be >= 0"),
+    (["--report_to", "tensorboard,mlflow"], "--report_to 'mlflow': choose tensorboard, wandb"),
+])
+def test_hf_style_flags_are_checked_in_one_line(data128, capsys, flags, message):
+    from jobs.train import parse
+
+    with pytest.raises(SystemExit):
+        parse(["--data", str(data128), "--output", "unused", *flags])
+    assert message in capsys.readouterr().err
 
 
 def test_every_flag_has_help_with_its_default():
@@ -569,3 +631,84 @@ def test_token_and_time_budgets_end_the_run_saved_and_evaluated(data128, tmp_pat
     final = run([*args[:3], str(timed), *args[4:], "--max_minutes", "0.0001"])
     assert load_checkpoint(str(timed / "checkpoint.pt"))["step"] <= 2  # out of time before step 1 or during it
     assert "eval_loss" in final and "--max_minutes 0.0001 reached" in (timed / "train.log").read_text()
+
+
+def _wandb_history(folder) -> list[dict]:
+    """The history rows of the offline W&B runs under `folder`, read from their .wandb files (a
+    leveldb-style log of protobuf records: 32 KiB blocks of records with a 7-byte header each)."""
+    import glob
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    rows = []
+    for path in sorted(glob.glob(str(folder / "offline-run-*" / "run-*.wandb"))):  # not latest-run, a link
+        data, pos, pending, records = open(path, "rb").read(), 7, b"", []  # after the file's own 7-byte header
+        while pos + 7 <= len(data):
+            left = 32768 - pos % 32768
+            _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+            if left < 7 or kind == 0:
+                pos += left
+                continue
+            chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+            pending = chunk if kind in (1, 2) else pending + chunk
+            if kind in (1, 4):
+                records.append(pending)
+        for raw in records:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(raw)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows
+
+
+def test_hf_exports_reports_optimizer_dropout_and_checkpointing_flags(data128, tmp_path, monkeypatch):
+    """One 3-step run with the HF Trainer-style flags: checkpoint-STEP/ exports every step that
+    from_pretrained loads (the newest --save_total_limit 2 kept, the last one the final model);
+    TensorBoard events (and W&B offline, when installed) holding metrics.jsonl's losses and evaluations;
+    the AdamW betas and epsilon in the checkpoint's optimizer state; the dropouts in the saved config;
+    gradient checkpointing on; the linear decay ending at --min_lr_ratio of the peak."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForMaskedLM
+
+    from jobs.train import run
+    from pipeline.consumers.training.checkpoints import load_checkpoint
+
+    wandb = "wandb" if __import__("importlib").util.find_spec("wandb") else None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    run(["--data", str(data128), "--output", str(out), "--config", "tiny", "--batch_size", "8", "--max_steps", "3",
+         "--warmup_steps", "1", "--lr", "1e-3", "--min_lr_ratio", "0.5", "--eval_rows", "16", "--adam_beta1", "0.85",
+         "--adam_beta2", "0.99", "--adam_epsilon", "1e-7", "--hidden_dropout", "0.05", "--attention_dropout", "0",
+         "--gradient_checkpointing", "--save_pretrained_every", "1", "--save_total_limit", "2",
+         "--report_to", ",".join(filter(None, ["tensorboard", wandb]))])
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    final = AutoModelForMaskedLM.from_pretrained(str(out))
+    exported = {step: AutoModelForMaskedLM.from_pretrained(str(out / f"checkpoint-{step}")) for step in (2, 3)}
+    weights = lambda model: torch.cat([p.detach().flatten() for p in model.parameters()])  # noqa: E731
+    assert torch.equal(weights(exported[3]), weights(final))
+    assert not torch.equal(weights(exported[2]), weights(final))
+    assert (out / "checkpoint-3" / "tokenizer.json").is_file()
+    assert final.config.hidden_dropout_prob == 0.05 and final.config.attention_probs_dropout_prob == 0.0
+    ckpt = load_checkpoint(str(out / "checkpoint.pt"))
+    group = ckpt["optimizer"]["param_groups"][0]
+    assert tuple(group["betas"]) == (0.85, 0.99) and group["eps"] == 1e-7
+    assert ckpt["config"]["gradient_checkpointing"] is True
+    rows = _metrics(out)
+    steps = [r for r in rows if "loss" in r]
+    assert steps[-1]["lr"] == pytest.approx(0.5e-3) and steps[0]["lr"] == pytest.approx(1e-3)
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    loss = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert [s for s, _ in loss] == [1, 2, 3]
+    np.testing.assert_allclose([v for _, v in loss], [r["loss"] for r in steps], rtol=1e-6)
+    evals = [r for r in rows if "eval_loss" in r]
+    assert [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars("eval/loss")] == \
+        [(r["step"], r["eval_loss"]) for r in evals]
+    assert {"train/lr", "train/grad_norm", "eval/accuracy"} <= set(events.Tags()["scalars"])
+    if wandb:
+        history = _wandb_history(out / "wandb")
+        assert [(h["_step"], h["train/loss"]) for h in history if "train/loss" in h] == \
+            [(r["step"], pytest.approx(r["loss"])) for r in steps]

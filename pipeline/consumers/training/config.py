@@ -10,7 +10,14 @@ from dataclasses import asdict, dataclass, field
 from schemas.options import ARCHITECTURES, DEFAULT_READ_MODE, MODEL_SIZE_NAMES, READ_MODES
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # precision.py resolves them (torch is not imported here)
+REPORTERS = ("tensorboard", "wandb")  # --report_to (reporting.py opens them)
 GPU_WORKERS = 2  # --num_workers on a GPU when not given
+
+
+def reporters(report_to: str) -> list[str]:
+    """The names in a --report_to value ("none" and "" name none)."""
+    names = [name.strip() for name in report_to.split(",") if name.strip()]
+    return [] if names in ([], ["none"]) else names
 
 
 def _opt(default, help: str, **extra):
@@ -33,6 +40,9 @@ class TrainConfig:
     grad_accum: int = _opt(1, "micro-batches per optimizer step on each rank (a step sees batch_size x grad_accum"
                               " x ranks rows)")
     lr: float = _opt(5e-4, "peak learning rate")
+    adam_beta1: float = _opt(0.9, "AdamW's beta1 (HF Trainer's name)")
+    adam_beta2: float = _opt(0.999, "AdamW's beta2 (HF Trainer's name)")
+    adam_epsilon: float = _opt(1e-8, "AdamW's epsilon (HF Trainer's name)")
     weight_decay: float = _opt(0.01, "AdamW weight decay, on the weights only (not biases or LayerNorm, as in "
                                           "HF Trainer)")
     warmup_steps: int = _opt(100, "steps of linear warmup; longer than the run: clipped to a tenth of the run, "
@@ -41,6 +51,8 @@ class TrainConfig:
                                    "linear decay to 0 over the last --decay_fraction of the run)",
                          choices=("linear", "cosine", "constant", "wsd"))
     decay_fraction: float = _opt(0.1, "--schedule wsd: the share of the run's steps its decay takes")
+    min_lr_ratio: float = _opt(0.0, "the floor of the linear, cosine and wsd decays, as a share of --lr (HF's "
+                                    "cosine_with_min_lr: 0.1 decays to a tenth of the peak instead of 0)")
     max_steps: int | None = _opt(None, "optimizer steps to run; default: --epochs epochs")
     epochs: int = _opt(1, "epochs to run when --max_steps is not given")
     max_tokens: int = _opt(0, "end the run (saved, evaluated) after the step that brings the real tokens trained "
@@ -59,7 +71,13 @@ class TrainConfig:
     save_minutes: float = _opt(30.0, "minutes between checkpoints, whichever of this and --save_every comes first "
                                      "(0: by --save_every only)")
     save_total_limit: int = _opt(1, "checkpoints kept: checkpoint.pt (the latest) and the N-1 before it as "
-                                    "checkpoint-STEP.pt")
+                                    "checkpoint-STEP.pt; also the --save_pretrained_every exports kept")
+    save_pretrained_every: int = _opt(0, "steps between exports in transformers' format, checkpoint-STEP/ folders "
+                                         "of model and tokenizer files (AutoModelForMaskedLM.from_pretrained loads "
+                                         "them), the newest --save_total_limit kept (0: only the final model)")
+    report_to: str = _opt("none", "also send the metrics.jsonl rows to: tensorboard (event files in "
+                                  "OUTPUT/tensorboard), wandb (when installed; WANDB_MODE=offline works without "
+                                  "an account), both comma-separated, or none")
     seed: int = _opt(0, "seed of the initialisation, dropout and sample order")
     num_workers: int | None = _opt(None, "DataLoader worker processes per rank; default: 2 on a GPU (masking and "
                                          "batching overlap the step; the loader makes about 13,000 rows of 512 per "
@@ -68,6 +86,16 @@ class TrainConfig:
     precision: str = _opt("auto", "bf16, fp16 (with a loss scaler) or fp32; auto: bf16 on GPUs that compute it "
                                   "natively, fp16 on those that would emulate it (V100, T4), fp32 on the CPU; TF32 "
                                   "for fp32 matrix products on CUDA", choices=PRECISIONS)
+    hidden_dropout: float | None = _opt(None, "dropout of the embeddings and hidden layers (BERT's "
+                                              "hidden_dropout_prob, DistilBERT's dropout, ModernBERT's embedding and "
+                                              "MLP dropout); "
+                                              "default: the model's own (0.1 for a new BERT, 0 for ModernBERT)")
+    attention_dropout: float | None = _opt(None, "dropout of the attention probabilities (BERT's "
+                                                 "attention_probs_dropout_prob, attention_dropout elsewhere); default: "
+                                                 "the model's own")
+    gradient_checkpointing: bool = _opt(False, "recompute each layer's activations in the backward pass instead of "
+                                               "keeping them (transformers' gradient_checkpointing_enable): about a "
+                                               "third more compute for much less activation memory")
     compile: bool = _opt(False, "torch.compile the loss (the first steps compile)")
     resume: bool = _opt(False, "continue the run in --output from its checkpoint, on any number of ranks")
     overwrite: bool = _opt(False, "replace the jobs.train run in --output")

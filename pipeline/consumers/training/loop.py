@@ -35,10 +35,11 @@ from pipeline.consumers.training.loss import MaskedLMLoss
 from pipeline.consumers.training.metrics import METRICS_FILE, MetricsLog, StepRows, plot_metrics, truncate_jsonl
 from pipeline.consumers.training.mfu import flops_per_token, peak_flops
 from pipeline.consumers.training.models import build_model
-from pipeline.consumers.training.optimizer import adamw
+from pipeline.consumers.training.optimizer import adamw, apply_gradients
 from pipeline.consumers.training.precision import Precision, precision_for
 from pipeline.consumers.training.probe import probe
 from pipeline.consumers.training.ranks import Ranks, StopRequests, ignore_stop_signals, init_ranks
+from pipeline.consumers.training.reporting import Reporters
 from pipeline.consumers.training.run_folders import (
     CONFIG_FILE,
     attach_log_file,
@@ -47,7 +48,7 @@ from pipeline.consumers.training.run_folders import (
     clean_failed_run,
     resume_command,
 )
-from pipeline.consumers.training.saved_model import save_model
+from pipeline.consumers.training.saved_model import drop_exports_after, export_model, save_model
 from pipeline.consumers.training.schedule import lr_scheduler, warmup_clipped
 from pipeline.consumers.training.seeding import seed_dropout, seed_weights
 from schemas.shard import LABELS
@@ -181,9 +182,12 @@ def _run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], re
 
         hf_logging.disable_progress_bar()  # "Loading weights", "Writing model shards": bars do not belong in a log
     run = build_run(cfg, ranks, stop, argv, resuming)
-    _evaluate_at_start(run)
-    _train_steps(run)
-    return _finish(run)
+    try:
+        _evaluate_at_start(run)
+        _train_steps(run)
+        return _finish(run)
+    finally:
+        run.log.close()  # the reporters' files complete, whatever ended the run
 
 
 def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str], resuming: bool,
@@ -196,7 +200,9 @@ def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str
     data: TrainData = load_data(cfg, ranks)
     _stop_at_start(ranks, stop, argv, resuming)
     precision = precision_for(cfg.precision, device)
-    model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config).to(device)
+    model = build_model(data.spec, data.seq_len, device, model=cfg.model, arch=cfg.arch, size=cfg.config,
+                        hidden_dropout=cfg.hidden_dropout, attention_dropout=cfg.attention_dropout,
+                        gradient_checkpointing=cfg.gradient_checkpointing).to(device)
     model.train()  # from_pretrained gives a model in eval mode: no dropout until an evaluation switched it back
     loss_module = loss(model)
     if ranks.distributed:
@@ -211,7 +217,8 @@ def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str
         collate_fn=StepCollator(MlmCollator(trim_padding=cfg.trim_padding, compact=True)), num_workers=workers,
         pin_memory=device.type == "cuda", worker_init_fn=ignore_stop_signals if workers else None,
         generator=torch.Generator().manual_seed(cfg.seed))  # its draws stay off the global RNG (dropout)
-    optimizer = adamw(model, cfg.lr, cfg.weight_decay, device)
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, device, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                      eps=cfg.adam_epsilon, fp16=precision.name == "fp16")
     checkpoint_path = os.path.join(cfg.output, CHECKPOINT_FILE)
     ckpt = load_checkpoint(checkpoint_path) if resuming else None
     step = 0
@@ -243,6 +250,7 @@ def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str
                   ckpt["sampler"]["global_position"], ckpt.get("world_size", 1), ranks.world_size)
         if main:
             truncate_jsonl(metrics_path, step)
+            drop_exports_after(cfg.output, step)
             for name in sorted(os.listdir(cfg.output)):  # every world size's: a rank of the killed run may be gone
                 if name.startswith("samples-rank") and name.endswith(".jsonl"):
                     truncate_jsonl(os.path.join(cfg.output, name), step)
@@ -250,8 +258,9 @@ def build_run(cfg: TrainConfig, ranks: Ranks, stop: StopRequests, argv: list[str
         open(metrics_path, "w").close()
         cfg.save(os.path.join(cfg.output, CONFIG_FILE))
     _stop_at_start(ranks, stop, argv, resuming)
+    reporters = Reporters(cfg, main, resumed_at=step if ckpt is not None else None)
     return Run(cfg, ranks, stop, argv, resuming, data, model, loss_module, step_loss, sampler, loader, workers,
-                optimizer, scheduler, precision, step, total, MetricsLog(metrics_path if main else None),
+                optimizer, scheduler, precision, step, total, MetricsLog(metrics_path if main else None, reporters),
                 saved_step=step if ckpt is not None else None, tokens=tokens)
 
 
@@ -285,6 +294,7 @@ def _checkpoint(run: Run, at_step: int, sampler_state: dict, rng: dict) -> None:
             "tokens": run.tokens,
             "world_size": run.ranks.world_size, "config": vars(run.cfg)},
             keep=run.cfg.save_total_limit, previous_step=run.saved_step)
+        run.log.flush()
     run.saved_step, run.saved_at = at_step, time.monotonic()
     run.ranks.barrier()  # no rank runs ahead of (or exits before) the checkpoint
 
@@ -302,11 +312,7 @@ def optimizer_step(run: Run, group: list[dict], step_targets: float) -> tuple[to
             loss = run.step_loss(batch)
         scaler.scale(loss * scale).backward()  # DDP averages over ranks: the step's loss is sum / step_targets
         loss_sum += loss.detach()
-    scaler.unscale_(run.optimizer)
-    limit = run.cfg.max_grad_norm if run.cfg.max_grad_norm > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), limit)
-    scaler.step(run.optimizer)
-    scaler.update()
+    grad_norm = apply_gradients(run.optimizer, scaler, run.model.parameters(), run.cfg.max_grad_norm)
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     return loss_sum, grad_norm
@@ -390,6 +396,8 @@ def _train_steps(run: Run) -> None:
                 stop.where = f"after step {step}"
             if saving:
                 _checkpoint(run, step, *boundary)
+            if cfg.save_pretrained_every and step % cfg.save_pretrained_every == 0 and run.main:
+                export_model(run.model, data.spec, data.seq_len, cfg.output, step, cfg.save_total_limit)
             if not budget_left:
                 _log.info("step %d of %d: %s reached, ending the run", step, run.total,
                           f"--max_minutes {cfg.max_minutes:g}" if out_of_time else f"--max_tokens {cfg.max_tokens:,}")

@@ -22,19 +22,32 @@ METRICS_FILE = "metrics.jsonl"
 
 
 class MetricsLog:
-    """Appends rows to metrics.jsonl (rank 0; `path` None on the others: rows are dropped)."""
+    """Appends rows to metrics.jsonl (rank 0; `path` None on the others: rows are dropped) and hands
+    each to `reporters` (`reporting.Reporters`: TensorBoard, W&B), if any."""
 
-    def __init__(self, path: str | None) -> None:
-        self.path = path
+    def __init__(self, path: str | None, reporters=None) -> None:
+        self.path, self.reporters = path, reporters
 
     def __call__(self, row: dict, announce: bool = False) -> None:
         if self.path is None:
             return
         with open(self.path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
+        if self.reporters is not None:
+            self.reporters.log(row)
         if announce:  # evaluations always reach the log
             _log.info("eval at step %d: %s", row["step"],
                       "  ".join(f"{k} {v:.4f}" for k, v in row.items() if k != "step" and isinstance(v, float)))
+
+    def flush(self) -> None:
+        """The reporters' buffered rows to disk (at each checkpoint: a kill loses no saved step's row)."""
+        if self.reporters is not None:
+            self.reporters.flush()
+
+    def close(self) -> None:
+        if self.reporters is not None:
+            self.reporters.close()
+            self.reporters = None
 
 
 class StepRows:

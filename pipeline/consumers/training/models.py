@@ -78,22 +78,61 @@ def attention_implementation(model_type: str, device: torch.device) -> str:
     return "sdpa"
 
 
+# The config fields of each dropout flag: hidden (embeddings and layers) and attention probabilities.
+_DROPOUT_FIELDS = {
+    "hidden": ("hidden_dropout_prob", "dropout", "embedding_dropout", "mlp_dropout"),
+    "attention": ("attention_probs_dropout_prob", "attention_dropout"),
+}
+
+
+def set_dropout(config, *, hidden: float | None = None, attention: float | None = None) -> None:
+    """Set the dropout of `config` by whatever names its family gives it (BERT's hidden_dropout_prob
+    and attention_probs_dropout_prob, DistilBERT's dropout and attention_dropout, ModernBERT's
+    embedding_dropout, mlp_dropout and attention_dropout); None leaves it as it is.
+
+    Raises:
+        ValueError: the family has no config field for the dropout asked for."""
+    for kind, value in (("hidden", hidden), ("attention", attention)):
+        if value is None:
+            continue
+        names = [name for name in _DROPOUT_FIELDS[kind] if hasattr(config, name)]
+        if not names:
+            raise ValueError(f"--{kind}_dropout: a {config.model_type} config has none of "
+                             f"{', '.join(_DROPOUT_FIELDS[kind])}; leave the flag out for this model")
+        for name in names:
+            setattr(config, name, value)
+
+
 def build_model(spec: TokenizerSpec, seq_len: int, device: torch.device, *, model: str | None = None,
-                arch: str = "bert", size: str = "tiny"):
+                arch: str = "bert", size: str = "tiny", hidden_dropout: float | None = None,
+                attention_dropout: float | None = None, gradient_checkpointing: bool = False):
     """A masked-LM model: `model` (a Hub name or folder, any AutoModelForMaskedLM architecture,
-    checked against the data's tokenizer) or a from-scratch `arch` at `size`."""
+    checked against the data's tokenizer) or a from-scratch `arch` at `size`; the dropouts set where
+    given (`set_dropout`), and with `gradient_checkpointing` each layer's activations recomputed in
+    the backward pass (transformers' non-reentrant checkpointing: DDP and no_sync work with it)."""
     from transformers import AutoConfig, AutoModelForMaskedLM
 
     config = AutoConfig.from_pretrained(model) if model else scratch_config(arch, size, spec, seq_len)
     if model:
         check_vocabulary(model, config, spec)
+    set_dropout(config, hidden=hidden_dropout, attention=attention_dropout)
     if model:
         def load(attempt):
-            return AutoModelForMaskedLM.from_pretrained(model, attn_implementation=attempt)
+            return AutoModelForMaskedLM.from_pretrained(model, config=config, attn_implementation=attempt)
     else:
         def load(attempt):
             return AutoModelForMaskedLM.from_config(config, attn_implementation=attempt)
-    return with_attention_fallback(load, attention_implementation(config.model_type, device), config.model_type)
+    built = with_attention_fallback(load, attention_implementation(config.model_type, device), config.model_type)
+    if gradient_checkpointing:
+        if not built.supports_gradient_checkpointing:
+            raise ValueError(f"--gradient_checkpointing: transformers' {type(built).__name__} does not support it; "
+                             "leave the flag out for this model")
+        enable = getattr(built, "activation_checkpointing_enable", None)  # transformers 5's name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            built.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return built
 
 
 def with_attention_fallback(load, first: str, model_type: str):

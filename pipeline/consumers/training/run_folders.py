@@ -14,6 +14,8 @@ from pipeline.consumers.training.checkpoints import CHECKPOINT_FILE
 from pipeline.consumers.training.launcher import LAUNCHER_ENV
 from pipeline.consumers.training.metrics import METRICS_FILE
 from pipeline.consumers.training.ranks import Ranks
+from pipeline.consumers.training.reporting import TENSORBOARD_DIR, WANDB_DIR
+from pipeline.consumers.training.saved_model import EXPORT_FOLDER
 
 CONFIG_FILE = "train_config.json"
 LOG_FILE = "train.log"
@@ -63,9 +65,11 @@ def check_run_folder(output: str, *, resume: bool, overwrite: bool) -> bool:
 
 
 def _remains(name: str) -> bool:
-    """What a run leaves before its first checkpoint (nothing worth keeping)."""
-    return (name in (LOG_FILE, CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE + ".partial")
-            or name.startswith("samples-rank") and name.endswith(".jsonl"))
+    """What a run leaves before its first checkpoint (nothing worth keeping: the run starts again and
+    writes its reports and exports again)."""
+    return (name in (LOG_FILE, CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE + ".partial", TENSORBOARD_DIR, WANDB_DIR)
+            or name.startswith("samples-rank") and name.endswith(".jsonl")
+            or EXPORT_FOLDER.fullmatch(name.removesuffix(".partial")) is not None)
 
 
 def _empty(output: str, keep: str | None = None) -> None:

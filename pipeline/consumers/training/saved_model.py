@@ -1,9 +1,14 @@
-"""What a finished `jobs.train` run saves: the model in transformers' format with a matching fast
-tokenizer (so `AutoModelForMaskedLM`, `AutoTokenizer` and `pipeline("fill-mask")` load the folder)."""
+"""What a `jobs.train` run saves in transformers' format: the final model with a matching fast
+tokenizer (so `AutoModelForMaskedLM`, `AutoTokenizer` and `pipeline("fill-mask")` load the folder),
+and with --save_pretrained_every the same every N steps in OUTPUT/checkpoint-STEP/ (HF `Trainer`'s
+folder name; the resumable state stays in checkpoint.pt)."""
 
 from __future__ import annotations
 
 import inspect
+import os
+import re
+import shutil
 
 from schemas import manifest as m
 from schemas.options import SPECIAL_CLS, SPECIAL_PAD, SPECIAL_SEP
@@ -38,3 +43,39 @@ def save_model(model, spec, seq_len: int, folder: str):
     tokenizer = hf_tokenizer(spec, seq_len, model)
     tokenizer.save_pretrained(folder)
     return tokenizer
+
+
+EXPORT_PREFIX = "checkpoint-"
+EXPORT_FOLDER = re.compile(r"checkpoint-(\d+)")  # and its .partial while written
+
+
+def exports(output: str) -> list[tuple[int, str]]:
+    """The (step, folder) of the checkpoint-STEP/ exports in `output`, oldest first."""
+    found = [(int(m.group(1)), os.path.join(output, name)) for name in os.listdir(output)
+             if (m := EXPORT_FOLDER.fullmatch(name)) and os.path.isdir(os.path.join(output, name))]
+    return sorted(found)
+
+
+def export_model(model, spec, seq_len: int, output: str, step: int, keep: int) -> str:
+    """The model and tokenizer of `step` in OUTPUT/checkpoint-STEP/ (written beside it, then renamed:
+    a killed export leaves no half folder under that name), keeping the newest `keep` exports."""
+    folder = os.path.join(output, f"{EXPORT_PREFIX}{step}")
+    partial = folder + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    save_model(model, spec, seq_len, partial)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.rename(partial, folder)
+    for _, older in exports(output)[:-keep]:
+        shutil.rmtree(older)
+    return folder
+
+
+def drop_exports_after(output: str, step: int) -> None:
+    """On resume, remove the exports a killed run wrote after its checkpoint's `step` (the resumed run
+    writes them again), and any half-written one."""
+    for saved, folder in exports(output):
+        if saved > step:
+            shutil.rmtree(folder)
+    for name in os.listdir(output):
+        if name.startswith(EXPORT_PREFIX) and name.endswith(".partial"):
+            shutil.rmtree(os.path.join(output, name), ignore_errors=True)

@@ -13,21 +13,24 @@ _log = logging.getLogger("maskbeam.train")
 
 
 def lr_at(step: int, cfg: TrainConfig, total_steps: int) -> float:
-    """Linear warmup to cfg.lr, then: linear or cosine decay to 0 at total_steps; constant; or WSD
-    (warmup-stable-decay: constant, then linear to 0 over the last `cfg.decay_fraction` of the run,
-    which lets a run be continued from its stable phase)."""
+    """Linear warmup to cfg.lr, then: linear or cosine decay to the floor at total_steps; constant; or
+    WSD (warmup-stable-decay: constant, then linear to the floor over the last `cfg.decay_fraction` of
+    the run, which lets a run be continued from its stable phase). The floor is `cfg.min_lr_ratio`
+    times cfg.lr (0 by default; HF's cosine_with_min_lr for cosine)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     if cfg.schedule == "constant":
         return cfg.lr
+    floor = cfg.min_lr_ratio
     if cfg.schedule == "wsd":
         decay = max(1, round(cfg.decay_fraction * total_steps))
         start = max(cfg.warmup_steps, total_steps - decay)
-        return cfg.lr * (1 - min(1.0, max(0, step - start) / max(1, total_steps - start)))
+        left = 1 - min(1.0, max(0, step - start) / max(1, total_steps - start))
+        return cfg.lr * (floor + (1 - floor) * left)
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
     if cfg.schedule == "cosine":
-        return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
-    return cfg.lr * (1 - progress)
+        return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return cfg.lr * (floor + (1 - floor) * (1 - progress))
 
 
 def warmup_clipped(cfg: TrainConfig, total: int) -> None:
