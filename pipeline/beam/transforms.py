@@ -18,6 +18,9 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
@@ -36,7 +39,8 @@ from pipeline.beam.units import (
     UnitContext,
     process_unit,
 )
-from pipeline.beam.writing.finalize import finalize_output
+from pipeline.beam.writing.finalize import add_totals, finalize_output, unit_totals
+from pipeline.beam.writing.inputs_file import RUN_LINES, sortable_line, unit_entries, write_run
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
@@ -356,19 +360,49 @@ def _shard_task(joined, config: PreprocessConfig) -> ShardTask:
 
 
 def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.dtype, spec: SpecFile) -> dict:
-    tagged: dict[str, list] = {"unit": [], "shard": [], "near": []}
+    tagged: dict[str, list] = {"totals": [], "run": [], "shard": []}
     for tag, element in kv[1]:
         tagged[tag].append(element)
-    return finalize_output(tagged["unit"], tagged["shard"], config, tokenizer_info, id_dtype, spec.load().json,
-                           tagged["near"])
+    return finalize_output(add_totals(tagged["totals"]), tagged["run"], tagged["shard"], config, tokenizer_info,
+                           id_dtype, spec.load().json)
+
+
+def _unit_lines(result: UnitResult) -> list[tuple[tuple, str]]:
+    return [sortable_line(section, entry) for section, entry in unit_entries(result)]
+
+
+def _near_line(entry: dict) -> tuple[tuple, str]:
+    return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
+
+
+class _WriteInputRunsFn(beam.DoFn):
+    """Per-input lines -> the paths of sorted runs of at most RUN_LINES lines in the temp folder
+    (`inputs_file`): no element, and no worker, holds every input's line."""
+
+    def __init__(self, temp_dir: str) -> None:
+        self._temp_dir = temp_dir
+
+    def start_bundle(self) -> None:
+        self._lines: list[tuple[tuple, str]] = []
+
+    def process(self, line):
+        self._lines.append(line)
+        if len(self._lines) >= RUN_LINES:
+            yield write_run(self._temp_dir, self._lines)
+            self._lines = []
+
+    def finish_bundle(self):
+        if self._lines:
+            yield WindowedValue(write_run(self._temp_dir, self._lines), MIN_TIMESTAMP, [GlobalWindow()])
+            self._lines = []
 
 
 class WriteShards(beam.PTransform):
     """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
     then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
-    content keys, a shard) but two small summaries (rows per bucket; the pairs at or above
-    --near_dedup) and the last, which writes the manifest of every input from compact results; no
-    list of all inputs is a side input, nor goes through a global combine."""
+    content keys, a shard) but small summaries (rows per bucket; the pairs at or above --near_dedup;
+    the totals) and the last, which merges the workers' sorted runs of per-input lines into
+    INPUTS_FILE and writes the manifest; no list of all inputs is a side input, nor one element."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
@@ -433,10 +467,18 @@ class WriteShards(beam.PTransform):
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
+        # The finalize step gets small things only: the totals, the shards' results and the paths of
+        # the sorted runs of per-input lines it merges into INPUTS_FILE.
+        totals = (units | "UnitTotals" >> beam.Map(unit_totals)
+                  | "Totals" >> beam.CombineGlobally(add_totals))
+        runs = ((units | "UnitLines" >> beam.FlatMap(_unit_lines),
+                 near_report | "NearLines" >> beam.Map(_near_line))
+                | "InputLines" >> beam.Flatten()
+                | "InputRuns" >> beam.ParDo(_WriteInputRunsFn(posixpath.join(config.output, m.TEMP_DIR))))
         return (
-            (units | "TagUnits" >> beam.Map(_together("unit")),
-             shards | "TagShards" >> beam.Map(_together("shard")),
-             near_report | "TagNear" >> beam.Map(_together("near")))
+            (totals | "TagTotals" >> beam.Map(_together("totals")),
+             runs | "TagRuns" >> beam.Map(_together("run")),
+             shards | "TagShards" >> beam.Map(_together("shard")))
             | "Everything" >> beam.Flatten()
             | "Together" >> beam.GroupByKey()
             | "Finalize" >> beam.Map(_finalize, config=config, tokenizer_info=tokenizer_info, id_dtype=id_dtype,

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from pipeline.consumers.outputs import manifest_with_inputs
 from schemas import manifest as m
 from tests.conftest import REPO, SMALL_BOOKS, TOKENIZER_DIR, run_preprocess
 
@@ -77,9 +78,9 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
     assert not [key for key in remote if key.startswith(m.TEMP_DIR)], "the temporary folder stayed behind"
     assert sorted(remote) == sorted(here)
     for key in here:
-        if key != m.MANIFEST_FILE:
+        if key not in (m.MANIFEST_FILE, m.INPUTS_FILE):  # they name the inputs by their paths
             assert hashlib.sha256(remote[key]).hexdigest() == hashlib.sha256(here[key]).hexdigest(), key
-    a, b = json.loads(remote[m.MANIFEST_FILE]), json.loads(here[m.MANIFEST_FILE])
+    a, b = manifest_with_inputs(out), manifest_with_inputs(str(local))  # INPUTS_FILE read from S3 and checked
     assert a[m.KEY_SPLITS] == b[m.KEY_SPLITS] and a[m.KEY_COUNTS] == b[m.KEY_COUNTS]
     assert [e[m.KEY_PATH].rsplit("/", 1)[1] for e in a[m.KEY_INPUTS]] == \
         [e[m.KEY_PATH].rsplit("/", 1)[1] for e in b[m.KEY_INPUTS]]
