@@ -379,15 +379,16 @@ class _WriteInputRunsFn(beam.DoFn):
     """Per-input lines -> the paths of sorted runs of at most RUN_LINES lines in the temp folder
     (`inputs_file`): no element, and no worker, holds every input's line."""
 
-    def __init__(self, temp_dir: str) -> None:
+    def __init__(self, temp_dir: str, run_lines: int = RUN_LINES) -> None:
         self._temp_dir = temp_dir
+        self._run_lines = run_lines
 
     def start_bundle(self) -> None:
         self._lines: list[tuple[tuple, str]] = []
 
     def process(self, line):
         self._lines.append(line)
-        if len(self._lines) >= RUN_LINES:
+        if len(self._lines) >= self._run_lines:
             yield write_run(self._temp_dir, self._lines)
             self._lines = []
 
