@@ -432,10 +432,23 @@ def input_line_counts(manifest: dict) -> dict[str, int]:
     return {section: len(manifest.get(section, [])) for section in INPUT_SECTIONS}
 
 
-def handle_lines(handle) -> Iterator[bytes]:
-    """The lines of a binary file handle, none read past MAX_INPUT_LINE_BYTES + 1 bytes (a longer one
-    is then refused by parse_input_line, never held whole)."""
-    return iter(lambda: handle.readline(MAX_INPUT_LINE_BYTES + 1), b"")
+def handle_lines(handle, block: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary file handle (any: local, fsspec's, Beam's), each with its newline. Past
+    MAX_INPUT_LINE_BYTES with no newline in sight, what was read is given as one line (which
+    parse_input_line refuses) and the reading ends: no line is held beyond the bound plus a block."""
+    pending = b""
+    while chunk := handle.read(block):
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield pending[start:end + 1]
+            start = end + 1
+        pending = pending[start:]
+        if len(pending) > MAX_INPUT_LINE_BYTES:
+            yield pending[:MAX_INPUT_LINE_BYTES + 1]
+            return
+    if pending:
+        yield pending
 
 
 def input_entries(manifest: dict, lines: Iterable[bytes] | None) -> Iterator[tuple[str, dict]]:

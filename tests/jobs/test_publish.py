@@ -138,11 +138,11 @@ def test_upload_calls_and_token_paths(outputs, tmp_path, monkeypatch):
     assert api.create_commit.call_args.args == ("someone/books",)
     assert kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
     assert _committed(api) == sorted(folder.files)  # exactly the dry run's layout
-    assert set(m.TOKENIZER_FILES) <= set(folder.files)  # the tokenizer travels with the data
-    for name in m.TOKENIZER_FILES:
+    assert {*m.TOKENIZER_FILES, m.INPUTS_FILE} <= set(folder.files)  # the tokenizer and inputs travel with the data
+    for name in (*m.TOKENIZER_FILES, m.INPUTS_FILE):
         committed = next(op for op in kwargs["operations"] if op.path_in_repo == name).path_or_fileobj
         assert committed == (folder.path / name).read_bytes()
-    # every data file, before the commit (not the card, the manifest or the tokenizer files)
+    # every data file and INPUTS_FILE, before the commit (not the card, the manifest or the tokenizer files)
     assert api.preupload_lfs_files.call_count == len(folder.files) - 2 - len(m.TOKENIZER_FILES)
     monkeypatch.setenv("HF_TOKEN", "hf_fromenvironment")
     api = mock.create_autospec(HfApi, instance=True)

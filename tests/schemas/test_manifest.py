@@ -213,3 +213,14 @@ def test_lines_per_section_must_match_the_manifest():
     manifest[m.KEY_INPUTS_FILE][m.KEY_LINES][m.KEY_DUPLICATES] = 1
     with pytest.raises(m.InputsFileError, match="lines per section"):
         list(m.input_entries(manifest, m.handle_lines(io.BytesIO(inputs_v2()))))
+
+
+def test_lines_are_read_in_blocks_of_any_size_and_an_endless_line_is_cut():
+    """fsspec's files (s3://) take no readline size: lines come from blocks, bounded."""
+    data = b"a\nbb\n\nccc"
+    for block in (1, 2, 3, 100):
+        assert list(m.handle_lines(io.BytesIO(data), block)) == [b"a\n", b"bb\n", b"\n", b"ccc"]
+    endless = list(m.handle_lines(io.BytesIO(b"x" * (3 * m.MAX_INPUT_LINE_BYTES))))
+    assert len(endless) == 1 and m.MAX_INPUT_LINE_BYTES < len(endless[0]) <= 2 * m.MAX_INPUT_LINE_BYTES + 1
+    with pytest.raises(m.InputsFileError, match="line 1: over the"):
+        m.parse_input_line(endless[0], 1)
