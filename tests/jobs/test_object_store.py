@@ -167,7 +167,9 @@ def _publish_from_s3_with_bounded_disk(out: str, local, tmp_path) -> None:
     api.preupload_lfs_files.side_effect = preupload
     publish_streaming(out, "someone/books", fmt="both", token="hf_x", api=api, scratch=str(scratch))
     assert max(most) == 1  # bounded: one data file on local disk at a time
-    assert uploaded == {n: (dry.path / n).read_bytes() for n in dry.files if n.endswith((".parquet", ".arrow"))}
+    assert uploaded == {n: (dry.path / n).read_bytes() for n in dry.files  # the data files and INPUTS_FILE
+                        if n.endswith((".parquet", ".arrow")) or n == m.INPUTS_FILE}
+    assert (dry.path / m.INPUTS_FILE).read_bytes() == (here.path / m.INPUTS_FILE).read_bytes()  # no s3:// path left
     committed = {op.path_in_repo for op in api.create_commit.call_args.kwargs["operations"]}
     assert committed == set(dry.files)
     assert not [p for p in scratch.rglob("*") if p.is_file()]
