@@ -469,9 +469,11 @@ class WriteShards(beam.PTransform):
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
         # The finalize step gets small things only: the totals, the shards' results and the paths of
-        # the sorted runs of per-input lines it merges into INPUTS_FILE.
-        totals = (units | "UnitTotals" >> beam.Map(unit_totals)
-                  | "Totals" >> beam.CombineGlobally(add_totals))
+        # the sorted runs of per-input lines it merges into INPUTS_FILE. The totals are combined per
+        # key (one key), lifted before the shuffle: a CombineGlobally would be a side input.
+        totals = (units | "UnitTotals" >> beam.Map(lambda u: (None, unit_totals(u)))
+                  | "Totals" >> beam.CombinePerKey(add_totals)
+                  | "TotalsOnly" >> beam.Values())
         runs = ((units | "UnitLines" >> beam.FlatMap(_unit_lines),
                  near_report | "NearLines" >> beam.Map(_near_line))
                 | "InputLines" >> beam.Flatten()
