@@ -18,9 +18,6 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
@@ -40,7 +37,7 @@ from pipeline.beam.units import (
     process_unit,
 )
 from pipeline.beam.writing.finalize import add_totals, finalize_output, unit_totals
-from pipeline.beam.writing.inputs_file import RUN_LINES, sortable_line, unit_entries, write_run
+from pipeline.beam.writing.inputs_file import INPUT_BUCKETS, input_bucket, sortable_line, unit_entries, write_run
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
@@ -375,27 +372,27 @@ def _near_line(entry: dict) -> tuple[tuple, str]:
     return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
 
 
-class _WriteInputRunsFn(beam.DoFn):
-    """Per-input lines -> the paths of sorted runs of at most RUN_LINES lines in the temp folder
-    (`inputs_file`): no element, and no worker, holds every input's line."""
+def _write_bucket_run(bucket_and_lines, temp_dir: str) -> str:
+    bucket, lines = bucket_and_lines
+    return write_run(temp_dir, bucket, list(lines))
 
-    def __init__(self, temp_dir: str, run_lines: int = RUN_LINES) -> None:
+
+class WriteInputRuns(beam.PTransform):
+    """Per-input lines -> the paths of their sorted runs in the temp folder (`inputs_file`), one per
+    bucket of lines (at most `buckets`): no element, and no worker, holds every input's line. (Not a
+    DoFn writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.)"""
+
+    def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS) -> None:
+        super().__init__()
         self._temp_dir = temp_dir
-        self._run_lines = run_lines
+        self._buckets = buckets
 
-    def start_bundle(self) -> None:
-        self._lines: list[tuple[tuple, str]] = []
-
-    def process(self, line):
-        self._lines.append(line)
-        if len(self._lines) >= self._run_lines:
-            yield write_run(self._temp_dir, self._lines)
-            self._lines = []
-
-    def finish_bundle(self):
-        if self._lines:
-            yield WindowedValue(write_run(self._temp_dir, self._lines), MIN_TIMESTAMP, [GlobalWindow()])
-            self._lines = []
+    def expand(self, lines):
+        buckets = self._buckets
+        return (lines
+                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), line))
+                | "GroupBuckets" >> beam.GroupByKey()
+                | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir))
 
 
 class WriteShards(beam.PTransform):
@@ -477,7 +474,7 @@ class WriteShards(beam.PTransform):
         runs = ((units | "UnitLines" >> beam.FlatMap(_unit_lines),
                  near_report | "NearLines" >> beam.Map(_near_line))
                 | "InputLines" >> beam.Flatten()
-                | "InputRuns" >> beam.ParDo(_WriteInputRunsFn(posixpath.join(config.output, m.TEMP_DIR))))
+                | "InputRuns" >> WriteInputRuns(posixpath.join(config.output, m.TEMP_DIR)))
         return (
             (totals | "TagTotals" >> beam.Map(_together("totals")),
              runs | "TagRuns" >> beam.Map(_together("run")),

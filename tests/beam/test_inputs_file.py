@@ -80,9 +80,10 @@ def _lines(units: list[UnitResult], near: list[dict]) -> list[tuple[tuple, str]]
 
 
 def _write_runs(temp_dir: str, lines: list, runs: int) -> list[str]:
-    """The lines in `runs` runs of a shuffled order, as workers' bundles would hold them."""
+    """The lines in `runs` runs of a shuffled order."""
     order = np.random.default_rng(runs).permutation(len(lines))
-    return [write_run(temp_dir, [lines[i] for i in chunk]) for chunk in np.array_split(order, runs)]
+    return [write_run(temp_dir, bucket, [lines[i] for i in chunk])
+            for bucket, chunk in enumerate(np.array_split(order, runs))]
 
 
 def _sections(path) -> dict[str, list[dict]]:
@@ -147,19 +148,23 @@ def test_the_manifest_does_not_grow_with_the_inputs(tmp_path, spec):
                          for kind in kinds} and sum(kinds.values()) == len(lists[m.KEY_SKIPPED])
 
 
-def test_workers_write_bounded_runs_that_merge_into_the_one_file(tmp_path):
-    """The Beam step: no run holds more than its bound of lines, and their merge is the sorted file."""
+def test_workers_write_one_run_per_bucket_that_merge_into_the_one_file(tmp_path):
+    """The Beam step: the lines grouped into at most `buckets` runs, each sorted, named by its bucket;
+    their merge is the sorted file."""
     import apache_beam as beam
 
-    from pipeline.beam.transforms import _WriteInputRunsFn
+    from pipeline.beam.transforms import WriteInputRuns
 
     units, near = _units(40), _near(40)
     lines = _lines(units, near)
     with beam.Pipeline() as pipeline:
-        _ = (pipeline | beam.Create(lines[::-1]) | beam.ParDo(_WriteInputRunsFn(str(tmp_path), run_lines=8))
-             | beam.Map(lambda path: json.dumps([path, sum(1 for _ in open(path))]))
+        _ = (pipeline | beam.Create(lines[::-1]) | WriteInputRuns(str(tmp_path), buckets=8)
              | beam.io.WriteToText(str(tmp_path / "runs"), shard_name_template=""))
-    runs = dict(json.loads(line) for line in (tmp_path / "runs").read_text().splitlines())
-    assert len(runs) >= len(lines) // 8 and max(runs.values()) <= 8 and sum(runs.values()) == len(lines)
-    merge_runs(list(runs), str(tmp_path / m.INPUTS_FILE))
+    runs = (tmp_path / "runs").read_text().splitlines()
+    assert 1 < len(runs) <= 8 and len(set(runs)) == len(runs)
+    assert sum(len(open(run).readlines()) for run in runs) == len(lines)
+    for run in runs:
+        orders = [m.input_line_order(e.pop(m.KEY_SECTION), e) for e in map(json.loads, open(run))]
+        assert orders == sorted(orders)
+    merge_runs(runs, str(tmp_path / m.INPUTS_FILE))
     assert _sections(tmp_path / m.INPUTS_FILE) == _version_1_lists(units, near)

@@ -1,10 +1,12 @@
 """The output's per-input records (schemas.manifest.INPUTS_FILE) without one element holding them all.
 
-Workers turn unit results into lines (`unit_entries`), sort a bounded run of them and write it to
-the temp folder (`write_run`); the finalize step merges the sorted runs, a line at a time, into the
-one file (`merge_runs`) and records its size, sha256 and lines per section in the manifest. Memory is
-a run's lines per worker and one line per run at the merge, whatever the number of inputs; the
-file's bytes are those of a sort of every line, whatever the runs were.
+Workers turn unit results into lines (`unit_entries`); the lines go by a hash of their text into
+INPUT_BUCKETS buckets, and each bucket is sorted and written as one run to the temp folder
+(`write_run`, named by its bucket: a retry writes the same file); the finalize step merges the
+sorted runs, a line at a time, into the one file (`merge_runs`) and records its size, sha256 and
+lines per section in the manifest. Memory is a bucket's lines (1/INPUT_BUCKETS of them) per worker
+and one line per run at the merge; the file's bytes are those of a sort of every line, whatever the
+runs were.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import heapq
 import json
 import posixpath
-import uuid
+import zlib
 from collections.abc import Iterable, Iterator
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -23,7 +25,7 @@ from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.writing.arrow_io import publish_file, renames_needed
 from schemas import manifest as m
 
-RUN_LINES = 20_000  # lines a worker holds before it writes them as one sorted run (~6 MB)
+INPUT_BUCKETS = 256  # runs at most: 1,000,000 inputs are runs of ~4,000 lines (~1.2 MB), 256 files merged
 RUN_PREFIX = "inputs-run-"  # in TEMP_DIR: a sorted run of INPUTS_FILE lines
 _BLOCK = 1 << 20
 
@@ -67,10 +69,14 @@ def _line_order(line: bytes) -> tuple:
     return m.input_line_order(entry.pop(m.KEY_SECTION), entry)
 
 
-def write_run(temp_dir: str, lines: list[tuple[tuple, str]]) -> str:
-    """Write `lines` sorted as one run in `temp_dir`; returns its path (a new name each time: a retried
-    bundle's run is a new file and the one of the failed attempt is never merged)."""
-    path = posixpath.join(temp_dir, f"{RUN_PREFIX}{uuid.uuid4().hex}.jsonl")
+def input_bucket(line: str, buckets: int = INPUT_BUCKETS) -> int:
+    """The bucket of a line: a hash of its text (the same in every process, unlike `hash`)."""
+    return zlib.crc32(line.encode("ascii")) % buckets
+
+
+def write_run(temp_dir: str, bucket: int, lines: list[tuple[tuple, str]]) -> str:
+    """Write the lines of `bucket` sorted as one run in `temp_dir`; returns its path."""
+    path = posixpath.join(temp_dir, f"{RUN_PREFIX}{bucket:05d}.jsonl")
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         buffer: list[str] = []
         for _, line in sorted(lines):
