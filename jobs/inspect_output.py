@@ -15,7 +15,14 @@ import sys
 from pipeline.console.arguments import DefaultsFormatter, OneLineParser
 from pipeline.console.formatting import printable
 from pipeline.consumers.inspection import SAMPLE_ROWS, check_rows, decode_row, mask_statistics, read_split_rows
-from pipeline.consumers.outputs import ShardMismatch, load_manifest, masking_rule, tokenizer_spec
+from pipeline.consumers.outputs import (
+    BadInputsFile,
+    ShardMismatch,
+    input_entries,
+    load_manifest,
+    masking_rule,
+    tokenizer_spec,
+)
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
@@ -61,8 +68,13 @@ def run(argv: list[str] | None = None) -> dict:
     _say("counts:", json.dumps(manifest[m.KEY_COUNTS], sort_keys=True))
     for split, info in manifest[m.KEY_SPLITS].items():
         _say(f"{split}: {info[m.KEY_ROWS]} rows in {len(info[m.KEY_SHARDS])} shards")
-    for skipped in manifest[m.KEY_SKIPPED]:
-        _say(f"skipped: {skipped[m.KEY_PATH]}: {skipped[m.KEY_REASON]}")
+    try:
+        for section, entry in input_entries(args.dir, manifest):
+            if section == m.KEY_SKIPPED:
+                _say(f"skipped: {entry[m.KEY_PATH]}: {entry[m.KEY_REASON]}")
+    except BadInputsFile as error:
+        _say(f"inspect_output: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
 
     rule = masking_rule(manifest)
     try:

@@ -6,12 +6,17 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 
 from schemas import options as o
 from schemas.shard import MASKING_MODES, MIN_SEQ_LEN, id_dtype_for_vocab
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: the per-input records in INPUTS_FILE; 1: inside the manifest (still read)
+OLDEST_MANIFEST_VERSION = 1
 MANIFEST_FILE = "manifest.json"
+# Beside the manifest: one JSON line per input record (its section, then the entry the manifest's
+# section of that name held in version 1), sections in INPUT_SECTIONS order, each sorted by path.
+INPUTS_FILE = "inputs.jsonl"
 DATASET_DICT_FILE = "dataset_dict.json"
 STATE_FILE = "state.json"
 DATASET_INFO_FILE = "dataset_info.json"
@@ -86,6 +91,11 @@ KEY_DUPLICATE_OF = "duplicate_of"
 KEY_NEAR_DUPLICATES = "near_duplicates"  # [{path, near_duplicate_of, similarity}], similarity >= 0.5
 KEY_NEAR_DUPLICATE_OF = "near_duplicate_of"
 KEY_SIMILARITY = "similarity"
+KEY_SECTION = "section"  # an INPUTS_FILE line: which section it belongs to
+KEY_INPUTS_FILE = "inputs_file"  # {filename, bytes, sha256, lines: {section: count}}
+KEY_LINES = "lines"
+# The per-input sections, in the order INPUTS_FILE holds them.
+INPUT_SECTIONS = (KEY_INPUTS, KEY_SKIPPED, KEY_DUPLICATES, KEY_NEAR_DUPLICATES)
 KEY_UNK_FRACTION = "unk_fraction"  # per input: share of [UNK] among its content tokens
 KEY_SCRIPTS = "scripts"  # per input: share of its letters per Unicode script
 KEY_DOMINANT_SCRIPT = "dominant_script"
@@ -330,23 +340,146 @@ def _check_splits(splits: dict, row_bytes: int) -> None:
             raise _fail(f"{w}.{KEY_ROWS}", f"the sum of its shards' rows ({total:,})", info[KEY_ROWS])
 
 
-def _check_entries(section: str, entries: list, strings: tuple[str, ...], required: tuple[str, ...]) -> None:
+class InputsFileError(ManifestError):
+    """An INPUTS_FILE line MaskBeam did not write: the message names the line and the key."""
+
+
+# Per section: the keys whose values are strings, and the keys every entry has.
+_SECTION_KEYS = {
+    KEY_INPUTS: ((KEY_PATH,), (KEY_PATH, TOKENS, KEY_ROWS)),
+    KEY_SKIPPED: ((KEY_PATH, KEY_REASON), (KEY_PATH, KEY_REASON)),
+    KEY_DUPLICATES: ((KEY_PATH, KEY_DUPLICATE_OF), (KEY_PATH, KEY_DUPLICATE_OF)),
+    KEY_NEAR_DUPLICATES: ((KEY_PATH, KEY_NEAR_DUPLICATE_OF), (KEY_PATH, KEY_NEAR_DUPLICATE_OF, KEY_SIMILARITY)),
+}
+MAX_INPUT_LINE_BYTES = 1 << 20  # an INPUTS_FILE line (an input's record is a few hundred bytes)
+
+
+def _check_entry(where: str, entry: object, section: str) -> dict:
+    strings, required = _SECTION_KEYS[section]
+    entry = _dict(where, entry)
+    for key in required:
+        _key(where, entry, key)
+    for key in strings:
+        if key in entry:
+            _str(f"{where}.{key}", entry[key])
+    for key in (TOKENS, KEY_ROWS, KEY_SIZE, UNK_TOKENS, BOILERPLATE_CHARS_REMOVED):
+        if key in entry:
+            _int(f"{where}.{key}", entry[key])
+    for key in (KEY_UNK_FRACTION, KEY_BOILERPLATE_SHARE, KEY_SIMILARITY):
+        if entry.get(key) is not None:
+            _num(f"{where}.{key}", entry[key])
+    for script, share in _dict(f"{where}.{KEY_SCRIPTS}", entry.get(KEY_SCRIPTS) or {}).items():
+        _num(f"{where}.{KEY_SCRIPTS}[{script[:40]!r}]", share)
+    return entry
+
+
+def _check_entries(section: str, entries: list) -> None:
     for i, entry in enumerate(entries):
-        where = f"{section}[{i}]"
-        entry = _dict(where, entry)
-        for key in required:
-            _key(where, entry, key)
-        for key in strings:
-            if key in entry:
-                _str(f"{where}.{key}", entry[key])
-        for key in (TOKENS, KEY_ROWS, KEY_SIZE, UNK_TOKENS, BOILERPLATE_CHARS_REMOVED):
-            if key in entry:
-                _int(f"{where}.{key}", entry[key])
-        for key in (KEY_UNK_FRACTION, KEY_BOILERPLATE_SHARE, KEY_SIMILARITY):
-            if entry.get(key) is not None:
-                _num(f"{where}.{key}", entry[key])
-        for script, share in _dict(f"{where}.{KEY_SCRIPTS}", entry.get(KEY_SCRIPTS) or {}).items():
-            _num(f"{where}.{KEY_SCRIPTS}[{script[:40]!r}]", share)
+        _check_entry(f"{section}[{i}]", entry, section)
+
+
+def input_line(section: str, entry: dict) -> str:
+    """One INPUTS_FILE line: the entry with its section, in the one encoding (sorted keys, ASCII)."""
+    return json.dumps({KEY_SECTION: section, **entry}, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def input_line_order(section: str, entry: dict) -> tuple:
+    """Where a line goes in INPUTS_FILE: sections in INPUT_SECTIONS order, each by path (a
+    near-duplicate pair then by its earlier input), as the version-1 manifest listed them."""
+    return INPUT_SECTIONS.index(section), entry[KEY_PATH], entry.get(KEY_NEAR_DUPLICATE_OF) or ""
+
+
+def parse_input_line(line: str | bytes, number: int) -> tuple[str, dict]:
+    """(section, entry) of INPUTS_FILE line `number` (from 1), checked as validate_manifest checks a
+    version-1 manifest's entries.
+
+    Raises:
+        InputsFileError: naming the line: not JSON, too long, an unknown section, a bad entry.
+    """
+    where = f"{INPUTS_FILE} line {number:,}"
+    if len(line) > MAX_INPUT_LINE_BYTES:
+        raise InputsFileError(f"{where}: over the {MAX_INPUT_LINE_BYTES:,} bytes a line may hold")
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError) as error:
+        raise InputsFileError(f"{where}: not valid JSON ({type(error).__name__})") from None
+    if not isinstance(entry, dict) or entry.get(KEY_SECTION) not in INPUT_SECTIONS:
+        raise InputsFileError(f"{where}: expected an object whose {KEY_SECTION!r} is one of "
+                              f"{', '.join(INPUT_SECTIONS)}, got {str(line)[:80]}")
+    section = entry.pop(KEY_SECTION)
+    try:
+        return section, _check_entry(section, entry, section)
+    except ManifestError as error:
+        raise InputsFileError(f"{where}: {str(error).removeprefix('manifest ')}") from None
+
+
+def _check_inputs_file(record: object) -> None:
+    w = KEY_INPUTS_FILE
+    record = _dict(w, record)
+    if _key(w, record, KEY_FILENAME) != INPUTS_FILE:
+        raise _fail(f"{w}.{KEY_FILENAME}", repr(INPUTS_FILE), record[KEY_FILENAME])
+    _int(f"{w}.{KEY_BYTES}", _key(w, record, KEY_BYTES))
+    _hex64(f"{w}.{KEY_SHA256}", _key(w, record, KEY_SHA256))
+    lines = _dict(f"{w}.{KEY_LINES}", _key(w, record, KEY_LINES))
+    for section in INPUT_SECTIONS:
+        _int(f"{w}.{KEY_LINES}.{section}", _key(f"{w}.{KEY_LINES}", lines, section))
+
+
+def input_line_counts(manifest: dict) -> dict[str, int]:
+    """How many entries each per-input section holds (a validated manifest of any version)."""
+    if KEY_INPUTS_FILE in manifest:
+        return {section: manifest[KEY_INPUTS_FILE][KEY_LINES][section] for section in INPUT_SECTIONS}
+    return {section: len(manifest.get(section, [])) for section in INPUT_SECTIONS}
+
+
+def handle_lines(handle, block: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary file handle (any: local, fsspec's, Beam's), each with its newline. Past
+    MAX_INPUT_LINE_BYTES with no newline in sight, what was read is given as one line (which
+    parse_input_line refuses) and the reading ends: no line is held beyond the bound plus a block."""
+    pending = b""
+    while chunk := handle.read(block):
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield pending[start:end + 1]
+            start = end + 1
+        pending = pending[start:]
+        if len(pending) > MAX_INPUT_LINE_BYTES:
+            yield pending[:MAX_INPUT_LINE_BYTES + 1]
+            return
+    if pending:
+        yield pending
+
+
+def input_entries(manifest: dict, lines: Iterable[bytes] | None) -> Iterator[tuple[str, dict]]:
+    """Every per-input entry of a validated manifest as (section, entry), in file order: a version-1
+    manifest's own lists, else the lines of its INPUTS_FILE (`lines`), each checked; once the last
+    is read, their bytes, sha256 and count per section are checked against the manifest's record.
+
+    Raises:
+        InputsFileError: a bad line, or a file other than the one the manifest names (edited,
+            truncated, swapped).
+    """
+    if KEY_INPUTS_FILE not in manifest:
+        for section in INPUT_SECTIONS:
+            for entry in manifest.get(section, []):
+                yield section, entry
+        return
+    if lines is None:
+        raise InputsFileError(f"no {INPUTS_FILE} beside the manifest (it lists every input read or skipped)")
+    record = manifest[KEY_INPUTS_FILE]
+    digest, size, counts = hashlib.sha256(), 0, dict.fromkeys(INPUT_SECTIONS, 0)
+    for number, line in enumerate(lines, 1):
+        digest.update(line)
+        size += len(line)
+        section, entry = parse_input_line(line, number)
+        counts[section] += 1
+        yield section, entry
+    if size != record[KEY_BYTES] or digest.hexdigest() != record[KEY_SHA256]:
+        raise InputsFileError(f"{INPUTS_FILE}: {size:,} bytes, sha256 {digest.hexdigest()[:16]}...; the manifest "
+                              f"says {record[KEY_BYTES]:,} bytes, {record[KEY_SHA256][:16]}... (edited or replaced)")
+    if counts != record[KEY_LINES]:
+        raise InputsFileError(f"{INPUTS_FILE}: lines per section {counts}, the manifest says {record[KEY_LINES]}")
 
 
 def validate_manifest(manifest: object) -> dict:
@@ -357,7 +490,7 @@ def validate_manifest(manifest: object) -> dict:
         ManifestError: naming the first key that is missing, of the wrong type or out of range.
     """
     manifest = _dict("top level", manifest)
-    _int(KEY_VERSION, _key("top level", manifest, KEY_VERSION), MANIFEST_VERSION, MANIFEST_VERSION)
+    _int(KEY_VERSION, _key("top level", manifest, KEY_VERSION), OLDEST_MANIFEST_VERSION, MANIFEST_VERSION)
     _str(KEY_PACKAGE_VERSION, _key("top level", manifest, KEY_PACKAGE_VERSION))
     config = _dict(KEY_CONFIG, _key("top level", manifest, KEY_CONFIG))
     _check_config(config)
@@ -366,14 +499,17 @@ def validate_manifest(manifest: object) -> dict:
                   (FILES_READ, FILES_SKIPPED, DOCUMENTS, TOKENS, ROWS, *MASK_COUNT_NAMES))
     row_bytes = min_row_bytes(config[o.MAX_SEQ_LENGTH], id_itemsize)
     _check_splits(_dict(KEY_SPLITS, _key("top level", manifest, KEY_SPLITS)), row_bytes)
-    _check_entries(KEY_INPUTS, _list(KEY_INPUTS, _key("top level", manifest, KEY_INPUTS)), (KEY_PATH,),
-                   (KEY_PATH, TOKENS, KEY_ROWS))
-    _check_entries(KEY_SKIPPED, _list(KEY_SKIPPED, _key("top level", manifest, KEY_SKIPPED)), (KEY_PATH, KEY_REASON),
-                   (KEY_PATH, KEY_REASON))
-    _check_entries(KEY_DUPLICATES, _list(KEY_DUPLICATES, manifest.get(KEY_DUPLICATES, [])),
-                   (KEY_PATH, KEY_DUPLICATE_OF), (KEY_PATH, KEY_DUPLICATE_OF))
-    _check_entries(KEY_NEAR_DUPLICATES, _list(KEY_NEAR_DUPLICATES, manifest.get(KEY_NEAR_DUPLICATES, [])),
-                   (KEY_PATH, KEY_NEAR_DUPLICATE_OF), (KEY_PATH, KEY_NEAR_DUPLICATE_OF, KEY_SIMILARITY))
+    if manifest[KEY_VERSION] == OLDEST_MANIFEST_VERSION:
+        for section in INPUT_SECTIONS:
+            required = section in (KEY_INPUTS, KEY_SKIPPED)
+            _check_entries(section, _list(section, _key("top level", manifest, section) if required
+                                          else manifest.get(section, [])))
+        return manifest
+    _check_inputs_file(_key("top level", manifest, KEY_INPUTS_FILE))
+    for section in INPUT_SECTIONS:
+        if section in manifest:
+            raise _fail(section, f"no such key in a version-{MANIFEST_VERSION} manifest (its entries are in "
+                                 f"{INPUTS_FILE})", manifest[section])
     return manifest
 
 

@@ -45,7 +45,8 @@ from pipeline.beam.units import (
     UnitContext,
     process_unit,
 )
-from pipeline.beam.writing.finalize import finalize_output
+from pipeline.beam.writing.finalize import add_totals, finalize_output, unit_totals
+from pipeline.beam.writing.inputs_file import INPUT_BUCKETS, input_bucket, sortable_line, unit_entries, write_run
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
@@ -425,19 +426,50 @@ def _shard_task(joined, config: PreprocessConfig) -> ShardTask:
 
 
 def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.dtype, spec: SpecFile) -> dict:
-    tagged: dict[str, list] = {"unit": [], "shard": [], "near": []}
+    tagged: dict[str, list] = {"totals": [], "run": [], "shard": []}
     for tag, element in kv[1]:
         tagged[tag].append(element)
-    return finalize_output(tagged["unit"], tagged["shard"], config, tokenizer_info, id_dtype, spec.load().json,
-                           tagged["near"])
+    return finalize_output(add_totals(tagged["totals"]), tagged["run"], tagged["shard"], config, tokenizer_info,
+                           id_dtype, spec.load().json)
+
+
+def _unit_lines(result: UnitResult) -> list[tuple[tuple, str]]:
+    return [sortable_line(section, entry) for section, entry in unit_entries(result)]
+
+
+def _near_line(entry: dict) -> tuple[tuple, str]:
+    return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
+
+
+def _write_bucket_run(bucket_and_lines, temp_dir: str) -> str:
+    bucket, lines = bucket_and_lines
+    return write_run(temp_dir, bucket, list(lines))
+
+
+class WriteInputRuns(beam.PTransform):
+    """Per-input lines -> the paths of their sorted runs in the temp folder (`inputs_file`), one per
+    bucket of lines (at most `buckets`): no element, and no worker, holds every input's line. (Not a
+    DoFn writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.)"""
+
+    def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS) -> None:
+        super().__init__()
+        self._temp_dir = temp_dir
+        self._buckets = buckets
+
+    def expand(self, lines):
+        buckets = self._buckets
+        return (lines
+                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), line))
+                | "GroupBuckets" >> beam.GroupByKey()
+                | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir))
 
 
 class WriteShards(beam.PTransform):
     """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
     then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
-    content keys, a shard) but two small summaries (rows per bucket; the pairs at or above
-    --near_dedup) and the last, which writes the manifest of every input from compact results; no
-    list of all inputs is a side input, nor goes through a global combine."""
+    content keys, a shard) but small summaries (rows per bucket; the pairs at or above --near_dedup;
+    the totals) and the last, which merges the workers' sorted runs of per-input lines into
+    INPUTS_FILE and writes the manifest; no list of all inputs is a side input, nor one element."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
@@ -502,10 +534,20 @@ class WriteShards(beam.PTransform):
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
+        # The finalize step gets small things only: the totals, the shards' results and the paths of
+        # the sorted runs of per-input lines it merges into INPUTS_FILE. The totals are combined per
+        # key (one key), lifted before the shuffle: a CombineGlobally would be a side input.
+        totals = (units | "UnitTotals" >> beam.Map(lambda u: (None, unit_totals(u)))
+                  | "Totals" >> beam.CombinePerKey(add_totals)
+                  | "TotalsOnly" >> beam.Values())
+        runs = ((units | "UnitLines" >> beam.FlatMap(_unit_lines),
+                 near_report | "NearLines" >> beam.Map(_near_line))
+                | "InputLines" >> beam.Flatten()
+                | "InputRuns" >> WriteInputRuns(posixpath.join(config.output, m.TEMP_DIR)))
         return (
-            (units | "TagUnits" >> beam.Map(_together("unit")),
-             shards | "TagShards" >> beam.Map(_together("shard")),
-             near_report | "TagNear" >> beam.Map(_together("near")))
+            (totals | "TagTotals" >> beam.Map(_together("totals")),
+             runs | "TagRuns" >> beam.Map(_together("run")),
+             shards | "TagShards" >> beam.Map(_together("shard")))
             | "Everything" >> beam.Flatten()
             | "Together" >> beam.GroupByKey()
             | "Finalize" >> beam.Map(_finalize, config=config, tokenizer_info=tokenizer_info, id_dtype=id_dtype,

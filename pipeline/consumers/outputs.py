@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +60,52 @@ def load_manifest(directory: str) -> dict:
         return m.parse_manifest(filesystem.read_bytes(path))
     except m.ManifestError as error:
         raise BadManifest(f"{path}: {error}") from None
+
+
+class BadInputsFile(BadManifest):
+    """The folder's INPUTS_FILE is missing, holds a line MaskBeam did not write, or is not the file
+    the manifest names (its size, sha256 or lines per section differ)."""
+
+
+def input_entries(directory: str, manifest: dict | None = None) -> Iterator[tuple[str, dict]]:
+    """(section, entry) of every input record the output lists (read, skipped, duplicates,
+    near-duplicate pairs), streamed from its INPUTS_FILE (a version-1 output: from its manifest).
+    The file is checked as it is read; a file other than the one the manifest names raises once its
+    last line is read: a consumer that acts on the entries takes them all before it acts.
+
+    Raises:
+        BadInputsFile: naming the file, the line and what is wrong.
+    """
+    if manifest is None:
+        manifest = load_manifest(directory)
+    path = filesystem.join(directory, m.INPUTS_FILE)
+    if m.KEY_INPUTS_FILE not in manifest:
+        yield from m.input_entries(manifest, None)
+        return
+    if not filesystem.exists(path):
+        raise BadInputsFile(f"{path}: missing (the manifest names it: it lists every input read or skipped)")
+    check_regular_file(path, BadInputsFile)
+    try:
+        with filesystem.open_binary(path) as handle:
+            yield from m.input_entries(manifest, m.handle_lines(handle))
+    except m.InputsFileError as error:
+        raise BadInputsFile(f"{directory}/{error}") from None
+
+
+def manifest_with_inputs(directory: str, manifest: dict | None = None) -> dict:
+    """The manifest with every input record in its sections (m.INPUT_SECTIONS as keys, lists as
+    values: the shape of a version-1 manifest), read and checked from INPUTS_FILE. Holds them all:
+    for reports of a size a person reads, and tests.
+
+    Raises:
+        BadInputsFile: as input_entries.
+    """
+    if manifest is None:
+        manifest = load_manifest(directory)
+    sections: dict[str, list[dict]] = {section: [] for section in m.INPUT_SECTIONS}
+    for section, entry in input_entries(directory, manifest):
+        sections[section].append(entry)
+    return {**manifest, **sections}
 
 
 def shard_paths(directory: str, manifest: dict, split: str) -> list[str]:

@@ -1,7 +1,7 @@
-"""The manifest as it is published: input paths relative to the input root they were found under,
-the output folder and local tokenizer paths reduced to their names, so no local path, bucket name
-or user name leaves the machine. Everything that describes the data (counts, checksums, config
-values) is unchanged."""
+"""The manifest and its INPUTS_FILE as they are published: input paths relative to the input root
+they were found under, the output folder and local tokenizer paths reduced to their names, so no
+local path, bucket name or user name leaves the machine. Everything that describes the data
+(counts, checksums, config values) is unchanged."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import functools
 import glob as globlib
 import os
 import posixpath
+from collections.abc import Callable
 
 from pipeline.tokenizer.resolve import looks_like_path
 from schemas import manifest as m
@@ -80,12 +81,14 @@ def tokenizer_origin(name_or_path: str, sha256: str) -> str:
     return name
 
 
-def public_manifest(manifest: dict) -> dict:
-    out = copy.deepcopy(manifest)
-    config = out[m.KEY_CONFIG]
+def public_entry_function(manifest: dict) -> Callable[[str, dict], dict]:
+    """What makes one per-input entry (section, entry) of `manifest` (the output's own, not yet made
+    public) public: its paths relative to the input roots, its skip reason without local paths."""
+    config = manifest[m.KEY_CONFIG]
     roots = [_root_of(p) for p in config.get("inputs", [])]
     hf_name = config.get("hf_dataset") or ""
     local_hf = bool(hf_name) and public_name(hf_name) != hf_name
+    tokenizer = config.get("tokenizer", "")
 
     def rel(path: str | None) -> str | None:
         if path is None:
@@ -94,26 +97,43 @@ def public_manifest(manifest: dict) -> dict:
             return path.replace(hf_name, public_name(hf_name), 1) if local_hf else path
         return relative_to_roots(path, roots)
 
-    tokenizer = config.get("tokenizer", "")
-    for entry in out.get(m.KEY_SKIPPED, []):  # reasons quote the tokenizer and other inputs
-        reason = entry.get(m.KEY_REASON) or ""
-        if tokenizer:
-            reason = reason.replace(tokenizer, public_name(tokenizer))
-        for root in sorted((r for r in roots if r), key=len, reverse=True):
-            reason = reason.replace(root.rstrip("/") + "/", "")
-        entry[m.KEY_REASON] = reason
+    def public(section: str, entry: dict) -> dict:
+        entry = dict(entry)
+        if section == m.KEY_SKIPPED:  # reasons quote the tokenizer and other inputs
+            reason = entry.get(m.KEY_REASON) or ""
+            if tokenizer:
+                reason = reason.replace(tokenizer, public_name(tokenizer))
+            for root in sorted((r for r in roots if r), key=len, reverse=True):
+                reason = reason.replace(root.rstrip("/") + "/", "")
+            entry[m.KEY_REASON] = reason
+        for key in _PATH_KEYS[section]:
+            if key in entry:
+                entry[key] = rel(entry[key])
+        return entry
+
+    return public
+
+
+_PATH_KEYS = {m.KEY_INPUTS: (m.KEY_PATH,), m.KEY_SKIPPED: (m.KEY_PATH,),
+              m.KEY_DUPLICATES: (m.KEY_PATH, m.KEY_DUPLICATE_OF),
+              m.KEY_NEAR_DUPLICATES: (m.KEY_PATH, m.KEY_NEAR_DUPLICATE_OF)}
+
+
+def public_manifest(manifest: dict) -> dict:
+    """The manifest as published (a version-1 manifest's per-input sections too; a later version's
+    INPUTS_FILE goes through public_entry_function, and its record is then the published file's)."""
+    public = public_entry_function(manifest)
+    out = copy.deepcopy(manifest)
+    config = out[m.KEY_CONFIG]
+    hf_name = config.get("hf_dataset") or ""
+    for section in m.INPUT_SECTIONS:
+        if section in out:
+            out[section] = [public(section, entry) for entry in out[section]]
     config["inputs"] = [_public_pattern(p) for p in config.get("inputs", [])]
     config["output"] = _name(config.get("output", ""))
-    if local_hf:
+    if hf_name and public_name(hf_name) != hf_name:
         config["hf_dataset"] = public_name(hf_name)
     sha256 = out[m.KEY_TOKENIZER][m.KEY_SHA256]
     config["tokenizer"] = tokenizer_origin(config.get("tokenizer", ""), sha256)
     out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = tokenizer_origin(out[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH], sha256)
-    for section, keys in ((m.KEY_INPUTS, (m.KEY_PATH,)), (m.KEY_SKIPPED, (m.KEY_PATH,)),
-                          (m.KEY_DUPLICATES, (m.KEY_PATH, m.KEY_DUPLICATE_OF)),
-                          (m.KEY_NEAR_DUPLICATES, (m.KEY_PATH, m.KEY_NEAR_DUPLICATE_OF))):
-        for entry in out.get(section, []):
-            for key in keys:
-                if key in entry:
-                    entry[key] = rel(entry[key])
     return out

@@ -1,6 +1,6 @@
 """Publish a processed output to the Hugging Face Hub: build the upload folder (Parquet and/or the
-Arrow shards, a dataset card, the manifest, the tokenizer with the configs `AutoTokenizer` reads),
-then upload it with huggingface_hub.
+Arrow shards, a dataset card, the manifest and its inputs.jsonl, the tokenizer with the configs
+`AutoTokenizer` reads), then upload it with huggingface_hub.
 
 The Hub layout `data/{split}-{i:05d}-of-{n:05d}.parquet` is what `push_to_hub` writes and what
 `load_dataset(repo_or_folder)` detects without configuration. Torch-free.
@@ -8,6 +8,7 @@ The Hub layout `data/{split}-{i:05d}-of-{n:05d}.parquet` is what `push_to_hub` w
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import posixpath
@@ -24,8 +25,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import __version__
-from pipeline.consumers.outputs import ShardMismatch, load_manifest, shard_entries, tokenizer_spec, verify_shard
-from pipeline.consumers.public_manifest import public_manifest
+from pipeline.consumers.outputs import (
+    BadInputsFile,
+    ShardMismatch,
+    input_entries,
+    load_manifest,
+    shard_entries,
+    tokenizer_spec,
+    verify_shard,
+)
+from pipeline.consumers.public_manifest import public_entry_function, public_manifest
 from pipeline.storage import filesystem
 from pipeline.tokenizer.spec import TokenizerError
 from pipeline.tokenizer.transformers_files import special_tokens, transformers_files
@@ -192,7 +201,7 @@ class UploadFolder:
 
 # What a dry run writes at the top of its folder besides DRY_RUN_FOLDERS (the tokenizer files included):
 # all that `overwrite` deletes of an earlier dry run.
-DRY_RUN_FILES = (CARD_FILE, m.MANIFEST_FILE, *m.TOKENIZER_FILES)
+DRY_RUN_FILES = (CARD_FILE, m.MANIFEST_FILE, m.INPUTS_FILE, *m.TOKENIZER_FILES)
 DRY_RUN_FOLDERS = ("data", "arrow")
 
 
@@ -238,20 +247,54 @@ def build_upload_folder(directory: str, folder: str, *, repo_id: str, fmt: str =
     """
     root = Path(folder)
     earlier = _earlier_dry_run(root, overwrite)  # refused before any shard is read
-    manifest = public_manifest(load_manifest(directory))
+    source = load_manifest(directory)
+    manifest = public_manifest(source)
     files, data_files = layout(directory, manifest, fmt)
     tokenizer = tokenizer_files(directory, manifest)
     if earlier:
         _clear_dry_run(root)
+    root.mkdir(parents=True, exist_ok=True)
+    card_entries = _write_public_inputs(directory, source, manifest, root)  # before any shard: it fails fast
     for data_file in files:
         data_file.write(root / data_file.name)
     (root / m.MANIFEST_FILE).write_text(m.dumps(manifest), encoding="utf-8")
     for name, data in tokenizer.items():
         (root / name).write_bytes(data)
-    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema, tokenizer[m.TOKENIZER_FILE])
+    card = dataset_card({**manifest, **card_entries}, data_files, repo_id, license_id, files[0].schema,
+                        tokenizer[m.TOKENIZER_FILE])
     (root / CARD_FILE).write_text(card, encoding="utf-8")
     names = [f.name for f in files] + [m.MANIFEST_FILE, CARD_FILE, *tokenizer]
+    names += [m.INPUTS_FILE] if m.KEY_INPUTS_FILE in manifest else []
     return UploadFolder(path=root, files=tuple(sorted(names)))
+
+
+CARD_INPUTS = 200  # inputs, and skipped inputs, the dataset card names (INPUTS_FILE lists them all)
+
+
+def _write_public_inputs(directory: str, source: dict, manifest: dict, root: Path) -> dict[str, list[dict]]:
+    """The output's INPUTS_FILE as published (public_entry_function on each line, checked as it is
+    read) into `root`, and `manifest`'s record of it made the published file's; returns the first
+    CARD_INPUTS entries of the inputs and skipped sections for the card. A version-1 output has its
+    entries in the manifest (made public there) and no file."""
+    public = public_entry_function(source)
+    card: dict[str, list[dict]] = {m.KEY_INPUTS: [], m.KEY_SKIPPED: []}
+    if m.KEY_INPUTS_FILE not in manifest:
+        return {section: manifest[section] for section in card}
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(root / m.INPUTS_FILE, "wb") as handle:
+            for section, entry in input_entries(directory, source):
+                entry = public(section, entry)
+                if section in card and len(card[section]) < CARD_INPUTS:
+                    card[section].append(entry)
+                line = m.input_line(section, entry).encode("ascii")
+                digest.update(line)
+                size += len(line)
+                handle.write(line)
+    except BadInputsFile as error:
+        raise PublishError(f"{error}: not published (rerun preprocess to rebuild the output)") from None
+    manifest[m.KEY_INPUTS_FILE] = {**manifest[m.KEY_INPUTS_FILE], m.KEY_BYTES: size, m.KEY_SHA256: digest.hexdigest()}
+    return card
 
 
 def _card_metadata(manifest: dict, data_files: dict, license_id: str, schema: pa.Schema) -> str:
@@ -410,9 +453,12 @@ def dataset_card(manifest: dict, data_files: dict, repo_id: str, license_id: str
     row_layout = " ".join((md_code(names["cls_token"]), "content", md_code(names["sep_token"]),
                            md_code(names["pad_token"]) + "..."))
     sources = "\n".join(f"| {md_code(posixpath.basename(e[m.KEY_PATH]), in_table=True)} | {e[m.TOKENS]:,} | "
-                        f"{e[m.KEY_ROWS]:,} |" for e in manifest[m.KEY_INPUTS][:200])
+                        f"{e[m.KEY_ROWS]:,} |" for e in manifest[m.KEY_INPUTS][:CARD_INPUTS])
     skipped = "\n".join(f"- {md_code(posixpath.basename(s[m.KEY_PATH]))}: {md_code(s[m.KEY_REASON])}"
-                        for s in manifest[m.KEY_SKIPPED]) or "none"
+                        for s in manifest[m.KEY_SKIPPED][:CARD_INPUTS]) or "none"
+    listed = m.input_line_counts(manifest)
+    if listed[m.KEY_SKIPPED] > CARD_INPUTS:
+        skipped += f"\n- ... and {listed[m.KEY_SKIPPED] - CARD_INPUTS:,} more (all in `{m.INPUTS_FILE}`)"
     checksums = "\n".join(f"| {split} | `{s[m.KEY_FILENAME]}` | {s[m.KEY_ROWS]:,} | `{s[m.KEY_SHA256]}` |"
                           for split in m.SPLITS for s in manifest[m.KEY_SPLITS][split][m.KEY_SHARDS])
     unchanged = round(1 - config[o.MASK_REPLACE_PROB] - config[o.RANDOM_REPLACE_PROB], 6)
@@ -536,7 +582,7 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
                       sleep: Callable[[float], None] = time.sleep) -> str:
     """Publish an output (local or on an object store) with bounded local disk: each data file is
     made in a scratch folder, pre-uploaded (LFS) and deleted before the next one, then one commit
-    adds them all with the card and the manifest. Returns the dataset URL."""
+    adds them all with the card, the manifest and its INPUTS_FILE. Returns the dataset URL."""
     from huggingface_hub import CommitOperationAdd
 
     check_repo_id(repo_id)
@@ -545,25 +591,34 @@ def publish_streaming(directory: str, repo_id: str, *, fmt: str = "parquet", lic
         from huggingface_hub import HfApi
 
         api = HfApi()
-    manifest = public_manifest(load_manifest(directory))
+    source = load_manifest(directory)
+    manifest = public_manifest(source)
     files, data_files = layout(directory, manifest, fmt)
     tokenizer = tokenizer_files(directory, manifest)
     with_retries(lambda: api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True,
                                          token=secret), secret, sleep=sleep)
     operations = []
     with tempfile.TemporaryDirectory(prefix="maskbeam-publish-", dir=scratch) as work:
-        for number, data_file in enumerate(files, 1):
-            local = Path(work) / data_file.name
-            data_file.write(local)
-            operation = CommitOperationAdd(path_in_repo=data_file.name, path_or_fileobj=str(local))
+
+        def upload(name: str, local: Path) -> None:
+            operation = CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(local))
             with_retries(lambda op=operation: api.preupload_lfs_files(repo_id, additions=[op], repo_type="dataset",
                                                                        token=secret), secret, sleep=sleep)
             if getattr(operation, "_upload_mode", None) != "lfs":  # a regular file travels inside the commit
                 operation.path_or_fileobj = local.read_bytes()
             local.unlink()
             operations.append(operation)
+
+        card_entries = _write_public_inputs(directory, source, manifest, Path(work))  # first: it fails fast
+        if m.KEY_INPUTS_FILE in manifest:
+            upload(m.INPUTS_FILE, Path(work) / m.INPUTS_FILE)
+        for number, data_file in enumerate(files, 1):
+            local = Path(work) / data_file.name
+            data_file.write(local)
+            upload(data_file.name, local)
             _log.info("uploaded %s (%d of %d)", data_file.name, number, len(files))
-    card = dataset_card(manifest, data_files, repo_id, license_id, files[0].schema, tokenizer[m.TOKENIZER_FILE])
+    card = dataset_card({**manifest, **card_entries}, data_files, repo_id, license_id, files[0].schema,
+                        tokenizer[m.TOKENIZER_FILE])
     operations += [CommitOperationAdd(path_in_repo=CARD_FILE, path_or_fileobj=card.encode("utf-8")),
                    CommitOperationAdd(path_in_repo=m.MANIFEST_FILE, path_or_fileobj=m.dumps(manifest).encode("utf-8"))]
     operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=data) for name, data in tokenizer.items()]

@@ -19,6 +19,7 @@ from pipeline.consumers.outputs import (
     check_id_rows,
     check_no_nulls,
     load_manifest,
+    manifest_with_inputs,
     masking_rule,
     tokenizer_spec,
     verified_shard_paths,
@@ -106,6 +107,7 @@ def write_report(directory: str, out_dir: str, html_path: str | None = None) -> 
     """Write the PNGs to out_dir (and the HTML page); returns {figure name: png path}."""
     manifest, stats = collect(directory)
     spec = tokenizer_spec(directory, manifest)
+    manifest = manifest_with_inputs(directory, manifest)  # its per-input sections, from INPUTS_FILE
     tokenizer = build_tokenizer(spec)
     os.makedirs(out_dir, exist_ok=True)
     inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: -e[m.TOKENS])[:TOP_INPUTS]

@@ -1,5 +1,6 @@
-"""Check a processed output against its manifest: files, checksums, schema, ids, row layout,
-labels and mask ratios. Every problem is a ValidationError naming the shard and what is wrong."""
+"""Check a processed output against its manifest: files, checksums (the shards' and INPUTS_FILE's),
+schema, ids, row layout, labels and mask ratios. Every problem is a ValidationError naming the shard
+(or file) and what is wrong."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pipeline.consumers.outputs import (
     check_id_rows,
     check_no_nulls,
     check_regular_file,
+    input_entries,
     load_manifest,
     masking_rule,
     shard_entries,
@@ -162,6 +164,8 @@ def validate_output(directory: str) -> dict:
     try:
         manifest = load_manifest(directory)
         tokenizer_spec(directory, manifest)  # the data's tokenizer, not another file put in its place
+        for _ in input_entries(directory, manifest):  # every line checked, then its sha256 and counts
+            pass
     except (FileNotFoundError, TokenizerError) as error:
         raise ValidationError(str(error)) from None
     rule = masking_rule(manifest)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import apache_beam as beam
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from pipeline.beam.reading.work_units import expand_inputs
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.transforms import TokenizeAndChunk
 from pipeline.beam.writing.arrow_io import read_part
+from pipeline.consumers.outputs import manifest_with_inputs
 from schemas import manifest as m
 
 BOOKS = {
@@ -84,6 +83,6 @@ def test_a_file_two_patterns_match_is_read_once_and_the_output_inside_an_input_i
     out = tmp_path / "out"
     run(["--input", str(inline_books), "--input", str(inline_books / "*.txt"), "--input", str(inline_books / "a.txt"),
          "--output", str(out), "--tokenizer", str(TOKENIZER_DIR), "--masking", "dynamic"])
-    manifest = json.loads((out / m.MANIFEST_FILE).read_text())
+    manifest = manifest_with_inputs(str(out))
     assert manifest[m.KEY_COUNTS][m.FILES_READ] == len(BOOKS)  # `out` lies inside the input folder
     assert sorted(e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]) == ["a.txt", "b.txt", "d.txt"]

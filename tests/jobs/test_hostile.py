@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pipeline.consumers.outputs import load_manifest
+from pipeline.consumers.outputs import manifest_with_inputs
 from schemas import manifest as m
 from tests.conftest import corpus_book, run_preprocess
 
@@ -47,7 +47,7 @@ def hostile(tmp_path_factory):
 
 def test_every_input_is_processed_or_skipped_with_a_reason(hostile):
     d, out = hostile
-    manifest = load_manifest(str(out))
+    manifest = manifest_with_inputs(str(out))
     processed = {e[m.KEY_PATH].rsplit("/", 1)[1] for e in manifest[m.KEY_INPUTS]}
     skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
     # a folder a glob matches is never an input: its files are (not skipped as an IsADirectoryError)
@@ -117,7 +117,7 @@ def test_128mb_line_and_128mb_gzip_have_bounded_memory(tmp_path):
                              "--input", str(tmp_path / "book.txt.gz"), "--output", str(out),
                              "--tokenizer", str(TOKENIZER_DIR), "--masking", "dynamic", "--validation_fraction", "0"],
                             cwd=str(REPO))
-    manifest = load_manifest(str(out))
+    manifest = manifest_with_inputs(str(out))
     assert manifest[m.KEY_COUNTS][m.DOCUMENTS] == 2 and manifest[m.KEY_COUNTS][m.TOKENS] > 40_000_000
     print("peak RSS MB", measured.peak_rss_mb, "wall s", measured.wall_s)
     assert measured.peak_rss_mb < PEAK_RSS_BOUND_MB, measured.peak_rss_mb
@@ -180,4 +180,4 @@ def test_a_run_that_makes_no_rows_leaves_no_manifest_and_a_folder_a_retry_contin
     assert code == 0, err[-2000:]
     assert "starting over" in err and not (out / m.TEMP_DIR).exists()
     assert validate([str(out)]) == 0
-    assert load_manifest(str(out))[m.KEY_COUNTS][m.DOCUMENTS] == 40
+    assert manifest_with_inputs(str(out))[m.KEY_COUNTS][m.DOCUMENTS] == 40

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from pipeline.consumers.outputs import manifest_with_inputs
 from schemas import manifest as m
 from tests.conftest import REPO, SMALL_BOOKS, TOKENIZER_DIR, run_preprocess
 
@@ -77,9 +78,9 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
     assert not [key for key in remote if key.startswith(m.TEMP_DIR)], "the temporary folder stayed behind"
     assert sorted(remote) == sorted(here)
     for key in here:
-        if key != m.MANIFEST_FILE:
+        if key not in (m.MANIFEST_FILE, m.INPUTS_FILE):  # they name the inputs by their paths
             assert hashlib.sha256(remote[key]).hexdigest() == hashlib.sha256(here[key]).hexdigest(), key
-    a, b = json.loads(remote[m.MANIFEST_FILE]), json.loads(here[m.MANIFEST_FILE])
+    a, b = manifest_with_inputs(out), manifest_with_inputs(str(local))  # INPUTS_FILE read from S3 and checked
     assert a[m.KEY_SPLITS] == b[m.KEY_SPLITS] and a[m.KEY_COUNTS] == b[m.KEY_COUNTS]
     assert [e[m.KEY_PATH].rsplit("/", 1)[1] for e in a[m.KEY_INPUTS]] == \
         [e[m.KEY_PATH].rsplit("/", 1)[1] for e in b[m.KEY_INPUTS]]
@@ -166,7 +167,9 @@ def _publish_from_s3_with_bounded_disk(out: str, local, tmp_path) -> None:
     api.preupload_lfs_files.side_effect = preupload
     publish_streaming(out, "someone/books", fmt="both", token="hf_x", api=api, scratch=str(scratch))
     assert max(most) == 1  # bounded: one data file on local disk at a time
-    assert uploaded == {n: (dry.path / n).read_bytes() for n in dry.files if n.endswith((".parquet", ".arrow"))}
+    assert uploaded == {n: (dry.path / n).read_bytes() for n in dry.files  # the data files and INPUTS_FILE
+                        if n.endswith((".parquet", ".arrow")) or n == m.INPUTS_FILE}
+    assert (dry.path / m.INPUTS_FILE).read_bytes() == (here.path / m.INPUTS_FILE).read_bytes()  # no s3:// path left
     committed = {op.path_in_repo for op in api.create_commit.call_args.kwargs["operations"]}
     assert committed == set(dry.files)
     assert not [p for p in scratch.rglob("*") if p.is_file()]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pipeline.consumers.inspection import read_split_rows
-from pipeline.consumers.outputs import load_manifest
+from pipeline.consumers.outputs import manifest_with_inputs
 from pipeline.kernels.common.hashing import content_digest
 from pipeline.kernels.text.cleaning import clean_bytes
 from schemas import manifest as m
@@ -43,7 +43,7 @@ def _file_hashes(out):
 
 def test_full_corpus_static_loads_and_reports(static_full, spec):
     """The whole corpus (the embedded sample without ../shared: the named skips are the corpus's)."""
-    manifest = load_manifest(str(static_full))
+    manifest = manifest_with_inputs(str(static_full))
     dd = datasets.load_from_disk(str(static_full))
     assert set(dd) == {m.TRAIN, m.VALIDATION}
     assert dd[m.TRAIN].features[INPUT_IDS].feature.dtype == "int16"
@@ -85,7 +85,7 @@ def test_every_row_layout_and_static_ratios(static_full, spec, rule):
     content = (positions[None, :] > 0) & (positions[None, :] < lengths[:, None] - 1)
     assert not np.isin(original[content], [spec.cls_id, spec.sep_id, spec.pad_id]).any()
     # --packing doc: only a document's last row may be short (and then holds at least --min_tokens)
-    n_docs = load_manifest(str(static_full))[m.KEY_COUNTS][m.DOCUMENTS]
+    n_docs = manifest_with_inputs(str(static_full))[m.KEY_COUNTS][m.DOCUMENTS]
     assert (lengths < 512).sum() <= n_docs and lengths.min() >= 64 + 2
     selected = labels != IGNORE_INDEX
     assert not rule.is_special[original[selected]].any()  # specials never selected
@@ -104,7 +104,7 @@ def test_every_row_layout_and_static_ratios(static_full, spec, rule):
 def test_rows_reassemble_each_book_exactly(dynamic_full, spec, bert_fast):
     """No row spans two books, nothing is lost but the counted short tail, and ids equal
     BertTokenizerFast's on the cleaned text."""
-    manifest = load_manifest(str(dynamic_full))
+    manifest = manifest_with_inputs(str(dynamic_full))
     arrays = _split_arrays(dynamic_full, m.TRAIN, [INPUT_IDS, ATTENTION_MASK, MASK_SEED])
     ids, lengths = arrays[INPUT_IDS], arrays[ATTENTION_MASK].sum(axis=1)
     inputs = sorted(manifest[m.KEY_INPUTS], key=lambda e: (e["content_sha256"], e[m.KEY_PATH]))
@@ -149,7 +149,7 @@ def test_static_copy_k_equals_dynamic_epoch_k(small_books, tmp_path, spec, rule)
     run_preprocess([small_books], static_out, "--dupe_factor", "3", "--seed", "11", "--num_shards", "2")
     run_preprocess([small_books], dynamic_out, "--masking", "dynamic", "--seed", "11")
     static = _split_arrays(static_out, m.TRAIN, [INPUT_IDS, LABELS])
-    manifest = load_manifest(str(dynamic_out))
+    manifest = manifest_with_inputs(str(dynamic_out))
     n = manifest[m.KEY_SPLITS][m.TRAIN][m.KEY_ROWS]
     assert static[INPUT_IDS].shape[0] == 3 * n
     for epoch in range(3):
@@ -210,7 +210,7 @@ def test_bad_files_are_counted_not_fatal(tmp_path):
         handle.write((corpus_book("drama__doctor_faustus.txt")).read_bytes())
     out = tmp_path / "out"
     run_preprocess([inputs], out)
-    manifest = load_manifest(str(out))
+    manifest = manifest_with_inputs(str(out))
     skipped = {s[m.KEY_PATH].rsplit("/", 1)[1]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]}
     assert set(skipped) == {"empty.txt", "binary.txt"}
     assert skipped["empty.txt"].startswith("empty") and "binary" in skipped["binary.txt"]
@@ -230,7 +230,7 @@ def test_jsonl_documents_with_concat_packing(tmp_path):
     out = tmp_path / "out"
     run_preprocess([path], out, "--packing", "concat", "--masking", "dynamic", "--validation_fraction", "0",
                    "--max_seq_length", "128")
-    manifest = load_manifest(str(out))
+    manifest = manifest_with_inputs(str(out))
     counts = manifest[m.KEY_COUNTS]
     assert counts[m.DOCUMENTS] == 300 and counts[m.RECORDS_SKIPPED] == 2
     ids = _split_arrays(out, m.TRAIN, [INPUT_IDS])[INPUT_IDS]
@@ -250,7 +250,7 @@ def test_validation_by_document_keeps_each_document_in_one_split(tmp_path, spec)
         out = tmp_path / unit
         run_preprocess([path], out, "--validation_unit", unit, "--validation_fraction", "0.3",
                        "--max_seq_length", "128", "--masking", "dynamic")
-        assert load_manifest(str(out))[m.KEY_CONFIG]["validation_unit"] == unit
+        assert manifest_with_inputs(str(out))[m.KEY_CONFIG]["validation_unit"] == unit
         seen: dict[int, set] = {}
         for split in m.SPLITS:
             for first in _split_arrays(out, split, [INPUT_IDS])[INPUT_IDS][:, 1]:
@@ -271,7 +271,7 @@ def test_existing_output_is_refused_without_overwrite(tmp_path):
         run_preprocess([book], out)
     assert error.value.code == 2
     run_preprocess([book], out, "--overwrite", "--masking", "dynamic")
-    assert load_manifest(str(out))[m.KEY_CONFIG]["masking"] == "dynamic"
+    assert manifest_with_inputs(str(out))[m.KEY_CONFIG]["masking"] == "dynamic"
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "precious.txt").write_text("keep me")
@@ -326,13 +326,13 @@ def test_local_datasets_folder_and_parquet_inputs(tmp_path, capsys):
     run_preprocess([], from_hf, "--hf_dataset", str(folder), "--masking", "dynamic")
     run_preprocess([tmp_path / "rows.parquet"], from_parquet, "--text_column", "body", "--masking", "dynamic")
     for out in (from_hf, from_parquet):
-        counts = load_manifest(str(out))[m.KEY_COUNTS]
+        counts = manifest_with_inputs(str(out))[m.KEY_COUNTS]
         assert counts[m.DOCUMENTS] == 20 and counts[m.ROWS] == 20
     for split in m.SPLITS:
         a = (from_hf / split / "data-00000-of-00001.arrow").read_bytes()
         assert a == (from_parquet / split / "data-00000-of-00001.arrow").read_bytes()
     fingerprint = json.loads((folder / "state.json").read_text())["_fingerprint"]  # what save_to_disk recorded
-    assert load_manifest(str(from_hf))[m.KEY_CONFIG]["hf_revision"] == f"fingerprint:{fingerprint}"
+    assert manifest_with_inputs(str(from_hf))[m.KEY_CONFIG]["hf_revision"] == f"fingerprint:{fingerprint}"
     assert run_preprocess([], from_hf, "--hf_dataset", str(folder), "--masking", "dynamic", "--resume") is None
     datasets.Dataset.from_dict({"text": texts[::-1]}).save_to_disk(str(tmp_path / "hf2"))
     shutil.rmtree(folder)
@@ -357,9 +357,9 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
     split, whole = tmp_path / "split", tmp_path / "whole"
     run_preprocess([path], split, "--masking", "dynamic", "--split_bytes", "500000", "--validation_fraction", "0")
     run_preprocess([path], whole, "--masking", "dynamic", "--validation_fraction", "0")
-    ranges = load_manifest(str(split))[m.KEY_INPUTS]
+    ranges = manifest_with_inputs(str(split))[m.KEY_INPUTS]
     assert len(ranges) == 7 and all("@" in e[m.KEY_PATH] for e in ranges)
-    counts = load_manifest(str(split))[m.KEY_COUNTS]
+    counts = manifest_with_inputs(str(split))[m.KEY_COUNTS]
     assert counts[m.DOCUMENTS] == 3000
     assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0  # ranges are not files
     a = _split_arrays(split, m.TRAIN, [INPUT_IDS, MASK_SEED])
@@ -378,7 +378,7 @@ def test_tiny_byte_ranges_count_one_file_and_skip_none(tmp_path):
     assert 25_000 < path.stat().st_size < 40_000
     out = tmp_path / "out"
     run_preprocess([path], out, "--split_bytes", "1024", "--max_seq_length", "128", "--min_tokens", "1")
-    manifest = load_manifest(str(out))
+    manifest = manifest_with_inputs(str(out))
     counts = manifest[m.KEY_COUNTS]
     assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0 and manifest[m.KEY_SKIPPED] == []
     assert counts[m.DOCUMENTS] == 12
@@ -410,7 +410,7 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
     manifests = {}
     for name, split_bytes in (("split", str(range_bytes)), ("whole", str(1 << 30))):
         run_preprocess([inputs], tmp_path / name, "--split_bytes", split_bytes, "--packing", packing)
-        manifests[name] = load_manifest(str(tmp_path / name))
+        manifests[name] = manifest_with_inputs(str(tmp_path / name))
     log = caplog.text
     assert "2 large text input(s) are tokenized by many workers in byte ranges" in log
     assert "1 compressed input(s) over --split_bytes" in log and "book.txt.gz" in log
@@ -435,7 +435,7 @@ def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
     for backend, extra in (("fast", ["--direct_running_mode", "multi_processing"]), ("hf", []), ("auto", [])):
         outputs[backend] = tmp_path / backend
         run_preprocess([inputs], outputs[backend], "--tokenizer_backend", backend, "--num_shards", "2", *extra)
-    manifests = {name: json.loads((out / m.MANIFEST_FILE).read_text()) for name, out in outputs.items()}
+    manifests = {name: manifest_with_inputs(str(out)) for name, out in outputs.items()}
     assert manifests["auto"][m.KEY_CONFIG]["tokenizer_backend"] == "fast"  # auto picks fast for BERT
     assert manifests["hf"][m.KEY_CONFIG]["tokenizer_backend"] == "hf"
     hashes = {name: {k: v for k, v in _file_hashes(out).items() if k != m.MANIFEST_FILE}

@@ -3,7 +3,6 @@ autospec HfApi (the Hub's servers cannot exist here)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from unittest import mock
@@ -16,6 +15,7 @@ import yaml
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
+from pipeline.consumers.outputs import manifest_with_inputs
 from pipeline.consumers.publish import PublishError, build_upload_folder, publish_streaming, with_retries
 from schemas import manifest as m
 from tests.conftest import REPO, run_preprocess
@@ -63,9 +63,9 @@ def test_dry_run_folder_loads_like_the_source(outputs, tmp_path, mode, capsys, s
     assert "load_dataset(\"someone/books-mlm\")" in text and (folder / m.MANIFEST_FILE).exists()
     assert ("default_data_collator" in text) == (mode == "static")
     # no local path leaves the machine: inputs relative to their root, the tokenizer by its name
-    published = json.loads((folder / m.MANIFEST_FILE).read_text())
-    source = json.loads((outputs / mode / m.MANIFEST_FILE).read_text())
-    everything = (folder / m.MANIFEST_FILE).read_text() + text
+    published = manifest_with_inputs(str(folder))  # the published INPUTS_FILE, checked against its manifest
+    source = manifest_with_inputs(str(outputs / mode))
+    everything = (folder / m.MANIFEST_FILE).read_text() + (folder / m.INPUTS_FILE).read_text() + text
     for leak in (str(tmp_path.parent.parent), str(small_books), str(outputs), os.path.expanduser("~")):
         assert leak not in everything
     assert sorted(e[m.KEY_PATH] for e in published[m.KEY_INPUTS]) == sorted(
@@ -138,11 +138,11 @@ def test_upload_calls_and_token_paths(outputs, tmp_path, monkeypatch):
     assert api.create_commit.call_args.args == ("someone/books",)
     assert kwargs["repo_type"] == "dataset" and kwargs["token"] == TOKEN
     assert _committed(api) == sorted(folder.files)  # exactly the dry run's layout
-    assert set(m.TOKENIZER_FILES) <= set(folder.files)  # the tokenizer travels with the data
-    for name in m.TOKENIZER_FILES:
+    assert {*m.TOKENIZER_FILES, m.INPUTS_FILE} <= set(folder.files)  # the tokenizer and inputs travel with the data
+    for name in (*m.TOKENIZER_FILES, m.INPUTS_FILE):
         committed = next(op for op in kwargs["operations"] if op.path_in_repo == name).path_or_fileobj
         assert committed == (folder.path / name).read_bytes()
-    # every data file, before the commit (not the card, the manifest or the tokenizer files)
+    # every data file and INPUTS_FILE, before the commit (not the card, the manifest or the tokenizer files)
     assert api.preupload_lfs_files.call_count == len(folder.files) - 2 - len(m.TOKENIZER_FILES)
     monkeypatch.setenv("HF_TOKEN", "hf_fromenvironment")
     api = mock.create_autospec(HfApi, instance=True)

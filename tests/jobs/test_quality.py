@@ -3,13 +3,13 @@ reported like everything else (issue: know what goes into training)."""
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 
 import numpy as np
 import pytest
 
+from pipeline.consumers.outputs import manifest_with_inputs
 from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.kernels.text.quality import NUM_PERM, minhash_signature, script_mix, signature_similarity
 from schemas import manifest as m
@@ -64,7 +64,7 @@ def quality_inputs(tmp_path_factory):
 
 
 def _manifest(out) -> dict:
-    return json.loads((out / m.MANIFEST_FILE).read_text())
+    return manifest_with_inputs(str(out))
 
 
 def test_near_duplicates_are_reported_and_dropped(quality_inputs, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 
@@ -70,6 +71,42 @@ def test_missing_and_unlisted_shards(good, tmp_path, capsys):
     shutil.copy(out / m.TRAIN / "data-00000-of-00002.arrow", out / m.TRAIN / "data-00005-of-00009.arrow")
     code, text = _validate(out, capsys)
     assert code == 1 and "not in the manifest" in text
+
+
+def test_an_edited_or_missing_inputs_file(good, tmp_path, capsys):
+    out = _copy(good, tmp_path)
+    inputs = out / m.INPUTS_FILE
+    lines = inputs.read_text().splitlines(keepends=True)
+    entry = json.loads(lines[0])
+    entry[m.TOKENS] += 1  # one input's count changed, the manifest untouched
+    inputs.write_text(m.input_line(entry.pop(m.KEY_SECTION), entry) + "".join(lines[1:]))
+    code, text = _validate(out, capsys)
+    assert code == 1 and text.startswith("INVALID:") and m.INPUTS_FILE in text and "sha256" in text, text
+    inputs.write_text("".join(lines[1:]))  # a line gone, the manifest made to describe the file
+    manifest = json.loads((out / m.MANIFEST_FILE).read_text())
+    manifest[m.KEY_INPUTS_FILE].update({m.KEY_BYTES: inputs.stat().st_size,
+                                        m.KEY_SHA256: hashlib.sha256(inputs.read_bytes()).hexdigest()})
+    (out / m.MANIFEST_FILE).write_text(json.dumps(manifest))
+    code, text = _validate(out, capsys)
+    assert code == 1 and "lines per section" in text and "Traceback" not in text, text
+    inputs.unlink()
+    code, text = _validate(out, capsys)
+    assert code == 1 and f"{m.INPUTS_FILE}: missing" in text, text
+
+
+def test_an_output_of_version_1_is_still_read(good, tmp_path, capsys):
+    """Its entries inside manifest.json, no INPUTS_FILE: validate, inspect_output and the loaders read it."""
+    from pipeline.consumers.outputs import manifest_with_inputs
+
+    out = _copy(good, tmp_path)
+    manifest = manifest_with_inputs(str(out))
+    del manifest[m.KEY_INPUTS_FILE]
+    manifest[m.KEY_VERSION] = m.OLDEST_MANIFEST_VERSION
+    (out / m.MANIFEST_FILE).write_text(m.dumps(manifest))
+    (out / m.INPUTS_FILE).unlink()
+    code, text = _validate(out, capsys)
+    assert code == 0 and text.startswith("OK:"), text
+    assert manifest_with_inputs(str(out)) == manifest
 
 
 def test_content_checks_catch_a_rewritten_shard(good, tmp_path, capsys):

@@ -5,6 +5,8 @@ makes it raise anything but ManifestError."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import json
 
 import pytest
@@ -152,3 +154,73 @@ def test_any_tampering_is_a_manifest_error_or_still_valid(edits):
     for split in m.SPLITS:
         shards = manifest[m.KEY_SPLITS][split][m.KEY_SHARDS]
         assert [s[m.KEY_FILENAME] for s in shards] == [m.shard_name(i, len(shards)) for i in range(len(shards))]
+
+
+def valid_v2() -> dict:
+    """The same manifest as finalize writes it now: its per-input entries in INPUTS_FILE (`inputs_v2`)."""
+    manifest = valid()
+    lines = {section: len(manifest.pop(section)) for section in m.INPUT_SECTIONS}
+    data = inputs_v2()
+    manifest[m.KEY_VERSION] = m.MANIFEST_VERSION
+    manifest[m.KEY_INPUTS_FILE] = {m.KEY_FILENAME: m.INPUTS_FILE, m.KEY_BYTES: len(data),
+                                   m.KEY_SHA256: hashlib.sha256(data).hexdigest(), m.KEY_LINES: lines}
+    return manifest
+
+
+def inputs_v2() -> bytes:
+    manifest = valid()
+    return "".join(m.input_line(section, entry) for section in m.INPUT_SECTIONS
+                   for entry in manifest[section]).encode("ascii")
+
+
+def test_both_versions_are_read_and_give_the_same_entries():
+    old, new = valid(), valid_v2()
+    assert m.validate_manifest(new) is new and m.parse_manifest(m.dumps(new)) == new
+    assert list(m.input_entries(new, inputs_v2().splitlines(keepends=True))) == list(m.input_entries(old, None))
+    assert m.input_line_counts(new) == m.input_line_counts(old) == {m.KEY_INPUTS: 1, m.KEY_SKIPPED: 1,
+                                                                    m.KEY_DUPLICATES: 0, m.KEY_NEAR_DUPLICATES: 0}
+
+
+@pytest.mark.parametrize("path, value, named", [
+    ((m.KEY_INPUTS_FILE, m.KEY_FILENAME), "../../etc/passwd", "inputs_file.filename"),
+    ((m.KEY_INPUTS_FILE, m.KEY_SHA256), "x" * 64, "inputs_file.sha256"),
+    ((m.KEY_INPUTS_FILE, m.KEY_LINES, m.KEY_SKIPPED), -1, "inputs_file.lines.skipped"),
+    ((m.KEY_INPUTS,), [], "inputs: expected no such key"),  # entries in two places: which one is true?
+])
+def test_crafted_version_2_values_are_refused_naming_the_key(path, value, named):
+    with pytest.raises(m.ManifestError, match=named):
+        m.validate_manifest(_set(valid_v2(), path, value))
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda data: data.replace(b'"tokens":5', b'"tokens":6'), "sha256"),  # an edited line
+    (lambda data: data.split(b"\n", 1)[1], "sha256"),  # a line gone
+    (lambda data: data + data.split(b"\n", 1)[0] + b"\n", "sha256"),  # a line twice
+    (lambda data: data.replace(b'"section":"skipped"', b'"section":"other"'), "line 2: expected an object"),
+    (lambda data: data.replace(b'"tokens":5', b'"tokens":"5"'), r"line 1: inputs.tokens: expected an integer"),
+    (lambda data: b"{not json\n" + data, "line 1: not valid JSON"),
+    (lambda data: b" " * (m.MAX_INPUT_LINE_BYTES + 1) + data, "line 1: over the"),
+])
+def test_an_inputs_file_other_than_the_one_the_manifest_names_is_refused(edit, named):
+    manifest = valid_v2()
+    data = edit(inputs_v2())
+    with pytest.raises(m.InputsFileError, match=named):
+        list(m.input_entries(manifest, m.handle_lines(io.BytesIO(data))))
+
+
+def test_lines_per_section_must_match_the_manifest():
+    manifest = valid_v2()
+    manifest[m.KEY_INPUTS_FILE][m.KEY_LINES][m.KEY_DUPLICATES] = 1
+    with pytest.raises(m.InputsFileError, match="lines per section"):
+        list(m.input_entries(manifest, m.handle_lines(io.BytesIO(inputs_v2()))))
+
+
+def test_lines_are_read_in_blocks_of_any_size_and_an_endless_line_is_cut():
+    """fsspec's files (s3://) take no readline size: lines come from blocks, bounded."""
+    data = b"a\nbb\n\nccc"
+    for block in (1, 2, 3, 100):
+        assert list(m.handle_lines(io.BytesIO(data), block)) == [b"a\n", b"bb\n", b"\n", b"ccc"]
+    endless = list(m.handle_lines(io.BytesIO(b"x" * (3 * m.MAX_INPUT_LINE_BYTES))))
+    assert len(endless) == 1 and m.MAX_INPUT_LINE_BYTES < len(endless[0]) <= 2 * m.MAX_INPUT_LINE_BYTES + 1
+    with pytest.raises(m.InputsFileError, match="line 1: over the"):
+        m.parse_input_line(endless[0], 1)

@@ -65,6 +65,20 @@ def write_manifest(folder: Path, manifest: dict) -> None:
     (folder / m.MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
+def write_inputs(folder: Path, manifest: dict) -> None:
+    """Write the per-input sections of `manifest` (as manifest_with_inputs gives them) as the folder's
+    INPUTS_FILE, its record in the manifest describing it, and the manifest (what a forger controls)."""
+    manifest = dict(manifest)
+    sections = {section: manifest.pop(section, []) for section in m.INPUT_SECTIONS}
+    data = "".join(m.input_line(section, entry) for section in m.INPUT_SECTIONS
+                   for entry in sections[section]).encode("ascii")
+    (folder / m.INPUTS_FILE).write_bytes(data)
+    manifest[m.KEY_INPUTS_FILE] = {m.KEY_FILENAME: m.INPUTS_FILE, m.KEY_BYTES: len(data),
+                                   m.KEY_SHA256: hashlib.sha256(data).hexdigest(),
+                                   m.KEY_LINES: {section: len(sections[section]) for section in m.INPUT_SECTIONS}}
+    write_manifest(folder, manifest)
+
+
 def describe(entry: dict, data: bytes) -> None:
     """Make a manifest shard entry describe `data` (what a forger controls)."""
     entry[m.KEY_BYTES], entry[m.KEY_SHA256] = len(data), hashlib.sha256(data).hexdigest()

@@ -19,14 +19,29 @@ from huggingface_hub import HfApi
 from markdown_it import MarkdownIt
 
 from pipeline.beam.writing.arrow_io import fixed_list_array
-from pipeline.consumers.outputs import BadManifest, NotAnOutput, ShardMismatch, load_manifest, shard_paths
+from pipeline.consumers.outputs import (
+    BadManifest,
+    NotAnOutput,
+    ShardMismatch,
+    load_manifest,
+    manifest_with_inputs,
+    shard_paths,
+)
 from pipeline.consumers.publish import PublishError, publish_streaming
 from pipeline.storage.arrow_files import fixed_list_to_numpy
 from schemas import manifest as m
 from schemas.shard import INPUT_IDS, LABELS
 from tests.conftest import REPO, run_preprocess
 from tests.schemas.test_manifest import valid
-from tests.security.conftest import FLAGS, SECRET, copy_output, describe, read_manifest, write_manifest
+from tests.security.conftest import (
+    FLAGS,
+    SECRET,
+    copy_output,
+    describe,
+    read_manifest,
+    write_inputs,
+    write_manifest,
+)
 
 pytestmark = pytest.mark.slow
 TOKEN = "hf_PUBLISHtokenPUBLISHtoken0123456789"
@@ -130,12 +145,12 @@ def test_card_shows_input_names_and_reasons_as_text(tiny, tmp_path):
     from jobs.publish import run
 
     out = copy_output(tiny, tmp_path / "out")
-    manifest = read_manifest(out)
+    manifest = manifest_with_inputs(str(out))
     evil = "x.txt\n\n# Hacked\n[click here](https://evil.example) <img src=x onerror=alert(1)> ``|`` | *"
     manifest[m.KEY_INPUTS][0][m.KEY_PATH] = "books/" + evil
     manifest[m.KEY_SKIPPED] = [{m.KEY_PATH: "books/b.txt", m.KEY_REASON: evil, m.KEY_SIZE: 1}]
     manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = "<img src=x onerror=alert(2)>"
-    write_manifest(out, manifest)
+    write_inputs(out, manifest)
     run([str(out), "--repo_id", "someone/books", "--dry_run", str(tmp_path / "dry"), "--license", "cc0-1.0"])
     page = _card_html((tmp_path / "dry" / "README.md").read_text())
     assert "<img" not in page and "<a " not in page and "Hacked</h1>" not in page, page
@@ -171,7 +186,9 @@ def test_report_refuses_a_string_seed_and_escapes_every_field(tiny, tmp_path):
         run([str(out), "--html", str(tmp_path / "report.html")])
     assert not (tmp_path / "report.html").exists()
     # every string field a valid manifest may hold is escaped
-    manifest = load_manifest(str(copy_output(tiny, tmp_path / "valid")))
+    manifest = manifest_with_inputs(str(copy_output(tiny, tmp_path / "valid")))
+    del manifest[m.KEY_INPUTS_FILE]  # the entries in the manifest, as a version-1 manifest holds them
+    manifest[m.KEY_VERSION] = m.OLDEST_MANIFEST_VERSION
     script = "<script>alert(1)</script>"
     manifest[m.KEY_TOKENIZER][m.KEY_NAME_OR_PATH] = script
     manifest[m.KEY_SKIPPED] = [{m.KEY_PATH: f"b/{script}", m.KEY_REASON: script}]

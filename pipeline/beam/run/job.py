@@ -29,7 +29,7 @@ from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan, whole_element_flushes
 from pipeline.beam.run.graph_memos import graph_memos
 from pipeline.beam.run.native_heap import compact_native_heap
-from pipeline.beam.run.no_rows import check_made_rows
+from pipeline.beam.run.no_rows import check_made_rows, made_rows
 from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
 from pipeline.beam.run.progress import UnitProgress, input_name
 from pipeline.beam.run.resume import prepare_resume, reuse_line, run_record, start_run
@@ -46,6 +46,7 @@ from pipeline.beam.run.runner_options import (
 from pipeline.beam.run.summary import summary_lines
 from pipeline.beam.transforms import Preprocess, stage_seconds
 from pipeline.beam.writing.arrow_io import read_text
+from pipeline.beam.writing.inputs_file import read_entries
 from pipeline.console import Interrupted, on_interrupt, quiet_worker_output, run_interruptible
 from pipeline.console.formatting import human_bytes, plural
 from pipeline.console.logs import WorkerOutput
@@ -147,26 +148,29 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
                                 terminal=terminal)
         result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
         wall = time.perf_counter() - started
-        manifest = _read_run_manifest(config.output)
+        manifest, folder = _read_run_manifest(config.output)
         progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
         if workers is not None:
             workers.report(_log, failed=False)
     stages = stage_seconds(result)
-    warn_large_boilerplate(manifest)  # warnings before the summary: the summary ends the run
+    warn_large_boilerplate(read_entries(folder, manifest))  # warnings before the summary: the summary ends the run
     _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
               ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
     for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
         _log.info(line)
-    check_made_rows(manifest)
+    if not made_rows(manifest):
+        check_made_rows(manifest, read_entries(folder, manifest))
     return result
 
 
-def _read_run_manifest(output: str) -> dict:
-    """The finished run's manifest: the output's, or the record a run that made no rows leaves."""
-    path = posixpath.join(output, m.MANIFEST_FILE)
-    if not FileSystems.exists(path) and FileSystems.exists(posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)):
-        path = posixpath.join(output, m.TEMP_DIR, m.NO_ROWS_FILE)
-    return json.loads(read_text(path))
+def _read_run_manifest(output: str) -> tuple[dict, str]:
+    """The finished run's manifest and the folder it lies in (with its INPUTS_FILE): the output's, or
+    the record a run that made no rows leaves in the temp folder."""
+    path, folder = posixpath.join(output, m.MANIFEST_FILE), output
+    temp_dir = posixpath.join(output, m.TEMP_DIR)
+    if not FileSystems.exists(path) and FileSystems.exists(posixpath.join(temp_dir, m.NO_ROWS_FILE)):
+        path, folder = posixpath.join(temp_dir, m.NO_ROWS_FILE), temp_dir
+    return json.loads(read_text(path)), folder
 
 
 def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+from collections.abc import Iterable
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -89,19 +90,25 @@ def prepare_output(output: str, overwrite: bool, record: dict | None = None) -> 
                               "replace it, or --resume to check it and finish what is missing")
     for folder in (*m.SPLITS, m.TEMP_DIR):
         delete_folder(posixpath.join(output, folder))
-    files = [posixpath.join(output, name) for name in (m.MANIFEST_FILE, m.DATASET_DICT_FILE, *m.TOKENIZER_FILES)]
+    own = (m.MANIFEST_FILE, m.INPUTS_FILE, m.DATASET_DICT_FILE, *m.TOKENIZER_FILES)
+    files = [posixpath.join(output, name) for name in own]
     FileSystems.delete([path for path in files if FileSystems.exists(path)])
 
 
-def warn_large_boilerplate(manifest: dict) -> list[str]:
+def warn_large_boilerplate(entries: Iterable[tuple[str, dict]]) -> list[str]:
     """Log every input that lost more than LARGE_BOILERPLATE_SHARE of its text as Gutenberg header
-    and licence (the manifest records each input's share); returns their paths."""
-    large = [entry for entry in manifest[m.KEY_INPUTS]
-             if entry.get(m.KEY_BOILERPLATE_SHARE, 0.0) > LARGE_BOILERPLATE_SHARE]
-    for entry in large[:LOGGED_LARGE_BOILERPLATE]:
-        _log.warning("%s: %.0f%% of its text was cut as Project Gutenberg header/licence (see %s in the manifest)",
-                     entry[m.KEY_PATH], 100 * entry[m.KEY_BOILERPLATE_SHARE], m.KEY_BOILERPLATE_SHARE)
-    if len(large) > LOGGED_LARGE_BOILERPLATE:
-        _log.warning("... and %d more inputs (%s in the manifest)", len(large) - LOGGED_LARGE_BOILERPLATE,
-                     m.KEY_BOILERPLATE_SHARE)
-    return [entry[m.KEY_PATH] for entry in large]
+    and licence (INPUTS_FILE records each input's share; `entries`: its (section, entry) records);
+    returns the paths of those logged."""
+    logged, more = [], 0
+    for section, entry in entries:
+        if section != m.KEY_INPUTS or entry.get(m.KEY_BOILERPLATE_SHARE, 0.0) <= LARGE_BOILERPLATE_SHARE:
+            continue
+        if len(logged) == LOGGED_LARGE_BOILERPLATE:
+            more += 1
+            continue
+        logged.append(entry[m.KEY_PATH])
+        _log.warning("%s: %.0f%% of its text was cut as Project Gutenberg header/licence (see %s in %s)",
+                     entry[m.KEY_PATH], 100 * entry[m.KEY_BOILERPLATE_SHARE], m.KEY_BOILERPLATE_SHARE, m.INPUTS_FILE)
+    if more:
+        _log.warning("... and %d more inputs (%s in %s)", more, m.KEY_BOILERPLATE_SHARE, m.INPUTS_FILE)
+    return logged

@@ -14,6 +14,7 @@ from pipeline.beam.run.config import NOT_IN_THE_BYTES, PreprocessConfig
 from pipeline.beam.run.progress import input_name, temp_names
 from pipeline.beam.unit_results import load_result
 from pipeline.beam.writing.arrow_io import file_sha256, read_text, write_text
+from pipeline.beam.writing.inputs_file import read_entries
 from pipeline.console.formatting import plural
 from schemas import manifest as m
 
@@ -105,8 +106,13 @@ def _read_run_record(path: str) -> dict:
 
 def _check_inputs_unchanged(output: str, manifest: dict, units: list[WorkUnit]) -> None:
     """A finished output must not be reported complete for inputs that appeared, changed size or
-    went away since it was made."""
-    before = {e[m.KEY_PATH]: e.get(m.KEY_SIZE) for e in (*manifest[m.KEY_INPUTS], *manifest[m.KEY_SKIPPED])}
+    went away since it was made (the inputs and skipped records of its INPUTS_FILE, checked)."""
+    try:
+        before = {e[m.KEY_PATH]: e.get(m.KEY_SIZE) for section, e in read_entries(output, manifest)
+                  if section in (m.KEY_INPUTS, m.KEY_SKIPPED)}
+    except m.InputsFileError as error:
+        raise ResumeMismatch(f"--resume: {posixpath.join(output, m.INPUTS_FILE)}: {error}; rerun with --overwrite "
+                             "to rebuild the output") from None
     now = {u.source: u.size for u in units}
     new = sorted(set(now) - set(before))
     gone = sorted(set(before) - set(now))

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import math
 import posixpath
+from collections.abc import Iterable
 
 from pipeline.beam.run.no_rows import made_rows
 from pipeline.beam.writing.finalize import reason_kind
+from pipeline.beam.writing.inputs_file import read_entries, section_entries
 from pipeline.console import human_bytes, human_seconds
 from pipeline.console.formatting import plural
 from schemas import manifest as m
 
-NAMED_PER_REASON = 3  # skipped inputs named on the console per reason; the manifest lists them all
+NAMED_PER_REASON = 3  # skipped inputs named on the console per reason; INPUTS_FILE lists them all
 WANTED_VALIDATION_ROWS = 3  # the advice's fraction expects this many validation rows
 
 
@@ -41,6 +43,7 @@ def validation_advice(fraction: float, train_rows: int) -> str:
 
 
 def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes: int) -> list[str]:
+    """The summary's lines; the skipped inputs named come from the run's INPUTS_FILE, streamed."""
     counts = manifest[m.KEY_COUNTS]
     splits = manifest[m.KEY_SPLITS]
     config = manifest.get(m.KEY_CONFIG, {})
@@ -52,14 +55,15 @@ def summary_lines(manifest: dict, output: str, wall_seconds: float, input_bytes:
         rows += validation_advice(config.get("validation_fraction") or 0, splits[m.TRAIN][m.KEY_ROWS])
     shards = ", ".join(f"{split} {len(info[m.KEY_SHARDS])}" for split, info in splits.items())
     files = counts.get(m.FILES_READ, 0)
+    listed = m.input_line_counts(manifest)
     # A --hf_dataset is one input, as in the progress line; the files are counted as files.
     dataset = config.get("hf_dataset")
     read = f"{files + 1:,} read ({plural(files, 'file')} and --hf_dataset {dataset})" if dataset else f"{files:,} read"
     lines = [
         f"finished in {human_seconds(wall_seconds)}: {human_bytes(input_bytes)} of input at {human_bytes(rate)}/s",
         f"  inputs:    {read}, {skipped}, "
-        f"{plural(len(manifest.get(m.KEY_DUPLICATES, [])), 'duplicate')}, "
-        f"{plural(len(manifest.get(m.KEY_NEAR_DUPLICATES, [])), 'near-duplicate pair')}",
+        f"{plural(listed[m.KEY_DUPLICATES], 'duplicate')}, "
+        f"{plural(listed[m.KEY_NEAR_DUPLICATES], 'near-duplicate pair')}",
         *skipped_lines(manifest, output),
         f"  documents: {counts.get(m.DOCUMENTS, 0):,}; tokens: {counts.get(m.TOKENS, 0):,}",
         f"  rows:      {rows}",
@@ -77,20 +81,28 @@ def skipped_text(skipped: int, by_kind: dict[str, int]) -> str:
 
 
 def skipped_lines(manifest: dict, output: str) -> list[str]:
-    """`    skipped (REASON): a.txt, b.txt, c.txt and 4 more (manifest.json: skipped)`, per reason."""
-    entries = [(entry[m.KEY_PATH], entry[m.KEY_REASON]) for entry in manifest.get(m.KEY_SKIPPED, [])]
+    """`    skipped (REASON): a.txt, b.txt, c.txt and 4 more (all in inputs.jsonl, ...)`, per reason."""
+    folder = posixpath.dirname(record_path(manifest, output))
+    entries = ((entry[m.KEY_PATH], entry[m.KEY_REASON])
+               for entry in section_entries(read_entries(folder, manifest), m.KEY_SKIPPED))
+    if m.KEY_INPUTS_FILE in manifest:
+        return named_skips(entries, posixpath.join(folder, m.INPUTS_FILE), f"section {m.KEY_SKIPPED!r}")
     return named_skips(entries, record_path(manifest, output))
 
 
-def named_skips(entries: list[tuple[str, str]], listed_in: str) -> list[str]:
+def named_skips(entries: Iterable[tuple[str, str]], listed_in: str, where: str = f"key {m.KEY_SKIPPED!r}") -> list[str]:
     """Per reason kind, the first NAMED_PER_REASON skipped inputs of `entries` (path, reason) by name,
-    and how many more `listed_in` (a JSON file, key KEY_SKIPPED) holds."""
-    by_kind: dict[str, list[str]] = {}
+    and how many more `listed_in` holds (under `where`: a JSON file's key, INPUTS_FILE's section).
+    Streams: holds NAMED_PER_REASON names a kind."""
+    by_kind: dict[str, tuple[list[str], list[int]]] = {}
     for path, reason in entries:
-        by_kind.setdefault(reason_kind(reason), []).append(posixpath.basename(path))
+        names, count = by_kind.setdefault(reason_kind(reason), ([], [0]))
+        count[0] += 1
+        if len(names) < NAMED_PER_REASON:
+            names.append(posixpath.basename(path))
     lines = []
-    for kind, names in sorted(by_kind.items()):
-        more = len(names) - NAMED_PER_REASON
-        rest = f" and {more} more (all in {listed_in}, key {m.KEY_SKIPPED!r})" if more > 0 else ""
-        lines.append(f"    skipped ({kind}): {', '.join(names[:NAMED_PER_REASON])}{rest}")
+    for kind, (names, (count,)) in sorted(by_kind.items()):
+        more = count - NAMED_PER_REASON
+        rest = f" and {more} more (all in {listed_in}, {where})" if more > 0 else ""
+        lines.append(f"    skipped ({kind}): {', '.join(names)}{rest}")
     return lines

@@ -78,7 +78,7 @@ class AtomicArrowWriter:
     def close(self) -> WrittenFile:
         self._writer.close()
         self._handle.close()
-        _publish(self._temp, self.path)
+        publish_file(self._temp, self.path)
         return WrittenFile(path=self.path, rows=self.rows, bytes=self._sink.bytes, sha256=self._sink.sha256.hexdigest())
 
     def abort(self) -> None:
@@ -110,7 +110,7 @@ def write_text(path: str, text: str) -> None:
     temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(text.encode("utf-8"))
-    _publish(temp, path)
+    publish_file(temp, path)
 
 
 def renames_needed(path: str) -> bool:
@@ -120,7 +120,7 @@ def renames_needed(path: str) -> bool:
     return FileSystems.get_scheme(path) in (None, "file")
 
 
-def _publish(temp: str, path: str) -> None:
+def publish_file(temp: str, path: str) -> None:
     if temp == path:
         return
     if FileSystems.exists(path):

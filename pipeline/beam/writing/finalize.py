@@ -1,4 +1,4 @@
-"""Write the `datasets` side files and the manifest from what the workers reported.
+"""Write the `datasets` side files, INPUTS_FILE and the manifest from what the workers reported.
 
 The manifest is written last: its presence marks a complete output. A run that made no rows writes
 none of them (`no_rows`): its would-be manifest goes to the temp folder, which stays.
@@ -7,6 +7,7 @@ none of them (`no_rows`): its would-be manifest goes to the temp folder, which s
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from pipeline.beam.run.folders import delete_folder
 from pipeline.beam.run.no_rows import made_rows
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.writing.arrow_io import write_text
+from pipeline.beam.writing.inputs_file import merge_runs
 from pipeline.beam.writing.sharding import ShardResult
 from pipeline.tokenizer.transformers_files import transformers_files
 from schemas import manifest as m
@@ -46,22 +48,27 @@ def count_by_kind(reasons: list[str]) -> dict[str, int]:
     return dict(sorted(by_kind.items()))
 
 
-def boilerplate_share(counts: dict[str, int]) -> float:
-    """Share of an input's characters cut as Project Gutenberg header and licence."""
-    removed = counts.get(m.BOILERPLATE_CHARS_REMOVED, 0)
-    return round(removed / max(removed + counts.get(m.CHARACTERS, 0), 1), 4)
+KINDS = "kinds"  # in the totals: inputs skipped per reason kind
 
 
-def _quality(u: UnitResult) -> dict:
-    """The per-input quality figures of the manifest: [UNK] fraction, script mix, dominant script."""
-    return {m.KEY_UNK_FRACTION: u.unk_fraction, m.KEY_SCRIPTS: u.scripts, m.KEY_DOMINANT_SCRIPT: u.dominant_script}
+def unit_totals(u: UnitResult) -> dict:
+    """What one unit result adds to the manifest's totals: its counts, its skip reason's kind."""
+    kinds = {reason_kind(u.skip_reason): 1} if u.skip_reason is not None else {}
+    return {m.KEY_COUNTS: {name: u.counts.get(name, 0) for name in m.INPUT_COUNT_NAMES}, KINDS: kinds}
 
 
-def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
-                   tokenizer_info: dict, near_duplicates: list[dict] | None = None) -> dict:
-    """The manifest: config, tokenizer, counts, skipped inputs, and every shard with its checksum."""
-    units = sorted(units, key=lambda u: u.sort_key)
-    counts = {name: sum(u.counts.get(name, 0) for u in units) for name in m.INPUT_COUNT_NAMES}
+def add_totals(totals: Iterable[dict]) -> dict:
+    """The sum of unit_totals (a Beam combine: associative, commutative, an empty sum allowed)."""
+    counts, kinds = dict.fromkeys(m.INPUT_COUNT_NAMES, 0), {}
+    for one in totals:
+        for name, n in one[m.KEY_COUNTS].items():
+            counts[name] += n
+        for kind, n in one[KINDS].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    return {m.KEY_COUNTS: counts, KINDS: dict(sorted(kinds.items()))}
+
+
+def _splits(shards: list[ShardResult]) -> dict:
     splits = {}
     for split in m.SPLITS:
         mine = sorted((s for s in shards if s.split == split), key=lambda s: s.index)
@@ -74,24 +81,20 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
                 for s in mine
             ],
         }
+    return splits
+
+
+def build_manifest(totals: dict, shards: list[ShardResult], config: PreprocessConfig, tokenizer_info: dict,
+                   inputs_file: dict) -> dict:
+    """The manifest: config, tokenizer, counts (with the skip reasons' kinds), every shard with its
+    checksum, and the record of INPUTS_FILE (`merge_runs`'s), which lists every input: its size does
+    not grow with the number of inputs."""
+    counts = dict(totals[m.KEY_COUNTS])
+    splits = _splits(shards)
     for name in m.MASK_COUNT_NAMES:
         counts[name] = sum(splits[split][m.KEY_MASK_COUNTS][name] for split in m.SPLITS)
-    skipped = [{m.KEY_PATH: u.source, m.KEY_SIZE: u.size, m.KEY_REASON: u.skip_reason, **_quality(u)}
-               for u in sorted(units, key=lambda u: u.source) if u.skip_reason is not None]
-    counts[m.FILES_SKIPPED_BY_REASON] = count_by_kind([entry[m.KEY_REASON] for entry in skipped])
-    inputs = [
-        {m.KEY_PATH: u.source, m.KEY_SIZE: u.size, "content_sha256": u.key, m.KEY_ROWS: u.counts.get(m.ROWS, 0),
-         m.TOKENS: u.counts.get(m.TOKENS, 0), m.UNK_TOKENS: u.counts.get(m.UNK_TOKENS, 0),
-         m.RECORDS_SKIPPED: u.records_skipped,
-         m.BOILERPLATE_CHARS_REMOVED: u.counts.get(m.BOILERPLATE_CHARS_REMOVED, 0),
-         m.KEY_BOILERPLATE_SHARE: boilerplate_share(u.counts), **_quality(u)}
-        for u in sorted(units, key=lambda u: u.source) if u.skip_reason is None
-    ]
-    duplicates = [{m.KEY_PATH: u.source, m.KEY_DUPLICATE_OF: u.duplicate_of}
-                  for u in sorted(units, key=lambda u: u.source) if u.duplicate_of]
+    counts[m.FILES_SKIPPED_BY_REASON] = dict(totals[KINDS])
     return {
-        m.KEY_DUPLICATES: duplicates,
-        m.KEY_NEAR_DUPLICATES: sorted(near_duplicates or [], key=lambda e: (e[m.KEY_PATH], e[m.KEY_NEAR_DUPLICATE_OF])),
         m.KEY_VERSION: m.MANIFEST_VERSION,
         m.KEY_PACKAGE_VERSION: __version__,
         m.KEY_CONFIG: config.to_record(),
@@ -100,21 +103,23 @@ def build_manifest(units: list[UnitResult], shards: list[ShardResult], config: P
         # Dynamic output stores unmasked rows: its mask counts are those of epoch 0.
         m.KEY_MASK_COUNTS_EPOCH: 0,
         m.KEY_SPLITS: splits,
-        m.KEY_SKIPPED: skipped,
-        m.KEY_INPUTS: inputs,
+        m.KEY_INPUTS_FILE: inputs_file,
     }
 
 
-def finalize_output(units: list[UnitResult], shards: list[ShardResult], config: PreprocessConfig,
-                    tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str,
-                    near_duplicates: list[dict] | None = None) -> dict:
-    """Write state.json / dataset_info.json per split, dataset_dict.json and a copy of the tokenizer
-    with the configs `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts. A run
-    that made no rows only writes its manifest to the temp folder (NO_ROWS_FILE) and keeps that folder:
-    the run failed, its folder can be continued."""
-    manifest = build_manifest(units, shards, config, tokenizer_info, near_duplicates or [])
+def finalize_output(totals: dict, runs: list[str], shards: list[ShardResult], config: PreprocessConfig,
+                    tokenizer_info: dict, id_dtype: np.dtype, tokenizer_json: str) -> dict:
+    """Merge the sorted runs of per-input lines into INPUTS_FILE, write state.json / dataset_info.json
+    per split, dataset_dict.json and a copy of the tokenizer with the configs
+    `transformers.AutoTokenizer` reads, then manifest.json; drop temp parts. A run that made no rows
+    writes its INPUTS_FILE and its manifest (NO_ROWS_FILE) to the temp folder only and keeps that
+    folder: the run failed, its folder can be continued."""
+    temp_dir = posixpath.join(config.output, m.TEMP_DIR)
+    rows = any(s.rows for s in shards)
+    inputs_file = merge_runs(runs, posixpath.join(config.output if rows else temp_dir, m.INPUTS_FILE))
+    manifest = build_manifest(totals, shards, config, tokenizer_info, inputs_file)
     if not made_rows(manifest):
-        write_text(posixpath.join(config.output, m.TEMP_DIR, m.NO_ROWS_FILE), m.dumps(manifest))
+        write_text(posixpath.join(temp_dir, m.NO_ROWS_FILE), m.dumps(manifest))
         return manifest
     features = shard_features(config.masking, config.max_seq_length, id_dtype)
     for split in m.SPLITS:
