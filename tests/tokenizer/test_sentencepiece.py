@@ -354,11 +354,11 @@ def test_double_array_trie_finds_exactly_its_keys(entries, probes):
 
 
 def test_chunks_the_real_tokenizer_encoded_are_remembered():
-    """A chunk the kernel hands to the real tokenizer (a combining mark) gets the real ids, and the
-    next time it comes it is a cache hit with the same ids (no fallback span)."""
+    """A chunk the kernel hands to the real tokenizer (doubled combining marks, a mark after a digit)
+    gets the real ids, and the next time it comes it is a cache hit with the same ids (no fallback span)."""
     real, fast = _pair("xlmr_unigram")
     fast.cache = chunk_cache(1 << 10)  # empty (the cache only changes the speed)
-    text = "ang ng\u0303 mg\u0303a loob, ng\u0303 x\u0301y"
+    text = "ang ng\u0303\u0303 loob, at 1\u0301y"
     expected = real.encode(text, add_special_tokens=False).ids
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     for round_ in range(2):
@@ -519,3 +519,41 @@ def test_the_tables_are_built_once_for_the_cuts_and_the_encoder(monkeypatch):
     assert builds == [4001]
     assert fast.cuts.before == " " and len(sp._TABLES) == 1
     sp._TABLES.clear()
+
+
+_MARK_TEXT = st.lists(st.one_of(
+    st.sampled_from(["g", "n", "e", "a", "G", "\u00f1", "\u0131", "\u00df", "\u0250", "1", ",", " ", "\u3042", "\u0301",
+                     "\u0303", "\u0308", "\u0327", "\u0345", "\u036f", "\u0370", "\u0483", "\u200d", "\u1100"]),
+    _WORDS), max_size=30).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(("xlmr_unigram", "nmt_nfkc_unigram", "t5_unigram", "xlmr_unigram:deberta",
+                             "nmt_nfkc_unigram:j2")), text=_MARK_TEXT)
+def test_marks_after_letters_give_the_real_ids(name, text):
+    """Combining marks after letters, alone, doubled, after marks, spaces, digits and kana."""
+    _assert_same(name, text)
+
+
+def test_a_mark_after_a_letter_is_taken_only_where_the_pair_stays_as_it_is():
+    """Tagalog's `g̃` (a tilde no precomposed letter carries) is encoded by the kernel; `ñ` decomposed
+    (which composes), a doubled mark and a mark after a space are handed on."""
+    _, fast = _pair("xlmr_unigram")
+    marks = fast.tables.marks.reshape(-1, 0x250)
+    assert marks[0x303 - 0x300, ord("g")] and marks[0x303 - 0x300, ord("G")]
+    assert not marks[0x303 - 0x300, ord("n")] and not marks[0x301 - 0x300, ord("e")]  # NFC: ñ, é
+    assert not marks[0x303 - 0x300, ord(" ")] and not marks[0x303 - 0x300, ord("1")]  # bases are letters
+    cuts, normalizer, uni, bpe = fast._tables_args
+
+    def spans(text: str) -> int:
+        data = text.encode()
+        out = np.empty(4 * len(data) + 64, dtype=np.int32)
+        found = np.empty((len(data) + 2, 3), dtype=np.int64)
+        return encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out, 0,
+                             found, 0)[1]
+
+    assert spans("ang mg\u0303a salita ng\u0303 bayan") == 0
+    assert spans("man\u0303ana") == 1 and spans("g\u0303\u0303") == 1 and spans("a \u0303b") == 1
+    for text in ("ang mg\u0303a salita ng\u0303 bayan", "man\u0303ana", "g\u0303\u0303", "a \u0303b"):
+        _assert_same("xlmr_unigram", text)
+    assert _pair("llama_bpe")[1].tables.marks.shape == (0,)  # no per-character normalizer: every character is itself

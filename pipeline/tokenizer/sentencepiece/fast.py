@@ -12,8 +12,10 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
   kernel performs. A code point is vouched for only where the probe shows it acts alone: not a
   combining, spacing or enclosing mark, format character, Hangul jamo or other grapheme extender,
   not the second half of a canonical composition, its output starting with a starter, and the
-  output unchanged between neighbours (`_vouched`). Any other character sends its chunk to the real
-  tokenizer;
+  output unchanged between neighbours (`_vouched`). One combining diacritical mark right after a
+  base letter is vouched for where the probe shows the pair left as the letter's output and the
+  mark (Tagalog's `g̃`, decomposed accents that compose with nothing: `_mark_pairs`). Any other
+  character sends its chunk to the real tokenizer;
 - the text is cut only at safe cuts (`SafeCuts`), where encoding the parts separately gives the
   ids of the whole, so a chunk sent to the real tokenizer gets exactly the ids it has in the text.
 - a Llama / Gemma-style BPE (byte fallback, no pre-tokenizer, Prepend and one-character
@@ -39,9 +41,12 @@ from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, st
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
 from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
+    BASE_COUNT,
     CUT_DROP,
     CUT_KEEP,
     CUT_NONE,
+    MARK_COUNT,
+    MARK_FIRST,
     META,
     OP_COLLAPSE_SPACES,
     OP_MAP,
@@ -292,6 +297,42 @@ def _probe_code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarra
     return flags, starts, lengths, blob
 
 
+_MARK_FORMAT = 1
+_MARK_ARRAYS = ("marks",)
+
+
+def _mark_pairs(per_character: list[dict], flags: np.ndarray, map_out) -> np.ndarray:
+    """uint8 (MARK_COUNT * BASE_COUNT,), or empty without a per-character normalizer (every character
+    is then vouched for): 1 at (mark - MARK_FIRST) * BASE_COUNT + base where a combining mark
+    U+0300..U+036F right after the vouched letter `base` (below U+0250) is left as it is: the pair
+    normalises to the letter's output followed by the mark, alone, twice over and between other
+    letters. Unicode composes no such pair (NFC keeps both). Kept on disk (~0.5 s to probe)."""
+    if not per_character:
+        return np.zeros(0, dtype=np.uint8)
+    key = (f"{_MARK_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(per_character, sort_keys=True)}")
+
+    def probe() -> dict[str, np.ndarray]:
+        normalize = _normalizer(json.dumps(per_character))
+        table = np.zeros(MARK_COUNT * BASE_COUNT, dtype=np.uint8)
+        a = normalize("a")
+        for base in range(BASE_COUNT):
+            char = chr(base)
+            if not flags[base] or not unicodedata.category(char).startswith("L"):
+                continue
+            out = map_out(char)
+            for mark in range(MARK_FIRST, MARK_FIRST + MARK_COUNT):
+                pair = char + chr(mark)
+                if unicodedata.normalize("NFC", pair) != pair:
+                    continue
+                if normalize(pair) == out + chr(mark) and normalize(pair + pair) == 2 * (out + chr(mark)) \
+                        and normalize("a" + pair + "a") == a + out + chr(mark) + a:
+                    table[(mark - MARK_FIRST) * BASE_COUNT + base] = 1
+        return {"marks": table}
+
+    return cached_arrays("sentencepiece-marks", key, _MARK_ARRAYS, probe)["marks"]
+
+
 def _vouched(cp: int, char: str, out: str, seconds: frozenset[int], normalize, per_character: list[dict]) -> bool:
     if not per_character:
         return True  # no normalizer: any character is itself
@@ -417,6 +458,7 @@ class _Tables:
     cp_start: np.ndarray
     cp_len: np.ndarray
     cp_blob: np.ndarray
+    marks: np.ndarray
     ops: np.ndarray
     op_blob: np.ndarray
     pretok: np.ndarray
@@ -437,7 +479,8 @@ class _Tables:
 
     @property
     def normalizer(self) -> Normalizer:
-        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok,
+        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.marks, self.ops, self.op_blob,
+                          self.pretok,
                           self.growth, self.plain_map, self.plain_prefix, self.plain_cp)
 
 
@@ -598,7 +641,8 @@ def _build_tables(tokenizer_json: str, tokenizer: Tokenizer | None, config: dict
     pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
                        meta is not None and bool(meta.get("split", True)), model.is_bpe, *isolated], dtype=np.int64)
     plain_map, plain_prefix, plain_cp, run_bytes, edges = _forms(plan, mapped, cut_mode == CUT_DROP)
-    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
+    marks = _mark_pairs(plan.per_character, flags, map_out)
+    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok,
                    _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, model.uni, model.bpe,
                    model.stream)
 

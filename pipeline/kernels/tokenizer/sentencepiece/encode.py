@@ -78,6 +78,7 @@ class Normalizer(NamedTuple):
     cp_start: np.ndarray  # int32 (BMP,): where its output lies in cp_blob
     cp_len: np.ndarray  # int32 (BMP,)
     cp_blob: np.ndarray  # uint8
+    marks: np.ndarray  # uint8 (MARK_COUNT * BASE_COUNT,) or empty: the mark-after-letter pairs `normalizer._map` takes
     ops: np.ndarray  # int64 (k, 5): the tail operations (OP_*)
     op_blob: np.ndarray  # uint8: their patterns and contents
     pretok: np.ndarray  # int64 [whitespace split, metaspace, prepend, split, is BPE]
@@ -160,7 +161,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     byte stop, position in out)."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
     by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
-    flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = normalizer
+    flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = \
+        normalizer
     cells, u_scores, u_bytes = uni.cells, uni.scores, uni.byte_ids
     unk_score = uni.unk_score[0]
     u_unk, u_fallback = uni.unk[0], uni.unk[1] != 0
@@ -281,8 +283,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 bounds[0, 1] = m
                 n_words = 1
             else:
-                n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
-                                       words, bounds)
+                n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, src,
+                                       dst, words, bounds)
             general = not plain or not cacheable  # its words are worth remembering on their own
             w = 0
             while w < n_words and n_out >= 0:

@@ -42,6 +42,9 @@ OP_PREPEND = 5  # content before a non-empty text (Prepend)
 OP_REPLACE_START = 6  # the pattern at the very start (Replace, Regex "\A<literal>")
 OP_MAP = 7  # every character through the per-code-point table (the per-character normalizers, fused)
 META = "\u2581"  # Metaspace's replacement for a space
+# A combining diacritical mark (U+0300..U+036F) after a base letter below U+0250 that the probe found
+# left as it is (`marks`): the pair is normalised as the letter's output and the mark's own bytes.
+MARK_FIRST, MARK_COUNT, BASE_COUNT = 0x300, 0x70, 0x250
 _META0, _META1, _META2 = META.encode()  # its UTF-8 bytes, which the kernels write and compare
 
 
@@ -187,10 +190,16 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
 
 
 @helper
-def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
-    """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
+def _map(src, m, flags, cp_start, cp_len, cp_blob, marks, dst):
+    """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for.
+
+    marks: uint8 (MARK_COUNT * BASE_COUNT,) or empty: 1 where a combining mark right after a vouched
+    base letter is left as it is (one mark: a second one, or a mark after anything else, is not
+    vouched for). What follows the mark is a vouched character or another chunk's: a starter that
+    neither composes with the mark nor extends its grapheme."""
     k = 0
     j = np.int64(0)
+    base = np.int64(-1)  # the code point before, where it is a vouched base letter for `marks`
     while j < m:
         byte = src[j]
         if byte < 0x80:
@@ -201,11 +210,20 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
             if cp < 0:
                 return -1
         if flags[cp] == 0:
-            return -1
+            if marks.shape[0] == 0 or base < 0 or not MARK_FIRST <= cp < MARK_FIRST + MARK_COUNT \
+                    or marks[(cp - MARK_FIRST) * BASE_COUNT + base] == 0:
+                return -1
+            for t in range(width):
+                dst[k] = src[j + t]
+                k += 1
+            j += width
+            base = -1
+            continue
         for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
             dst[k] = cp_blob[t]
             k += 1
         j += width
+        base = cp if cp < BASE_COUNT else -1
     return k
 
 
@@ -256,7 +274,7 @@ def _isolate(words, bounds, n_words, pretok):
 
 
 @kernel()
-def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
+def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
     the real tokenizer. pretok: [whitespace split, metaspace, prepend, split, is BPE] and, where the
@@ -266,7 +284,7 @@ def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pre
         src[t] = text[a + t]
     for r in range(ops.shape[0]):
         if ops[r, 0] == OP_MAP:
-            m = _map(src, m, flags, cp_start, cp_len, cp_blob, dst)
+            m = _map(src, m, flags, cp_start, cp_len, cp_blob, marks, dst)
             if m < 0:
                 return -1
         else:
