@@ -476,6 +476,16 @@ def test_an_isolated_split_is_taken_by_the_kernel_not_handed_on():
                                   0, spans, 0)
     assert n_spans == 0
     _assert_same("nmt_nfkc_unigram:j2", text)
+    # without a Metaspace each isolated character between ASCII neighbours is a chunk of its own: a
+    # character handed to the real tokenizer takes its clause there, not the whole text
+    assert [chr(b) for b in np.flatnonzero(fast.tables.isolate)] == ["(", ")", ","]
+    assert not _pair("xlmr_unigram:converter_split")[1].tables.isolate.any()  # each chunk would get a `▁`
+    marked = text.replace("best", "b\u0303\u0303est")
+    data = marked.encode()
+    _, n_spans, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out,
+                                  0, spans, 0)
+    assert n_spans == 1 and data[spans[0, 0]:spans[0, 1]].decode() == " the b\u0303\u0303est of times"
+    _assert_same("nmt_nfkc_unigram:j2", marked)
 
 
 @pytest.mark.parametrize("split, reason", [

@@ -468,6 +468,7 @@ class _Tables:
     plain_cp: np.ndarray
     run_bytes: np.ndarray
     edges: np.ndarray
+    isolate: np.ndarray
     uni: UnigramArrays
     bpe: BpeArrays
     stream: StreamTables | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
@@ -475,7 +476,7 @@ class _Tables:
     @property
     def cuts(self) -> Cuts:
         return Cuts(np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left,
-                    self.cut_right, self.run_bytes, self.edges)
+                    self.cut_right, self.run_bytes, self.edges, self.isolate)
 
     @property
     def normalizer(self) -> Normalizer:
@@ -643,8 +644,27 @@ def _build_tables(tokenizer_json: str, tokenizer: Tokenizer | None, config: dict
     plain_map, plain_prefix, plain_cp, run_bytes, edges = _forms(plan, mapped, cut_mode == CUT_DROP)
     marks = _mark_pairs(plan.per_character, flags, map_out)
     return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok,
-                   _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, model.uni, model.bpe,
-                   model.stream)
+                   _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges,
+                   _isolating_chunks(plan, cut_mode, flags, map_out), model.uni, model.bpe, model.stream)
+
+
+def _isolating_chunks(plan: _Plan, cut_mode: int, flags: np.ndarray, map_out) -> np.ndarray:
+    """uint8 (256,): the ASCII characters of an isolated Split that the kernel may make chunks of their
+    own where both neighbours are ASCII (no grapheme, composition or canonical reordering crosses
+    them); all 0 where a chunk would not be encoded as it is inside the text: a Metaspace or Prepend
+    (every chunk would get a `▁`), an operation at the text's ends (Strip, trim, a Replace at the
+    start), a Replace of more than one character or of one holding an isolated character."""
+    table = np.zeros(256, dtype=np.uint8)
+    if not plan.isolated or cut_mode != CUT_NONE or plan.metaspace is not None or plan.whitespace_split:
+        return table
+    for code, pattern, content in plan.ops:
+        if code not in (OP_MAP, OP_REPLACE, OP_COLLAPSE_SPACES) or (code == OP_REPLACE and len(pattern) != 1) \
+                or any(c in pattern + content for c in plan.isolated):
+            return table
+    for char in plan.isolated:
+        if ord(char) < 0x80 and flags[ord(char)] and map_out(char) == char:
+            table[ord(char)] = 1
+    return table
 
 
 def _forms(plan: _Plan, mapped, cut_drop: bool) -> tuple[np.ndarray, ...]:

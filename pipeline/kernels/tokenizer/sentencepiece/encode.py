@@ -68,6 +68,7 @@ class Cuts(NamedTuple):
     right: np.ndarray  # uint8 (256,): ASCII bytes a cut at a space may precede
     run_bytes: np.ndarray  # uint8 (256,): the bytes of a whitespace run
     edges: np.ndarray  # uint8 (BMP,): bit 1, the character may end a text before a run; bit 2, start one after
+    isolate: np.ndarray  # uint8 (256,): ASCII bytes that are chunks of their own between ASCII neighbours (all 0: none)
 
 
 class Normalizer(NamedTuple):
@@ -160,6 +161,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     `bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`; spans: int64 (k, 3) fallback spans (byte start,
     byte stop, position in out)."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
+    isolate = cuts.isolate
     by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
     flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = \
         normalizer
@@ -211,6 +213,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         and cut_right[text[j + 1]] != 0:
                     # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
                     following = j + 1 if cut_mode == CUT_DROP else j
+                    break
+                elif isolate[c] != 0 and (j + 1 == n or text[j + 1] < 0x80) and (j == 0 or text[j - 1] < 0x80):
+                    # a character an isolated Split makes a word of its own: a chunk of its own
+                    if j == position:
+                        h = hash_step(h, c)
+                        j += 1
+                    following = j
                     break
                 h = hash_step(h, c)
                 j += 1
