@@ -101,7 +101,8 @@ def kernel_words(text: str, ops, pretok) -> list[str] | None:
     size = 64 * len(data) + 64  # four operations may double the text each, Metaspace triple it
     words = np.zeros(size, dtype=np.uint8)
     bounds = np.zeros((size, 2), dtype=np.int64)
-    n = pre_tokenize(data, 1, len(data) - 1, *CODE_POINTS, rows, blob, np.array([*pretok, 0], dtype=np.int64),
+    n = pre_tokenize(data, 1, len(data) - 1, *CODE_POINTS, np.zeros(0, np.uint8), rows, blob,
+                     np.array([*pretok, 0], dtype=np.int64),
                      np.zeros(size, np.uint8), np.zeros(size, np.uint8), words, bounds)
     if n < 0:
         return None

@@ -73,6 +73,16 @@ def _variant(name: str) -> dict:
                                    "split": False}
     elif layout == "gemma":  # Gemma: spaces replaced, nothing prepended
         config["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    elif layout == "j2":  # AI21 J2 through transformers' converter: no dummy prefix, pieces across spaces,
+        # its user-defined pieces isolated by a Split of literal characters
+        config["normalizer"]["normalizers"] = [*normalizers[:2],
+                                               {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+        config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [ISOLATED_SPLIT]}
+    elif layout == "converter_split":  # the converter with a dummy prefix and user-defined pieces
+        config = _variant("xlmr_unigram:converter")
+        config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [config["pre_tokenizer"], ISOLATED_SPLIT]}
+    elif layout == "split":  # a splitting Metaspace, then the isolated pieces: cuts at spaces stay
+        config["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [config["pre_tokenizer"], ISOLATED_SPLIT]}
     elif layout == "replaces":  # more one-character Replaces, one before the Prepend, one to two characters
         config["normalizer"]["normalizers"] = [
             {"type": "Replace", "pattern": {"String": "\t"}, "content": "\u2581\u2581"}, *normalizers,
@@ -80,8 +90,10 @@ def _variant(name: str) -> dict:
     return config
 
 
+ISOLATED_SPLIT = {"type": "Split", "pattern": {"Regex": ",|\\(|\\)"}, "behavior": "Isolated", "invert": False}
+ISOLATED = ("nmt_nfkc_unigram:j2", "xlmr_unigram:converter_split", "xlmr_unigram:split")
 VARIANTS = (*SHIPPED, "xlmr_unigram:deberta", "xlmr_unigram:never", "xlmr_unigram:converter", "llama_bpe:first",
-            "llama_bpe:gemma")
+            "llama_bpe:gemma", *ISOLATED)
 
 
 @functools.lru_cache(maxsize=16)
@@ -223,7 +235,9 @@ def test_cut_modes_follow_the_layout():
     modes = {name: _pair(name)[1].tables.cut_mode for name in VARIANTS}
     assert modes == {"xlmr_unigram": CUT_DROP, "t5_unigram": CUT_DROP, "nmt_nfkc_unigram": CUT_DROP,
                      "llama_bpe": CUT_DROP, "xlmr_unigram:deberta": CUT_DROP, "xlmr_unigram:never": CUT_KEEP,
-                     "xlmr_unigram:converter": CUT_NONE, "llama_bpe:first": CUT_DROP, "llama_bpe:gemma": CUT_KEEP}
+                     "xlmr_unigram:converter": CUT_NONE, "llama_bpe:first": CUT_DROP, "llama_bpe:gemma": CUT_KEEP,
+                     "nmt_nfkc_unigram:j2": CUT_NONE, "xlmr_unigram:converter_split": CUT_NONE,
+                     "xlmr_unigram:split": CUT_DROP}
     _, fast = _pair("xlmr_unigram")
     assert len(fast.safe_cuts(b"It was the best of times, it was the worst of times.")) == 11
     assert _family_cut("xlmr_unigram:converter", "a b c", 3) is None
@@ -253,7 +267,8 @@ def test_unsupported_tokenizers_are_named():
     bytelevel = dict(config, pre_tokenizer={"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                                             "use_regex": True})
     assert sentencepiece_support(bytelevel) == [
-        "pre-tokenizer ByteLevel (only Metaspace, WhitespaceSplit+Metaspace or none)"]
+        "pre-tokenizer ByteLevel (only Metaspace, WhitespaceSplit+Metaspace or none, each optionally followed by an "
+        "isolated Split of literal characters)"]
     bert = dict(config, normalizer={"type": "BertNormalizer"}, model={"type": "WordPiece", "vocab": {}})
     assert sentencepiece_support(bert) == ["normalizer BertNormalizer", "model WordPiece (only Unigram or BPE)"]
     plain = dict(config, added_tokens=[*config["added_tokens"], {
@@ -293,7 +308,8 @@ def test_whitespace_run_cuts_are_on_where_the_layout_allows_them():
     runs = {name: int(_pair(name)[1].tables.cuts[0][1]) for name in VARIANTS}
     assert runs == {"xlmr_unigram": 1, "t5_unigram": 1, "nmt_nfkc_unigram": 1, "llama_bpe": 0,
                     "xlmr_unigram:deberta": 0, "xlmr_unigram:never": 0, "xlmr_unigram:converter": 0,
-                    "llama_bpe:first": 0, "llama_bpe:gemma": 0}
+                    "llama_bpe:first": 0, "llama_bpe:gemma": 0, "nmt_nfkc_unigram:j2": 0,
+                    "xlmr_unigram:converter_split": 0, "xlmr_unigram:split": 1}
     t = _pair("xlmr_unigram")[1].tables
     assert t.edges[ord("\u201c")] == 3 and t.edges[ord("a")] == 3
     assert t.edges[ord("\u0301")] == 0 and t.edges[ord("\u00a0")] == 0  # a mark; NBSP maps to a space
@@ -338,11 +354,11 @@ def test_double_array_trie_finds_exactly_its_keys(entries, probes):
 
 
 def test_chunks_the_real_tokenizer_encoded_are_remembered():
-    """A chunk the kernel hands to the real tokenizer (a combining mark) gets the real ids, and the
-    next time it comes it is a cache hit with the same ids (no fallback span)."""
+    """A chunk the kernel hands to the real tokenizer (doubled combining marks, a mark after a digit)
+    gets the real ids, and the next time it comes it is a cache hit with the same ids (no fallback span)."""
     real, fast = _pair("xlmr_unigram")
     fast.cache = chunk_cache(1 << 10)  # empty (the cache only changes the speed)
-    text = "ang ng\u0303 mg\u0303a loob, ng\u0303 x\u0301y"
+    text = "ang ng\u0303\u0303 loob, at 1\u0301y"
     expected = real.encode(text, add_special_tokens=False).ids
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     for round_ in range(2):
@@ -428,3 +444,126 @@ def test_invalid_utf8_leaves_the_stream_path():
     _, fast = _pair("llama_bpe")
     assert fast._encode_stream("a\ud800b".encode("utf-8", "surrogatepass")) is None
     assert list(fast._encode_stream("a\n\u6f22".encode())) == list(fast.encode("a\n\u6f22"))
+
+
+_ISOLATION_TRAPS = st.sampled_from([",", "(", ")", ",,", "(x)", " , ", "\uff0c", "\uff08", "\uff09", "\u2581,", ",\u2581",
+                                    ", ", " (", ") ", "\u0301,", ",\u0301", "1,000", "a,b", "\u3001", "\ufe50"])
+_ISOLATION_TEXT = st.lists(st.one_of(_ISOLATION_TRAPS, _RISKY, _WORDS), max_size=30).map("".join)
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(ISOLATED), text=_ISOLATION_TEXT)
+def test_an_isolated_split_of_literal_characters_gives_the_real_ids(name, text):
+    """Commas and brackets (and what the normalizer turns into them: fullwidth forms) are words of their
+    own, before, after or without Metaspace; next to marks the chunk goes to the real tokenizer."""
+    _assert_same(name, text)
+
+
+def test_an_isolated_split_is_taken_by_the_kernel_not_handed_on():
+    """The isolated characters are not plain (a chunk holding one is several words) and the kernel
+    encodes such chunks itself: no fallback span on plain text with commas and brackets."""
+    for name in ISOLATED:
+        _, fast = _pair(name)
+        assert fast.tables.pretok[5:].tolist() == [3, ord(","), ord("("), ord(")")]
+        assert not any(fast.tables.plain_map[ord(c)] for c in ",()")
+    _, fast = _pair("nmt_nfkc_unigram:j2")
+    text = "It was (he said) the best of times, it was the worst of times, (and so on)."
+    data = text.encode()
+    cuts, normalizer, uni, bpe = fast._tables_args
+    out = np.empty(4 * len(data) + 64, dtype=np.int32)
+    spans = np.empty((len(data), 3), dtype=np.int64)
+    _, n_spans, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out,
+                                  0, spans, 0)
+    assert n_spans == 0
+    _assert_same("nmt_nfkc_unigram:j2", text)
+    # without a Metaspace each isolated character between ASCII neighbours is a chunk of its own: a
+    # character handed to the real tokenizer takes its clause there, not the whole text
+    assert [chr(b) for b in np.flatnonzero(fast.tables.isolate)] == ["(", ")", ","]
+    assert not _pair("xlmr_unigram:converter_split")[1].tables.isolate.any()  # each chunk would get a `▁`
+    marked = text.replace("best", "b\u0303\u0303est")
+    data = marked.encode()
+    _, n_spans, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out,
+                                  0, spans, 0)
+    assert n_spans == 1 and data[spans[0, 0]:spans[0, 1]].decode() == " the b\u0303\u0303est of times"
+    _assert_same("nmt_nfkc_unigram:j2", marked)
+
+
+@pytest.mark.parametrize("split, reason", [
+    ({"Regex": "[,()]"}, "Split pattern"),
+    ({"Regex": "\\d"}, "Split pattern"),
+    ({"Regex": "ab|c"}, "Split pattern"),
+    ({"String": "ab"}, "Split pattern"),
+    ({"Regex": " |,"}, "Split isolating a space"),
+])
+def test_other_splits_are_refused_with_the_reason(split, reason):
+    config = _variant("nmt_nfkc_unigram:j2")
+    config["pre_tokenizer"]["pretokenizers"][0] = dict(ISOLATED_SPLIT, pattern=split)
+    problems = sentencepiece_support(config)
+    assert len(problems) == 1 and problems[0].startswith(reason), problems
+    removed = _variant("nmt_nfkc_unigram:j2")
+    removed["pre_tokenizer"]["pretokenizers"][0] = dict(ISOLATED_SPLIT, behavior="Removed")
+    assert sentencepiece_support(removed) == ["Split behavior Removed (only Isolated, not inverted)"]
+    before = _variant("xlmr_unigram")
+    before["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [ISOLATED_SPLIT, before["pre_tokenizer"]]}
+    assert sentencepiece_support(before)[0].startswith("pre-tokenizer Split+Metaspace")
+
+
+def test_the_tables_are_built_once_for_the_cuts_and_the_encoder(monkeypatch):
+    """The job asks for the cuts of the tokenizer.json and encodes with its content form (special
+    pieces emptied: another JSON text); the Unigram tables are built once, for the encoder."""
+    import pipeline.tokenizer.sentencepiece.fast as sp
+    from pipeline.kernels.tokenizer.sentencepiece import unigram
+    from pipeline.tokenizer.content import content_tokenizer_json
+    from pipeline.tokenizer.fast import FastTokenizer
+    from pipeline.tokenizer.spec import TokenizerSpec
+
+    raw = (DATA / "xlmr_unigram" / "tokenizer.json").read_text(encoding="utf-8")
+    spec = TokenizerSpec.from_json(raw)
+    assert content_tokenizer_json(raw, set(spec.special_ids)) != raw  # <s>, </s>, ... are vocabulary pieces
+    builds = []
+    build = unigram.UnigramTables.build.__func__
+    monkeypatch.setattr(unigram.UnigramTables, "build",
+                        classmethod(lambda cls, *args: builds.append(len(args[0])) or build(cls, *args)))
+    sp._TABLES.clear()
+    fast = FastTokenizer(Tokenizer.from_str(raw), raw)
+    assert builds == [4001]
+    assert fast.cuts.before == " " and len(sp._TABLES) == 1
+    sp._TABLES.clear()
+
+
+_MARK_TEXT = st.lists(st.one_of(
+    st.sampled_from(["g", "n", "e", "a", "G", "\u00f1", "\u0131", "\u00df", "\u0250", "1", ",", " ", "\u3042", "\u0301",
+                     "\u0303", "\u0308", "\u0327", "\u0345", "\u036f", "\u0370", "\u0483", "\u200d", "\u1100"]),
+    _WORDS), max_size=30).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(("xlmr_unigram", "nmt_nfkc_unigram", "t5_unigram", "xlmr_unigram:deberta",
+                             "nmt_nfkc_unigram:j2")), text=_MARK_TEXT)
+def test_marks_after_letters_give_the_real_ids(name, text):
+    """Combining marks after letters, alone, doubled, after marks, spaces, digits and kana."""
+    _assert_same(name, text)
+
+
+def test_a_mark_after_a_letter_is_taken_only_where_the_pair_stays_as_it_is():
+    """Tagalog's `g̃` (a tilde no precomposed letter carries) is encoded by the kernel; `ñ` decomposed
+    (which composes), a doubled mark and a mark after a space are handed on."""
+    _, fast = _pair("xlmr_unigram")
+    marks = fast.tables.marks.reshape(-1, 0x250)
+    assert marks[0x303 - 0x300, ord("g")] and marks[0x303 - 0x300, ord("G")]
+    assert not marks[0x303 - 0x300, ord("n")] and not marks[0x301 - 0x300, ord("e")]  # NFC: ñ, é
+    assert not marks[0x303 - 0x300, ord(" ")] and not marks[0x303 - 0x300, ord("1")]  # bases are letters
+    cuts, normalizer, uni, bpe = fast._tables_args
+
+    def spans(text: str) -> int:
+        data = text.encode()
+        out = np.empty(4 * len(data) + 64, dtype=np.int32)
+        found = np.empty((len(data) + 2, 3), dtype=np.int64)
+        return encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out, 0,
+                             found, 0)[1]
+
+    assert spans("ang mg\u0303a salita ng\u0303 bayan") == 0
+    assert spans("man\u0303ana") == 1 and spans("g\u0303\u0303") == 1 and spans("a \u0303b") == 1
+    for text in ("ang mg\u0303a salita ng\u0303 bayan", "man\u0303ana", "g\u0303\u0303", "a \u0303b"):
+        _assert_same("xlmr_unigram", text)
+    assert _pair("llama_bpe")[1].tables.marks.shape == (0,)  # no per-character normalizer: every character is itself

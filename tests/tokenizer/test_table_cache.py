@@ -65,11 +65,11 @@ def test_sentencepiece_tables_from_the_cache_equal_a_fresh_probe(cache, name):
         assert a.dtype == c.dtype
     for path in (cache / "code-points").glob("*"):
         path.unlink()
-    sp._tables.cache_clear()
+    sp._TABLES.clear()
     built = sp._tables(raw)  # everything probed
-    sp._tables.cache_clear()
+    sp._TABLES.clear()
     reloaded = sp._tables(raw)  # code points and plain forms from the cache
-    sp._tables.cache_clear()
+    sp._TABLES.clear()
     for field in dataclasses.fields(built):
         a, b = getattr(built, field.name), getattr(reloaded, field.name)
         if isinstance(a, np.ndarray):

@@ -24,11 +24,11 @@ def claims(config: dict) -> bool:
 
 def cuts(config: dict, tokenizer_json: str) -> CutRule:
     """The family's cuts, from its kernel's own analysis of the tokenizer (which ASCII neighbours of a
-    space the normalizer keeps as they are, and whether every part gets a `▁`). The analysis is
-    cached by the JSON text: given the text the encoder gets, it is done once (2-3 s)."""
+    space the normalizer keeps as they are, and whether every part gets a `▁`): for a Unigram model
+    without building its tables, for a BPE from the tables the encoder uses (cached by the JSON text)."""
     if sentencepiece_support(config):
         return NO_CUTS  # not analysed by the kernel: whole documents, exact on any backend
-    found = sentencepiece_cut_chars(tokenizer_json)
+    found = sentencepiece_cut_chars(tokenizer_json, config)
     if found is None:
         return NO_CUTS
     mode, left, right = found

@@ -12,8 +12,10 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
   kernel performs. A code point is vouched for only where the probe shows it acts alone: not a
   combining, spacing or enclosing mark, format character, Hangul jamo or other grapheme extender,
   not the second half of a canonical composition, its output starting with a starter, and the
-  output unchanged between neighbours (`_vouched`). Any other character sends its chunk to the real
-  tokenizer;
+  output unchanged between neighbours (`_vouched`). One combining diacritical mark right after a
+  base letter is vouched for where the probe shows the pair left as the letter's output and the
+  mark (Tagalog's `g̃`, decomposed accents that compose with nothing: `_mark_pairs`). Any other
+  character sends its chunk to the real tokenizer;
 - the text is cut only at safe cuts (`SafeCuts`), where encoding the parts separately gives the
   ids of the whole, so a chunk sent to the real tokenizer gets exactly the ids it has in the text.
 - a Llama / Gemma-style BPE (byte fallback, no pre-tokenizer, Prepend and one-character
@@ -39,9 +41,12 @@ from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, st
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
 from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
+    BASE_COUNT,
     CUT_DROP,
     CUT_KEEP,
     CUT_NONE,
+    MARK_COUNT,
+    MARK_FIRST,
     META,
     OP_COLLAPSE_SPACES,
     OP_MAP,
@@ -77,6 +82,7 @@ class _Plan:
     ops: list[tuple[int, str, str]]  # (opcode, pattern, content), OP_MAP among them, in order
     metaspace: dict | None
     whitespace_split: bool
+    isolated: tuple[str, ...]  # the characters of an isolated Split of literal pieces, after Metaspace
     problems: list[str]
 
 
@@ -91,7 +97,7 @@ def _flatten(node: dict | None, kind: str, key: str) -> list[dict]:
 def _plan(config: dict) -> _Plan:
     problems: list[str] = []
     per_character, ops = _normalizer_ops(config.get("normalizer"), problems)
-    metaspace, whitespace_split = _pre_tokenizer(config.get("pre_tokenizer"), problems)
+    metaspace, whitespace_split, isolated = _pre_tokenizer(config.get("pre_tokenizer"), problems)
     problems += _model_problems(config.get("model") or {})
     plain = [t["content"] for t in config.get("added_tokens", []) if not t.get("special")]
     if plain:
@@ -99,7 +105,7 @@ def _plan(config: dict) -> _Plan:
     for option in ("truncation", "padding"):
         if config.get(option):
             problems.append(f"{option} is set")
-    return _Plan(per_character, ops, metaspace, whitespace_split, problems)
+    return _Plan(per_character, ops, metaspace, whitespace_split, isolated, problems)
 
 
 def _normalizer_ops(normalizer: dict | None, problems: list[str]) -> tuple[list[dict], list[tuple[int, str, str]]]:
@@ -139,24 +145,76 @@ def _normalizer_ops(normalizer: dict | None, problems: list[str]) -> tuple[list[
     return per_character, ops
 
 
-def _pre_tokenizer(pre_tokenizer: dict | None, problems: list[str]) -> tuple[dict | None, bool]:
-    """(the Metaspace pre-tokenizer or None, whether WhitespaceSplit comes before it); what the kernel
-    cannot do is appended to `problems`."""
-    metaspace, whitespace_split = None, False
+def _pre_tokenizer(pre_tokenizer: dict | None, problems: list[str]) -> tuple[dict | None, bool, tuple[str, ...]]:
+    """(the Metaspace pre-tokenizer or None, whether WhitespaceSplit comes before it, the characters
+    an isolated Split after them makes words of their own); what the kernel cannot do is appended to
+    `problems`."""
+    metaspace, whitespace_split, isolated = None, False, ()
     pres = _flatten(pre_tokenizer, "Sequence", "pretokenizers")
+    if pres and pres[-1].get("type") == "Split":
+        isolated = _isolated_characters(pres[-1], problems)
+        pres = pres[:-1]
     kinds = [p.get("type") for p in pres]
     if kinds == ["WhitespaceSplit", "Metaspace"]:
         whitespace_split, metaspace = True, pres[1]
     elif kinds == ["Metaspace"]:
         metaspace = pres[0]
     elif kinds:
-        problems.append(f"pre-tokenizer {'+'.join(kinds)} (only Metaspace, WhitespaceSplit+Metaspace or none)")
+        problems.append(f"pre-tokenizer {'+'.join(kinds)} (only Metaspace, WhitespaceSplit+Metaspace or none, "
+                        "each optionally followed by an isolated Split of literal characters)")
     if metaspace is not None:
         if metaspace.get("replacement") != META:
             problems.append(f"Metaspace replacement {metaspace.get('replacement')!r} (only {META!r})")
         if whitespace_split and _scheme(metaspace) == "first":
             problems.append("WhitespaceSplit before Metaspace with prepend_scheme first")
-    return metaspace, whitespace_split
+    if META in isolated or " " in isolated:
+        problems.append("Split isolating a space or `▁` (the Metaspace words' own marker)")
+    return metaspace, whitespace_split, isolated
+
+
+def _isolated_characters(split: dict, problems: list[str]) -> tuple[str, ...]:
+    """The characters of a Split whose regex is an alternation of single literal characters
+    (`,|\\(|\\)`: transformers' SpmConverter writes the user-defined pieces of a SentencePiece model
+    so, which SentencePiece emits whole), behavior Isolated, not inverted; every such character is
+    then a word of its own. Anything else is appended to `problems` with the reason."""
+    pattern = split.get("pattern") or {}
+    literal = pattern.get("String")
+    alternatives = [literal] if literal is not None else _alternatives(pattern.get("Regex"))
+    if split.get("behavior") != "Isolated" or split.get("invert"):
+        problems.append(f"Split behavior {split.get('behavior')}{' inverted' if split.get('invert') else ''} "
+                        "(only Isolated, not inverted)")
+        return ()
+    if alternatives is None or not alternatives or any(len(a) != 1 for a in alternatives):
+        problems.append(f"Split pattern {json.dumps(pattern, ensure_ascii=False)} (only an alternation of single "
+                        "literal characters, as transformers writes a SentencePiece model's user-defined pieces)")
+        return ()
+    return tuple(dict.fromkeys(alternatives))
+
+
+def _alternatives(regex: str | None) -> list[str] | None:
+    """The literal strings of a regex that is `a|b|...` of literal or backslash-escaped characters
+    (re.escape's output), or None where it is anything else."""
+    if not regex:
+        return None
+    out, current, i = [], "", 0
+    while i < len(regex):
+        char = regex[i]
+        if char == "\\":
+            if i + 1 >= len(regex) or regex[i + 1].isalnum():  # \d, \p{..}, \A: classes and anchors
+                return None
+            current += regex[i + 1]
+            i += 2
+            continue
+        if char == "|":
+            out.append(current)
+            current = ""
+        elif char in ".^$?*+()[]{}":
+            return None
+        else:
+            current += char
+        i += 1
+    out.append(current)
+    return out
 
 
 def _model_problems(model: dict) -> list[str]:
@@ -189,7 +247,9 @@ def sentencepiece_support(config: dict) -> list[str]:
 
     Covered: a Unigram or BPE model (byte_fallback, fuse_unk, ignore_merges; no dropout, no subword
     prefix or suffix); a Metaspace pre-tokenizer (replacement `▁`, any prepend_scheme, split or
-    not), alone or after WhitespaceSplit, or none (the `Prepend("▁")` + `Replace(" ", "▁")` form);
+    not), alone or after WhitespaceSplit, or none (the `Prepend("▁")` + `Replace(" ", "▁")` form),
+    each optionally followed by an isolated Split of single literal characters (a SentencePiece
+    model's user-defined pieces, as transformers' converter writes them: AI21 J2's `,|\\(|\\)`);
     normalizers Precompiled, Nmt, NFKC, NFC, NFKD, NFD, Lowercase, StripAccents (consecutive),
     Replace with a literal pattern or the converters' regexes (` {2,}`, `\\A +| +\\z`, `\\A▁`), Strip,
     Prepend; special added tokens only (encoded as text)."""
@@ -237,6 +297,42 @@ def _probe_code_points(per_character: list[dict]) -> tuple[np.ndarray, np.ndarra
     return flags, starts, lengths, blob
 
 
+_MARK_FORMAT = 1
+_MARK_ARRAYS = ("marks",)
+
+
+def _mark_pairs(per_character: list[dict], flags: np.ndarray, map_out) -> np.ndarray:
+    """uint8 (MARK_COUNT * BASE_COUNT,), or empty without a per-character normalizer (every character
+    is then vouched for): 1 at (mark - MARK_FIRST) * BASE_COUNT + base where a combining mark
+    U+0300..U+036F right after the vouched letter `base` (below U+0250) is left as it is: the pair
+    normalises to the letter's output followed by the mark, alone, twice over and between other
+    letters. Unicode composes no such pair (NFC keeps both). Kept on disk (~0.5 s to probe)."""
+    if not per_character:
+        return np.zeros(0, dtype=np.uint8)
+    key = (f"{_MARK_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
+           f"{json.dumps(per_character, sort_keys=True)}")
+
+    def probe() -> dict[str, np.ndarray]:
+        normalize = _normalizer(json.dumps(per_character))
+        table = np.zeros(MARK_COUNT * BASE_COUNT, dtype=np.uint8)
+        a = normalize("a")
+        for base in range(BASE_COUNT):
+            char = chr(base)
+            if not flags[base] or not unicodedata.category(char).startswith("L"):
+                continue
+            out = map_out(char)
+            for mark in range(MARK_FIRST, MARK_FIRST + MARK_COUNT):
+                pair = char + chr(mark)
+                if unicodedata.normalize("NFC", pair) != pair:
+                    continue
+                if normalize(pair) == out + chr(mark) and normalize(pair + pair) == 2 * (out + chr(mark)) \
+                        and normalize("a" + pair + "a") == a + out + chr(mark) + a:
+                    table[(mark - MARK_FIRST) * BASE_COUNT + base] = 1
+        return {"marks": table}
+
+    return cached_arrays("sentencepiece-marks", key, _MARK_ARRAYS, probe)["marks"]
+
+
 def _vouched(cp: int, char: str, out: str, seconds: frozenset[int], normalize, per_character: list[dict]) -> bool:
     if not per_character:
         return True  # no normalizer: any character is itself
@@ -279,12 +375,13 @@ class SentencePieceFastTokenizer:
     tokenizer for the rest."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        problems = sentencepiece_support(json.loads(tokenizer_json))
+        config = json.loads(tokenizer_json)
+        problems = sentencepiece_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
         self.tokenizer.encode_special_tokens = True
-        self.tables = _tables(tokenizer_json)
+        self.tables = _tables(tokenizer_json, self.tokenizer, config)
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = chunk_cache(CACHE_SLOTS)
 
@@ -361,6 +458,7 @@ class _Tables:
     cp_start: np.ndarray
     cp_len: np.ndarray
     cp_blob: np.ndarray
+    marks: np.ndarray
     ops: np.ndarray
     op_blob: np.ndarray
     pretok: np.ndarray
@@ -370,6 +468,7 @@ class _Tables:
     plain_cp: np.ndarray
     run_bytes: np.ndarray
     edges: np.ndarray
+    isolate: np.ndarray
     uni: UnigramArrays
     bpe: BpeArrays
     stream: StreamTables | None  # the stream form's tables (`sentencepiece_stream`), None where it does not apply
@@ -377,11 +476,12 @@ class _Tables:
     @property
     def cuts(self) -> Cuts:
         return Cuts(np.array([self.cut_mode, int(self.run_bytes[0x20])], dtype=np.int64), self.cut_left,
-                    self.cut_right, self.run_bytes, self.edges)
+                    self.cut_right, self.run_bytes, self.edges, self.isolate)
 
     @property
     def normalizer(self) -> Normalizer:
-        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.ops, self.op_blob, self.pretok,
+        return Normalizer(self.flags, self.cp_start, self.cp_len, self.cp_blob, self.marks, self.ops, self.op_blob,
+                          self.pretok,
                           self.growth, self.plain_map, self.plain_prefix, self.plain_cp)
 
 
@@ -440,7 +540,7 @@ def _cut_rule(plan: _Plan, config: dict, flags: np.ndarray, map_out, pieces: set
     return mode, left, right
 
 
-def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
+def sentencepiece_cut_chars(tokenizer_json: str, config: dict | None = None) -> tuple[str, str, str] | None:
     """Where a SentencePiece-style tokenizer's text may be cut, for the document encoder: None where
     no cut is safe, else (mode, left, right): a cut is at an ASCII space between two ASCII characters
     the tokenizer is known to keep as they are, the one before it in `left`, the one after it in
@@ -448,13 +548,34 @@ def sentencepiece_cut_chars(tokenizer_json: str) -> tuple[str, str, str] | None:
     text (Metaspace always/first, or the Prepend normalizer) the mode is "drop" (the space belongs to
     neither part: the prefix the right part gets is the space's own `▁`); without one (prepend_scheme
     never) it is "keep" (the space opens the right part). A Unigram model that sees the whole text
-    as one piece (Metaspace split false, or no pre-tokenizer) allows no cut."""
-    t = _tables(tokenizer_json)
-    if t.cut_mode == CUT_NONE:
+    as one piece (Metaspace split false, or no pre-tokenizer) allows no cut.
+
+    `config`: `tokenizer_json` parsed, where the caller has it. A Unigram model's cuts do not depend
+    on its vocabulary, so they are found without building the model's tables: the job asks for the
+    cuts of the tokenizer.json and encodes with another JSON (`content.content_tokenizer_json`: its
+    special pieces emptied), whose tables alone are built, once."""
+    config = json.loads(tokenizer_json) if config is None else config
+    if (config.get("model") or {}).get("type") == "Unigram":
+        plan = _plan(config)
+        flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
+        cut_mode, cut_left, cut_right = _cut_rule(plan, config, flags, _output_of(cp_start, cp_len, cp_blob), set(),
+                                                  None)
+    else:
+        t = _tables(tokenizer_json, config=config)
+        cut_mode, cut_left, cut_right = t.cut_mode, t.cut_left, t.cut_right
+    if cut_mode == CUT_NONE:
         return None
-    left = "".join(chr(b) for b in range(128) if t.cut_left[b])
-    right = "".join(chr(b) for b in range(128) if t.cut_right[b])
-    return ("drop" if t.cut_mode == CUT_DROP else "keep"), left, right
+    left = "".join(chr(b) for b in range(128) if cut_left[b])
+    right = "".join(chr(b) for b in range(128) if cut_right[b])
+    return ("drop" if cut_mode == CUT_DROP else "keep"), left, right
+
+
+def _output_of(cp_start: np.ndarray, cp_len: np.ndarray, cp_blob: np.ndarray):
+    """The per-character table's output for one BMP character, as a function."""
+    def map_out(char: str) -> str:
+        cp = ord(char)
+        return bytes(cp_blob[cp_start[cp]:cp_start[cp] + cp_len[cp]]).decode("utf-8")
+    return map_out
 
 
 @dataclass(frozen=True)
@@ -469,33 +590,47 @@ class _Model:
     stream: StreamTables | None
 
 
-def _model(plan: _Plan, tokenizer_json: str) -> _Model:
-    exact = json.loads(Tokenizer.from_str(tokenizer_json).to_str())["model"]  # the float64s the Rust model holds
+def _model(plan: _Plan, tokenizer_json: str, tokenizer: Tokenizer | None) -> _Model:
+    """`tokenizer`: one built from `tokenizer_json`, where the caller has it (building one from a
+    250k vocabulary takes a second)."""
+    real = Tokenizer.from_str(tokenizer_json) if tokenizer is None else tokenizer
+    exact = json.loads(real.to_str())["model"]  # the float64s the Rust model holds
     if exact["type"] == "Unigram":
         unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
                                       exact.get("byte_fallback", False))
-        return _Model(unigram.arrays(), _empty_bpe(), 0, {t for t, _ in exact["vocab"]}, None, None)
+        return _Model(unigram.arrays(), _empty_bpe(), 0, set(), None, None)  # no Unigram cut asks for its pieces
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
     tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
                              exact.get("fuse_unk", False), exact.get("ignore_merges", False))
     pieces = set(exact["vocab"])
     pairs = {(a, b) for token in pieces for a, b in zip(token, token[1:])}
-    stream = stream_form(plan.ops, bool(plan.per_character), plan.metaspace is not None or plan.whitespace_split,
-                         exact, exact["vocab"], tables)
+    stream = stream_form(plan.ops, bool(plan.per_character),
+                         plan.metaspace is not None or plan.whitespace_split or bool(plan.isolated), exact,
+                         exact["vocab"], tables)
     return _Model(_empty_unigram(), tables.arrays(), 1, pieces, pairs, stream)
 
 
-@lru_cache(maxsize=4)
-def _tables(tokenizer_json: str) -> _Tables:
-    """The kernel's tables of a tokenizer, built once per process."""
-    config = json.loads(tokenizer_json)
+_TABLES: dict[str, _Tables] = {}  # by tokenizer.json, the latest _TABLES_KEPT
+_TABLES_KEPT = 4
+
+
+def _tables(tokenizer_json: str, tokenizer: Tokenizer | None = None, config: dict | None = None) -> _Tables:
+    """The kernel's tables of a tokenizer, built once per process (per JSON text). `tokenizer`,
+    `config`: that JSON built and parsed, where the caller has them."""
+    found = _TABLES.get(tokenizer_json)
+    if found is None:
+        found = _TABLES[tokenizer_json] = _build_tables(tokenizer_json, tokenizer, config)
+        while len(_TABLES) > _TABLES_KEPT:
+            del _TABLES[next(iter(_TABLES))]
+    return found
+
+
+def _build_tables(tokenizer_json: str, tokenizer: Tokenizer | None, config: dict | None) -> _Tables:
+    config = json.loads(tokenizer_json) if config is None else config
     plan = _plan(config)
     flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
-    model = _model(plan, tokenizer_json)
-
-    def map_out(char: str) -> str:
-        cp = ord(char)
-        return bytes(cp_blob[cp_start[cp]:cp_start[cp] + cp_len[cp]]).decode("utf-8")
+    model = _model(plan, tokenizer_json, tokenizer)
+    map_out = _output_of(cp_start, cp_len, cp_blob)
 
     def mapped(char: str) -> str | None:
         return map_out(char) if ord(char) < BMP and flags[ord(char)] else None
@@ -503,12 +638,33 @@ def _tables(tokenizer_json: str) -> _Tables:
     cut_mode, cut_left, cut_right = _cut_rule(plan, config, flags, map_out, model.pieces, model.pairs)
     ops, op_blob = _ops(plan)
     meta = plan.metaspace
+    isolated = [len(plan.isolated), *map(ord, plan.isolated)] if plan.isolated else []
     pretok = np.array([plan.whitespace_split, meta is not None, meta is not None and _scheme(meta) != "never",
-                       meta is not None and bool(meta.get("split", True)), model.is_bpe], dtype=np.int64)
+                       meta is not None and bool(meta.get("split", True)), model.is_bpe, *isolated], dtype=np.int64)
     plain_map, plain_prefix, plain_cp, run_bytes, edges = _forms(plan, mapped, cut_mode == CUT_DROP)
-    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok,
-                   _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges, model.uni, model.bpe,
-                   model.stream)
+    marks = _mark_pairs(plan.per_character, flags, map_out)
+    return _Tables(cut_mode, cut_left, cut_right, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok,
+                   _growth(cp_len), plain_map, plain_prefix, plain_cp, run_bytes, edges,
+                   _isolating_chunks(plan, cut_mode, flags, map_out), model.uni, model.bpe, model.stream)
+
+
+def _isolating_chunks(plan: _Plan, cut_mode: int, flags: np.ndarray, map_out) -> np.ndarray:
+    """uint8 (256,): the ASCII characters of an isolated Split that the kernel may make chunks of their
+    own where both neighbours are ASCII (no grapheme, composition or canonical reordering crosses
+    them); all 0 where a chunk would not be encoded as it is inside the text: a Metaspace or Prepend
+    (every chunk would get a `▁`), an operation at the text's ends (Strip, trim, a Replace at the
+    start), a Replace of more than one character or of one holding an isolated character."""
+    table = np.zeros(256, dtype=np.uint8)
+    if not plan.isolated or cut_mode != CUT_NONE or plan.metaspace is not None or plan.whitespace_split:
+        return table
+    for code, pattern, content in plan.ops:
+        if code not in (OP_MAP, OP_REPLACE, OP_COLLAPSE_SPACES) or (code == OP_REPLACE and len(pattern) != 1) \
+                or any(c in pattern + content for c in plan.isolated):
+            return table
+    for char in plan.isolated:
+        if ord(char) < 0x80 and flags[ord(char)] and map_out(char) == char:
+            table[ord(char)] = 1
+    return table
 
 
 def _forms(plan: _Plan, mapped, cut_drop: bool) -> tuple[np.ndarray, ...]:
@@ -519,12 +675,13 @@ def _forms(plan: _Plan, mapped, cut_drop: bool) -> tuple[np.ndarray, ...]:
     split = meta is not None and bool(meta.get("split", True))
 
     def forms() -> dict[str, np.ndarray]:
-        return dict(zip(_FORM_ARRAYS, (*plain_form(plan.ops, prepends, split, plan.whitespace_split, mapped, BMP),
+        return dict(zip(_FORM_ARRAYS, (*plain_form(plan.ops, prepends, split, plan.whitespace_split, mapped, BMP,
+                                                   plan.isolated),
                                        *whitespace_cuts(plan.ops, cut_drop, prepends, split, mapped, BMP))))
 
     key = (f"{_CODE_POINT_FORMAT}|{tokenizers.__version__}|{unicodedata.unidata_version}|"
            f"{json.dumps(plan.per_character, sort_keys=True)}|{plan.ops!r}|{prepends}|{split}|"
-           f"{plan.whitespace_split}|{cut_drop}")
+           f"{plan.whitespace_split}|{cut_drop}|{''.join(plan.isolated)}")
     saved = cached_arrays("sentencepiece-forms", key, _FORM_ARRAYS, forms)
     return tuple(saved[name] for name in _FORM_ARRAYS)
 

@@ -35,7 +35,8 @@ _OFF = (np.zeros(256, dtype=np.uint8), np.array([-1], dtype=np.int64), np.zeros(
 
 
 def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None, split: bool, whitespace_split: bool,
-               mapped: Callable[[str], str | None], bmp: int = 0x10000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               mapped: Callable[[str], str | None], bmp: int = 0x10000,
+               isolated: tuple[str, ...] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(plain_map uint8 (256,), plain_prefix int64: [prefix length or -1, prefix bytes...], plain_cp
     uint8 (bmp,)).
 
@@ -47,6 +48,8 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
         mapped: the per-character normalizers' output for one character, None where the table
             does not vouch for it.
         bmp: code points covered by the table.
+        isolated: the characters an isolated Split makes words of their own (never plain: a chunk
+            holding one is more than one word).
 
     Returns:
         plain_map[b] is the byte ASCII byte b normalises to (0: not plain); plain_cp[cp] is 1 where
@@ -54,21 +57,21 @@ def plain_form(ops: list[tuple[int, str, str]], metaspace_prepends: bool | None,
         mapped text in the chunk's one word (length -1: no plain path). A character is plain when
         its output is not empty and holds no space, no `▁`, no character of a Replace pattern, and
         no whitespace where a Strip or WhitespaceSplit would see it."""
-    plain_map, plain_cp, outputs = _plain_characters(ops, whitespace_split, mapped, bmp)
+    plain_map, plain_cp, outputs = _plain_characters(ops, whitespace_split, mapped, bmp, set(isolated))
     if not outputs:
         return _OFF
     # the chunk holds no whitespace: WhitespaceSplit leaves it whole, only the prefix is in question
     prefix = _plain_prefix(ops, metaspace_prepends, split, mapped, outputs)
-    if prefix is None:
+    if prefix is None or any(char in prefix for char in isolated):
         return _OFF
     data = prefix.encode("utf-8")
     return plain_map, np.array([len(data), *data], dtype=np.int64), plain_cp
 
 
 def _plain_characters(ops: list[tuple[int, str, str]], whitespace_split: bool, mapped: Callable[[str], str | None],
-                      bmp: int) -> tuple[np.ndarray, np.ndarray, set[str]]:
+                      bmp: int, isolated: set[str]) -> tuple[np.ndarray, np.ndarray, set[str]]:
     """(plain_map, plain_cp, every character a plain character's output holds)."""
-    banned = {" ", META}
+    banned = {" ", META} | isolated
     if whitespace_split or any(code == OP_STRIP for code, _, _ in ops):
         banned |= _RUST_WHITE
     for code, pattern, _ in ops:

@@ -68,6 +68,7 @@ class Cuts(NamedTuple):
     right: np.ndarray  # uint8 (256,): ASCII bytes a cut at a space may precede
     run_bytes: np.ndarray  # uint8 (256,): the bytes of a whitespace run
     edges: np.ndarray  # uint8 (BMP,): bit 1, the character may end a text before a run; bit 2, start one after
+    isolate: np.ndarray  # uint8 (256,): ASCII bytes that are chunks of their own between ASCII neighbours (all 0: none)
 
 
 class Normalizer(NamedTuple):
@@ -78,6 +79,7 @@ class Normalizer(NamedTuple):
     cp_start: np.ndarray  # int32 (BMP,): where its output lies in cp_blob
     cp_len: np.ndarray  # int32 (BMP,)
     cp_blob: np.ndarray  # uint8
+    marks: np.ndarray  # uint8 (MARK_COUNT * BASE_COUNT,) or empty: the mark-after-letter pairs `normalizer._map` takes
     ops: np.ndarray  # int64 (k, 5): the tail operations (OP_*)
     op_blob: np.ndarray  # uint8: their patterns and contents
     pretok: np.ndarray  # int64 [whitespace split, metaspace, prepend, split, is BPE]
@@ -159,8 +161,10 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     `bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`; spans: int64 (k, 3) fallback spans (byte start,
     byte stop, position in out)."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
+    isolate = cuts.isolate
     by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
-    flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = normalizer
+    flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, growth, plain_map, plain_prefix, plain_cp = \
+        normalizer
     cells, u_scores, u_bytes = uni.cells, uni.scores, uni.byte_ids
     unk_score = uni.unk_score[0]
     u_unk, u_fallback = uni.unk[0], uni.unk[1] != 0
@@ -209,6 +213,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         and cut_right[text[j + 1]] != 0:
                     # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
                     following = j + 1 if cut_mode == CUT_DROP else j
+                    break
+                elif isolate[c] != 0 and (j + 1 == n or text[j + 1] < 0x80) and (j == 0 or text[j - 1] < 0x80):
+                    # a character an isolated Split makes a word of its own: a chunk of its own
+                    if j == position:
+                        h = hash_step(h, c)
+                        j += 1
+                    following = j
                     break
                 h = hash_step(h, c)
                 j += 1
@@ -281,8 +292,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 bounds[0, 1] = m
                 n_words = 1
             else:
-                n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst,
-                                       words, bounds)
+                n_words = pre_tokenize(text, i, j, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, src,
+                                       dst, words, bounds)
             general = not plain or not cacheable  # its words are worth remembering on their own
             w = 0
             while w < n_words and n_out >= 0:

@@ -14,7 +14,9 @@ chunk is encoded exactly like a whole text:
    look at more than one character (OP_*), in the configured order;
 2. pre-tokenizer: optionally split at Unicode whitespace (WhitespaceSplit), then Metaspace:
    spaces become `▁`, one `▁` is prepended unless the text starts with one, and with `split` a
-   word starts at every `▁`;
+   word starts at every `▁`; then, where the tokenizer has one, an isolated `Split` of single
+   literal characters (the pieces a SentencePiece model emits whole, as transformers' converter
+   writes them: `,|\\(|\\)`): each such character becomes a word of its own (`_isolate`);
 3. model: Unigram Viterbi or byte-fallback BPE per word.
 
 A chunk holding a character the table does not vouch for (flag 0: a combining mark, a Hangul jamo,
@@ -40,6 +42,9 @@ OP_PREPEND = 5  # content before a non-empty text (Prepend)
 OP_REPLACE_START = 6  # the pattern at the very start (Replace, Regex "\A<literal>")
 OP_MAP = 7  # every character through the per-code-point table (the per-character normalizers, fused)
 META = "\u2581"  # Metaspace's replacement for a space
+# A combining diacritical mark (U+0300..U+036F) after a base letter below U+0250 that the probe found
+# left as it is (`marks`): the pair is normalised as the letter's output and the mark's own bytes.
+MARK_FIRST, MARK_COUNT, BASE_COUNT = 0x300, 0x70, 0x250
 _META0, _META1, _META2 = META.encode()  # its UTF-8 bytes, which the kernels write and compare
 
 
@@ -185,10 +190,16 @@ def _metaspace(norm, a, b, prepend, split, words, k, bounds, n_words):
 
 
 @helper
-def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
-    """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for."""
+def _map(src, m, flags, cp_start, cp_len, cp_blob, marks, dst):
+    """The per-character normalizers on src[:m] into dst; -1 at a character the table does not vouch for.
+
+    marks: uint8 (MARK_COUNT * BASE_COUNT,) or empty: 1 where a combining mark right after a vouched
+    base letter is left as it is (one mark: a second one, or a mark after anything else, is not
+    vouched for). What follows the mark is a vouched character or another chunk's: a starter that
+    neither composes with the mark nor extends its grapheme."""
     k = 0
     j = np.int64(0)
+    base = np.int64(-1)  # the code point before, where it is a vouched base letter for `marks`
     while j < m:
         byte = src[j]
         if byte < 0x80:
@@ -199,37 +210,102 @@ def _map(src, m, flags, cp_start, cp_len, cp_blob, dst):
             if cp < 0:
                 return -1
         if flags[cp] == 0:
-            return -1
+            if marks.shape[0] == 0 or base < 0 or not MARK_FIRST <= cp < MARK_FIRST + MARK_COUNT \
+                    or marks[(cp - MARK_FIRST) * BASE_COUNT + base] == 0:
+                return -1
+            for t in range(width):
+                dst[k] = src[j + t]
+                k += 1
+            j += width
+            base = -1
+            continue
         for t in range(cp_start[cp], cp_start[cp] + cp_len[cp]):
             dst[k] = cp_blob[t]
             k += 1
         j += width
+        base = cp if cp < BASE_COUNT else -1
     return k
 
 
+@helper
+def _isolate(words, bounds, n_words, pretok):
+    """Split every word at the isolated characters (pretok[6:], pretok[5] of them; Split behavior
+    Isolated): each becomes a word of its own, the text around it words too. Returns the new count.
+
+    The new bounds are written from the end of `bounds` backwards, last word first, then moved to the
+    front: at most one word per byte of `words` results, and `bounds` has a row per byte of `words`,
+    so the rows written never reach the row still to be read."""
+    count = pretok[5]
+    cap = bounds.shape[0]
+    top = cap
+    w = n_words - 1
+    while w >= 0:
+        a, b = bounds[w, 0], bounds[w, 1]
+        w -= 1
+        end = b
+        i = b
+        while i > a:
+            i -= 1
+            while i > a and (words[i] & 0xC0) == 0x80:
+                i -= 1
+            cp, width = decode_valid(words, i)
+            hit = False
+            for r in range(count):
+                if pretok[6 + r] == cp:
+                    hit = True
+                    break
+            if hit:
+                if end > i + width:
+                    top -= 1
+                    bounds[top, 0] = i + width
+                    bounds[top, 1] = end
+                top -= 1
+                bounds[top, 0] = i
+                bounds[top, 1] = i + width
+                end = i
+        if end > a:
+            top -= 1
+            bounds[top, 0] = a
+            bounds[top, 1] = end
+    for r in range(cap - top):
+        bounds[r, 0] = bounds[top + r, 0]
+        bounds[r, 1] = bounds[top + r, 1]
+    return cap - top
+
+
 @kernel()
-def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, ops, op_blob, pretok, src, dst, words, bounds):
+def pre_tokenize(text, a, b, flags, cp_start, cp_len, cp_blob, marks, ops, op_blob, pretok, src, dst, words, bounds):
     """Normalizer and pre-tokenizer on text[a:b] as a text of its own: the words' bytes into `words`
     and their (start, stop) into `bounds`; returns the number of words, or -1 to hand the chunk to
-    the real tokenizer."""
+    the real tokenizer. pretok: [whitespace split, metaspace, prepend, split, is BPE] and, where the
+    tokenizer isolates characters (`_isolate`), [their count, their code points...]."""
     m = b - a
     for t in range(m):
         src[t] = text[a + t]
     for r in range(ops.shape[0]):
         if ops[r, 0] == OP_MAP:
-            m = _map(src, m, flags, cp_start, cp_len, cp_blob, dst)
+            m = _map(src, m, flags, cp_start, cp_len, cp_blob, marks, dst)
             if m < 0:
                 return -1
         else:
             m = _apply_op(ops[r], op_blob, src, m, dst)
         src, dst = dst, src
+    n_words = _words(src, m, pretok, words, bounds)
+    if pretok.shape[0] > 5 and pretok[5] > 0 and n_words > 0:
+        return _isolate(words, bounds, n_words, pretok)
+    return n_words
+
+
+@helper
+def _words(src, m, pretok, words, bounds):
+    """WhitespaceSplit and Metaspace (as configured) on the normalised src[:m]: the number of words."""
     ws_split, metaspace, prepend, split = pretok[0] != 0, pretok[1] != 0, pretok[2] != 0, pretok[3] != 0
     if not metaspace:
         for t in range(m):
             words[t] = src[t]
         bounds[0, 0] = 0
         bounds[0, 1] = m
-        return 1 if m > 0 else 0
+        return np.int64(1) if m > 0 else np.int64(0)
     if not ws_split:
         zero = np.int64(0)  # no literal arguments: each would compile _metaspace once more
         return _metaspace(src, zero, m, prepend, split, words, zero, bounds, zero)[1]
