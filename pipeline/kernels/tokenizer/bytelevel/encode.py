@@ -43,7 +43,7 @@ from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (th
     SPACE,
     WINDOW_REACH,
     later_start,
-    window,
+    pattern_window,
     word_end,
 )
 from pipeline.kernels.tokenizer.bytelevel.word_cache import (
@@ -166,7 +166,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     n_found = 0  # words found
     n_done = 0  # words tokenized
     position = begin  # where the next word to tokenize starts
-    masked = ascii_masks and pattern == GPT2
+    masked = ascii_masks
     base = np.int64(-1)  # the pre-tokenizer's window (none yet)
     starts = untrusted = np.uint64(0)
     while True:
@@ -176,12 +176,12 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                 bit = found_end - base  # a function returning the window state made this loop 3 times slower)
                 if base < 0 or bit > 62:
                     base = found_end
-                    starts, untrusted = window(text, found_end, classes)
+                    starts, untrusted = pattern_window(text, found_end, classes, pattern)
                     bit = 0
                 stop = later_start(starts, untrusted, bit)
                 if stop == 64 and bit > 0:  # the word may run past the window: one that starts with it
                     base = found_end
-                    starts, untrusted = window(text, found_end, classes)
+                    starts, untrusted = pattern_window(text, found_end, classes, pattern)
                     stop = later_start(starts, untrusted, 0)
                 stop = base + stop if 0 <= stop < 64 else np.int64(-1)
             if stop < 0:
@@ -270,7 +270,7 @@ class ByteLevelTables:
         swar_letters: whether the ASCII code points of class LETTER are exactly [A-Za-z] (then
             letter runs are scanned eight bytes at a time).
         ascii_masks: whether the ASCII classes are those `class_masks64` sees (letters [A-Za-z],
-            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then GPT-2's pattern is scanned 64 bytes at a time.
+            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then either pattern is scanned 64 bytes at a time.
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
         pattern: GPT2 or LLAMA3.
