@@ -113,23 +113,26 @@ _LLAMA3_RULES = ["Hello", " world", "\tword", ".Hello", " .Hello", "..Hello", "a
                  " \u201cHi", "e\u0301s", "\u2014and", "12345678", "1234", " 42", "x!\n\n  y", "!\n \n z", "\n \n y",
                  "\n  \n", "  \n  x", "\r\n\r\nA", "\n\tx", "\t.x", "   ", "(fine)", " -- ", "x;\r\n", "\u5b57\u5b57",
                  "caf\u00e9", "\u00e9t\u00e9", " \n", "\n", "\t\t", "!!!", "\u00a0x", "\n\n\n"]
+_LLAMA3_UNTRUSTED = ["12\u0663456", "\u0661\u0662\u0663\u0664\u0665", "'reef", "x'llama", "'\u017fa"]
 
 
 def test_the_llama3_window_keeps_every_rule():
     """Each rule's case between others, at every offset from a window's start: a trusted start the
-    rule gets wrong (or a start it misses) fails here."""
+    rule gets wrong (or a start it misses) fails here; then the cases it must leave untrusted
+    (numbers beyond ASCII in a run of digits, contractions)."""
     for shift in range(8):
         text = "a" * shift + "".join(f"{rule}{_LLAMA3_RULES[(k * 7 + 3) % len(_LLAMA3_RULES)]}"
                                      for k, rule in enumerate(_LLAMA3_RULES * 2))
         cut, words = _window_words(text, LLAMA3_PATTERN)
         assert cut > 0.8 * words
+        _window_words(text + "".join(f"{rule} 123456 the" for rule in _LLAMA3_UNTRUSTED) + " " * 70, LLAMA3_PATTERN)
 
 
 @st.composite
 def long_text(draw) -> str:
     """Runs of the characters the rules tell apart, long enough for many windows."""
     parts = st.one_of(st.sampled_from(_BOUNDARY_PARTS), st.sampled_from(_RISKY), st.sampled_from(_WORDS[:10]),
-                      st.sampled_from(_LLAMA3_RULES), st.text(max_size=4))
+                      st.sampled_from(_LLAMA3_RULES + _LLAMA3_UNTRUSTED), st.text(max_size=4))
     return "".join(draw(st.lists(parts, min_size=40, max_size=160)))
 
 
