@@ -1,7 +1,7 @@
 """Tokenization alone, one thread, cold and warm, against every peer: ids checked on every document.
 
-    python -m benchmarks.peers --corpus DIR [--tokenizer PATH ...] [--repeat 3] [--methods ours,tokie,...]
-        [--json FILE] [--markdown FILE]
+    python -m benchmarks.peers --corpus DIR [--tokenizer PATH ...] [--real deepseek_v4,qwen,qwen3_6]
+        [--repeat 3] [--methods ours,tokie,...] [--json FILE] [--markdown FILE]
 
 Each method runs in a fresh process of its own, pinned to one core, with one thread (RAYON_NUM_THREADS=1),
 on the corpus' documents (each text file cleaned as the job cleans it, whole, one call a document, ids
@@ -11,6 +11,10 @@ counted), then reads every document once (**cold**: the first pass, its caches e
 both passes are then compared with HF's `encode(add_special_tokens=False)` on every document; a method
 whose ids differ anywhere is reported as such (with the first document that differs) and its speed is
 not quoted. Methods run interleaved, `--repeat` rounds, order rotated each round: medians and ranges.
+
+`ours` is what a job with `--tokenizer_backend auto` runs: the fast family where it covers the
+tokenizer, else the real tokenizer with the job's cuts (the table says which, `(fast)` or `(hf)`).
+`--real` adds the real 129k-248k vocabularies (`benchmarks.real_tokenizers`, MLM specials added).
 
 HF (`encode_batch_fast`, no cache) runs once on every document, giving the reference ids and its
 rate. The peers, from PyPI (`pip install -e .[bench]`): `tokie`, `fastokens`, `snaptokens`, `splintr`
@@ -85,14 +89,20 @@ def build(method: str, path: str):
             from tokenizers import Tokenizer
 
             from pipeline.tokenizer.encode import tokenize_text
-            from pipeline.tokenizer.fast import FastTokenizer
+            from pipeline.tokenizer.fast import FastTokenizer, choose_backend
             from pipeline.tokenizer.resolve import resolve_tokenizer_json
 
             content = resolve_tokenizer_json(path)
             real = Tokenizer.from_str(content)
             real.encode_special_tokens = True
-            fast = FastTokenizer(real, content)
-            return lambda text: tokenize_text(fast, text)
+            backend, _ = choose_backend("auto", content)  # as a job's --tokenizer_backend auto
+            ours = FastTokenizer(real, content) if backend == "fast" else real
+
+            def encode_ours(text: str) -> np.ndarray:
+                return tokenize_text(ours, text)
+
+            encode_ours.backend = backend
+            return encode_ours
         if method == "tokie":
             import tokie
 
@@ -143,6 +153,7 @@ def worker(method: str, path: str, folder: Path) -> dict:
     except Refused as refused:
         return {"method": method, "refused": str(refused)}
     loaded = clock() - started
+    backend = getattr(encode, "backend", None)  # ours: the backend `auto` picked
     passes, seconds = [], []
     for _ in range(1 if method == "hf" else 2):
         started = clock()
@@ -150,7 +161,7 @@ def worker(method: str, path: str, folder: Path) -> dict:
         seconds.append(clock() - started)
         passes.append(out)
     result = {"method": method, "bytes": n_bytes, "load_s": loaded, "cold_s": seconds[0],
-              "warm_s": seconds[-1] if len(seconds) > 1 else None}
+              "warm_s": seconds[-1] if len(seconds) > 1 else None, **({"backend": backend} if backend else {})}
     flat = [np.concatenate([np.asarray(ids, dtype=np.int64) for ids in out]) if out else np.zeros(0) for out in passes]
     if method == "hf":
         np.save(folder / "reference.npy", flat[0].astype(np.int32))
@@ -225,6 +236,8 @@ def measure(path: str, folder: Path, methods: list[str], repeat: int) -> dict:
             entry[which] = statistics.median(rates)
             entry[f"{which}_range"] = (min(rates), max(rates))
         entry["load_s"] = statistics.median(x["load_s"] for x in results)
+        if "backend" in first:
+            entry["backend"] = first["backend"]
         entry["runs"] = len(results)
         summary["methods"][method] = entry
     return summary
@@ -245,7 +258,8 @@ def markdown_table(results: list[dict], methods: list[str]) -> str:
         for m in methods:
             e = r["methods"][m]
             cells.append("refused" if "refused" in e else "ids differ" if "inexact" in e
-                         else f"{_fmt(e['warm'])} / {_fmt(e['cold'])}")
+                         else f"{_fmt(e['warm'])} / {_fmt(e['cold'])}" + (f" ({e['backend']})" if e.get("backend")
+                                                                          else ""))
         peers = {m: e for m, e in r["methods"].items() if m != "ours" and "cold" in e}
         ours = r["methods"].get("ours", {})
         best_warm = max(peers, key=lambda m: peers[m]["warm"], default=None)
@@ -267,6 +281,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tokenizer", action="append",
                         help="tokenizer file or folder, repeatable (default: bert-base-uncased and the test "
                         "tokenizers of every family)")
+    parser.add_argument("--real", default="",
+                        help="comma-separated real tokenizers from benchmarks.real_tokenizers (deepseek_v4, qwen, "
+                        "qwen3_6), converted into a scratch folder and measured after --tokenizer's")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated (default {','.join(METHODS)})")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", help="write the figures here")
@@ -290,7 +307,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         n_docs, n_bytes = write_docs(Path(args.corpus), folder)
         print(f"{n_docs} documents, {n_bytes / 1e6:.1f} MB, one thread, CPU time; warm = the same text a "
               "second time", flush=True)
-        for path in args.tokenizer or DEFAULT_TOKENIZERS:
+        paths = list(args.tokenizer or ([] if args.real else DEFAULT_TOKENIZERS))
+        if args.real:
+            from benchmarks.real_tokenizers import main as convert
+
+            paths += [str(p.parent) for p in convert(["--output", str(folder / "real"), "--only", args.real])]
+        for path in paths:
             r = measure(path, folder, methods, args.repeat)
             results.append(r)
             parts = [f"HF {_fmt(r['hf']['cold'])}"]

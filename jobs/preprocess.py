@@ -28,8 +28,10 @@ from pipeline.console.preflight import missing_local_input, missing_tokenizer
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 from schemas.options import (
     BACKEND_AUTO,
+    DEFAULT_GROUP_INPUTS,
     DEFAULT_MAX_SPAN,
     DEFAULT_SPAN_P,
+    GROUPED_INPUT_BYTES,
     PACKING_DOC,
     PACKING_MODES,
     PACKING_SENTENCES,
@@ -124,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split_bytes", type=int, default=64 * 1024 * 1024,
                    help="tokenize uncompressed text and .jsonl files larger than this in byte ranges on many "
                         "workers (compressed files are streamed by one worker each)")
+    p.add_argument("--group_inputs", type=int, default=DEFAULT_GROUP_INPUTS, metavar="N",
+                   help=f"small whole files (up to {GROUPED_INPUT_BYTES >> 20} MB each) consecutive by path are "
+                        f"read by one worker call, up to N of them and --split_bytes in all, into one pair of part "
+                        f"files; the output is the same for any N (default {DEFAULT_GROUP_INPUTS}; 1: every input "
+                        f"alone)")
     p.add_argument("--dask_local_workers", type=int, metavar="N",
                    help="start a local Dask cluster of N worker processes and run on it with DaskRunner (default: "
                         "none; the local FnApiRunner with one worker per core)")
@@ -199,6 +206,8 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     if not known.output and not beam_args:
         parser.error("--output is required")
     _checked(parser, known)
+    if known.group_inputs < 1:
+        parser.error(f"--group_inputs must be >= 1, got {known.group_inputs}")
     if known.tokenizer_threads is not None and known.tokenizer_threads < 1:
         parser.error(f"--tokenizer_threads must be >= 1, got {known.tokenizer_threads}")
     if known.dask_local_workers is not None and known.dask_local_workers < 1:
@@ -260,7 +269,8 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
     if prepared is None:
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
         return None
-    prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads)
+    prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads,
+                                   group_inputs=known.group_inputs)
     quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
     try:
         result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers,

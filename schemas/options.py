@@ -25,6 +25,10 @@ VALIDATION_BY_ROW = "row"
 VALIDATION_BY_DOCUMENT = "document"
 VALIDATION_UNITS = (VALIDATION_BY_ROW, VALIDATION_BY_DOCUMENT)
 
+# --group_inputs: whole files up to GROUPED_INPUT_BYTES share a work unit, up to this many a unit
+DEFAULT_GROUP_INPUTS = 1000
+GROUPED_INPUT_BYTES = 1 << 20
+
 # --tokenizer_backend
 BACKEND_AUTO = "auto"
 BACKEND_FAST = "fast"

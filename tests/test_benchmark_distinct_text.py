@@ -127,3 +127,18 @@ def test_job_cost_fit_and_nested_sizes(tmp_path):
     assert sorted(p.name for p in large.iterdir()) == [f"b{i}.txt" for i in range(5)]
     with pytest.raises(ValueError, match="less than the largest size"):
         nested_corpora(source, [0.2, 5], tmp_path / "too_big")
+
+
+def test_job_cost_runs_with_bytecode_written_as_an_install_would(tmp_path, monkeypatch):
+    """Under PYTHONDONTWRITEBYTECODE every timed job would compile its modules from source again."""
+    import subprocess
+    import sys
+
+    from benchmarks.job_cost import job_environment
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = job_environment(tmp_path / "bytecode")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "bytecode")
+    subprocess.run([sys.executable, "-c", "import schemas.options"], env=env, check=True, cwd=tmp_path.parent,
+                   timeout=120)
+    assert list((tmp_path / "bytecode").rglob("options*.pyc")), "the job's modules left no bytecode"

@@ -9,6 +9,7 @@ no token is ever shuffled through a GroupByKey.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import posixpath
 import threading
@@ -23,9 +24,17 @@ from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_inpu
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading.listed_inputs import list_inputs
-from pipeline.beam.reading.work_units import WorkUnit, split_large_inputs
+from pipeline.beam.reading.work_units import (
+    DEFAULT_GROUP_INPUTS,
+    UnitGroup,
+    WorkUnit,
+    group_units,
+    groupable,
+    split_large_inputs,
+)
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.spec_file import SpecFile, ship_spec
+from pipeline.beam.unit_groups import InputFailed, process_group
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.units import (
     STAGE_QUALITY,
@@ -147,9 +156,17 @@ class _TokenizerFn(_CountingFn):
 
 
 class _ProcessUnitFn(_TokenizerFn):
-    def process(self, unit: WorkUnit):
+    def process(self, unit: WorkUnit | UnitGroup):
         context = self._worker_context
         clock = StageClock()
+        if isinstance(unit, UnitGroup):
+            try:
+                results = process_group(unit, context, clock)
+            except InputFailed as failed:
+                raise self._failed(failed.source, failed.error) from failed.error
+            for index, result in enumerate(results):
+                yield self._count(result, clock if index == 0 else None)
+            return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
         except Exception as error:
@@ -235,30 +252,76 @@ def _shard_path(task: ShardTask) -> str:
     return task.path
 
 
+GROUP_KEYS = 256  # where no step sees every unit, small inputs are grouped among those of one of these keys
+
+
+def _group_key(unit) -> tuple[int, Any]:
+    """A stable key of GROUP_KEYS for a small input (a hash of its path), -1 for any other unit."""
+    if not groupable(unit):
+        return -1, unit
+    digest = hashlib.sha256(unit.source.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:4], "big") % GROUP_KEYS, unit
+
+
+def _groups_of_key(kv, max_inputs: int, max_bytes: int):
+    """The units of one key in groups as they come (a runner may stream a key's values: bounded
+    memory), the other units alone."""
+    key, units = kv
+    if key < 0:
+        yield from units
+        return
+    small: list[WorkUnit] = []
+    size = 0
+    for unit in units:
+        small.append(unit)
+        size += unit.size
+        if len(small) >= max_inputs or size >= max_bytes:
+            yield from group_units(small, max_inputs, max_bytes)
+            small, size = [], 0
+    yield from group_units(small, max_inputs, max_bytes)
+
+
 class SpreadUnits(beam.PTransform):
     """Spread work units (or any elements, by the `size` and `key` given) over workers: evenly by
     size into `n_bins` groups when the worker count is known (the local runner hands each worker a
     fixed share of a stage's input, so a random spread leaves one worker finishing alone), else a
-    plain Reshuffle (cloud runners balance dynamically)."""
+    plain Reshuffle (cloud runners balance dynamically). With `group_inputs` above 1, small whole
+    files are first grouped (`work_units.group_units`), up to that many and `group_bytes` a group."""
 
     def __init__(self, *, n_bins: int | None, size: Callable[[Any], int] = _unit_size,
-                 key: Callable[[Any], str] = _unit_source) -> None:
+                 key: Callable[[Any], str] = _unit_source, group_inputs: int = 1, group_bytes: int = 0) -> None:
         super().__init__()
         if n_bins is not None and n_bins < 1:
             raise ValueError(f"n_bins must be >= 1, got {n_bins}")
         self._n_bins = n_bins
         self._size = size
         self._key = key
+        self._group = (group_inputs, group_bytes)
 
     def expand(self, units):
+        group_inputs, group_bytes = self._group
         if self._n_bins is None:
+            if group_inputs > 1:
+                # No finish_bundle output (Beam's Dask runner drops it): a GroupByKey on 256 keys.
+                units = (units
+                         | "GroupKeys" >> beam.Map(_group_key)
+                         | "ByGroupKey" >> beam.GroupByKey()
+                         | "GroupSmallInputs" >> beam.FlatMap(_groups_of_key, max_inputs=group_inputs,
+                                                              max_bytes=group_bytes))
             return units | "Reshuffle" >> beam.Reshuffle()
         n_bins, size, key = self._n_bins, self._size, self._key
+
+        def bins(kv):
+            items = list(kv[1])
+            if group_inputs > 1:
+                items = group_units(items, group_inputs, group_bytes, n_bins)
+            return enumerate(balanced_bins(items, n_bins, size=size, key=key))
+
         return (
             units
             | "Together" >> beam.Map(lambda unit: (None, unit))
             | "AllUnits" >> beam.GroupByKey()
-            | "Bin" >> beam.FlatMap(lambda kv: enumerate(balanced_bins(list(kv[1]), n_bins, size=size, key=key)))
+            | "Bin" >> beam.FlatMap(bins)
             | "GroupBins" >> beam.GroupByKey()
             | "Unbin" >> beam.FlatMap(lambda kv: [unit for group in kv[1] for unit in group])
         )
@@ -278,16 +341,22 @@ class TokenizeAndChunk(beam.PTransform):
     by many, and its rows stitched by one (`input_splits`)."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
-                 local_workers: int | None = None, tokenizer_threads: int | None = None) -> None:
+                 local_workers: int | None = None, tokenizer_threads: int | None = None,
+                 group_inputs: int = DEFAULT_GROUP_INPUTS) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
+        if group_inputs < 1:
+            raise ValueError(f"--group_inputs must be >= 1, got {group_inputs}")
         self._args = (ship_spec(spec, temp_dir), UnitContext.from_spec(spec, config, temp_dir), tokenizer_threads)
         self._local_workers = local_workers
+        self._group = (group_inputs, config.split_bytes)
 
     def expand(self, units):
         # One output holding both kinds (not tagged outputs, which Beam's Dask runner mixes up).
-        processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers)
+        group_inputs, group_bytes = self._group
+        processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers, group_inputs=group_inputs,
+                                                          group_bytes=group_bytes)
                      | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)))
         results = processed | "UnitResults" >> beam.Filter(_is_unit_result)
         stitched = (processed
@@ -491,8 +560,9 @@ class Preprocess(beam.PTransform):
 
     def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
-                 patterns: list[str] | tuple[str, ...] = ()) -> None:
+                 patterns: list[str] | tuple[str, ...] = (), group_inputs: int = DEFAULT_GROUP_INPUTS) -> None:
         super().__init__()
+        self._group_inputs = group_inputs
         if not units and not patterns:
             raise ValueError("no input units or patterns")
         self._units = units
@@ -516,7 +586,8 @@ class Preprocess(beam.PTransform):
             units
             | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
                                                     local_workers=self._local_workers,
-                                                    tokenizer_threads=self._tokenizer_threads)
+                                                    tokenizer_threads=self._tokenizer_threads,
+                                                    group_inputs=self._group_inputs)
             | "WriteShards" >> WriteShards(spec=self._spec, config=self._config, local_workers=self._local_workers)
         )
 

@@ -26,6 +26,9 @@ class UnitResult:
     counts: dict[str, int] = field(default_factory=dict)
     records_skipped: dict[str, int] = field(default_factory=dict)
     parts: dict[str, tuple[str, int]] = field(default_factory=dict)  # split -> (part path, rows)
+    # split -> the row of its part where its rows start: a group of small inputs shares one pair of
+    # parts, each input's rows after the previous input's (absent: row 0, the unit's own part)
+    part_starts: dict[str, int] = field(default_factory=dict)
     duplicate_of: str | None = None  # the first input (by path) with the same content
     unk_fraction: float | None = None  # share of [UNK] among its content tokens (None: not tokenized)
     scripts: dict[str, float] = field(default_factory=dict)  # share of its letters per Unicode script

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +19,7 @@ from pipeline.beam.reading.reader import UnitReader, UnitScan, input_changed
 from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult, load_result, save_result
-from pipeline.beam.writing.part_writer import PartWriter
+from pipeline.beam.writing.part_writer import MemberWriter, PartWriter
 from pipeline.kernels.common.hashing import digest_to_u64, short_row_targets
 from pipeline.kernels.rows.chunking import RowLayout, RowStream
 from pipeline.kernels.text.quality import MinHasher, script_shares
@@ -106,15 +106,19 @@ def _process(unit: WorkUnit, context: UnitContext, clock: StageClock) -> UnitRes
     return check_unchanged(unit, tokenize_unit(reader, result, context, clock))
 
 
-def check_unchanged(unit: WorkUnit, result: UnitResult) -> UnitResult:
+def check_unchanged(unit: WorkUnit, result: UnitResult, discard: Callable[[], None] | None = None) -> UnitResult:
     """The result, or (when the input is not the one listed: it changed or grew while it was read,
     once or twice) the input skipped with the reason: its rows would mix two versions, carry the
-    old version's content key, or hold tokens of more bytes than the manifest records."""
+    old version's content key, or hold tokens of more bytes than the manifest records. Its rows
+    go: its parts are deleted, or `discard` drops them (an input of a group, not yet written)."""
     changed = input_changed(unit)
     if changed is None or result.skip_reason is not None:
         return result
-    for path, _ in result.parts.values():
-        FileSystems.delete([path])
+    if discard is not None:
+        discard()
+    else:
+        for path, _ in result.parts.values():
+            FileSystems.delete([path])
     result = _gated(result, changed)
     result.counts = {name: (value if name == m.FILES_READ else 0) for name, value in result.counts.items()}
     result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
@@ -161,10 +165,12 @@ def _script_reason(result: UnitResult, scripts: tuple[str, ...]) -> str:
     return f"script: mostly {result.dominant_script or 'no letters'} ({shares}), not in --scripts {','.join(scripts)}"
 
 
-def tokenize_unit(reader: UnitReader, result: UnitResult, context: UnitContext, clock: StageClock) -> UnitResult:
-    """The second pass: rows into the unit's parts, then the [UNK] gate."""
+def tokenize_unit(reader: UnitReader, result: UnitResult, context: UnitContext, clock: StageClock,
+                  writer: PartWriter | MemberWriter | None = None) -> UnitResult:
+    """The second pass: rows into the unit's parts (or its group's: `writer`), then the [UNK] gate."""
     counts = result.counts
-    writer = PartWriter(context.temp_dir, reader.unit.source, context.layout, context.id_dtype, context.config)
+    if writer is None:
+        writer = PartWriter(context.temp_dir, reader.unit.source, context.layout, context.id_dtype, context.config)
     # Text inputs get their signature in the first pass; records here, once their joined size is known.
     signature = MinHasher(reader.scanned.joined_bytes, seed=SIGNATURE_SEED) if not result.signature else None
     try:
@@ -181,7 +187,7 @@ def tokenize_unit(reader: UnitReader, result: UnitResult, context: UnitContext, 
     return finish_parts(result, writer, context.config, clock)
 
 
-def finish_parts(result: UnitResult, writer: PartWriter, config: PreprocessConfig,
+def finish_parts(result: UnitResult, writer: PartWriter | MemberWriter, config: PreprocessConfig,
                  clock: StageClock | None = None) -> UnitResult:
     """Close the unit's parts, or delete them when the [UNK] gate keeps the unit out."""
     counts = result.counts
@@ -192,6 +198,7 @@ def finish_parts(result: UnitResult, writer: PartWriter, config: PreprocessConfi
                               f"{counts[m.TOKENS]:,} tokens are [UNK] for tokenizer {config.tokenizer} "
                               f"(--max_unk_fraction {config.max_unk_fraction})")
     result.parts = writer.close()
+    result.part_starts = dict(writer.starts)
     if clock is not None:
         clock.lap(STAGE_WRITE_PARTS)
     return result
@@ -205,6 +212,7 @@ def _gated(result: UnitResult, reason: str) -> UnitResult:
     result.counts[m.FILES_SKIPPED] = result.counts[m.FILES_READ]
     result.skip_reason = reason
     result.parts = {}
+    result.part_starts = {}
     return result
 
 

@@ -9,16 +9,39 @@ import pyarrow as pa
 from pipeline.storage import filesystem
 
 
+def numpy_array(values: np.ndarray) -> pa.Array:
+    """A 1-D numpy array of integers or floats as the Arrow array `pa.array` makes of it (no nulls),
+    without copying and without `pa.array`'s probe for pandas objects, which imports pandas (~0.4
+    CPU-seconds of every worker process) the first time it runs. Other dtypes go to `pa.array`."""
+    if values.ndim != 1 or values.dtype.kind not in "iuf" or not values.dtype.isnative:
+        return pa.array(values)
+    flat = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(flat.dtype), len(flat), [None, pa.py_buffer(flat)])
+
+
+_NUMPY_TYPES = {pa.from_numpy_dtype(np.dtype(name)): np.dtype(name) for name in (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64")}
+
+
+def array_to_numpy(values: pa.Array) -> np.ndarray:
+    """A numeric Arrow array without nulls as the read-only numpy view `to_numpy` gives of it, without
+    `to_numpy`'s import of pandas (see `numpy_array`); any other array goes to `to_numpy`."""
+    dtype = _NUMPY_TYPES.get(values.type)
+    if dtype is None or values.null_count:
+        return values.to_numpy(zero_copy_only=False)
+    return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize)
+
+
 def fixed_list_array(rows: np.ndarray) -> pa.FixedSizeListArray:
     """A (n, L) array as an Arrow fixed_size_list<L> column without copying."""
     n, width = rows.shape
-    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(rows).reshape(-1)), width)
+    return pa.FixedSizeListArray.from_arrays(numpy_array(np.ascontiguousarray(rows).reshape(-1)), width)
 
 
 def fixed_list_to_numpy(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
     """A fixed_size_list<L> column as a (n, L) numpy array (zero-copy for a single chunk)."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    arrays = [chunk.flatten().to_numpy(zero_copy_only=False).reshape(-1, width) for chunk in chunks]
+    arrays = [array_to_numpy(chunk.flatten()).reshape(-1, width) for chunk in chunks]
     if len(arrays) == 1:
         return arrays[0]
     return np.concatenate(arrays) if arrays else np.zeros((0, width))

@@ -59,7 +59,29 @@ def content_tokenizer_json(raw: str, special_ids: set[int]) -> str:
         if 0 <= token_id < len(vocab) and vocab[token_id][0] != "":
             vocab[token_id] = ["", vocab[token_id][1]]
             changed = True
-    return json.dumps(config, ensure_ascii=False) if changed else raw
+    if not changed:
+        return raw
+    # An added token whose string is not in the vocabulary gets the next free id when the file is
+    # read: the special ones emptied above go last, so that the non-special ones keep theirs.
+    added = config.get("added_tokens") or []
+    config["added_tokens"] = [t for t in added if not t.get("special")] + [t for t in added if t.get("special")]
+    return json.dumps(config, ensure_ascii=False)
+
+
+class AddedTokenRenumbered(ValueError):
+    """The content tokenizer numbers a non-special added token otherwise than its file."""
+
+
+def check_added_ids(tokenizer, config: dict) -> None:
+    """Raises AddedTokenRenumbered where `tokenizer` (built from the content tokenizer.json) gives a
+    non-special added token of `config` (the file as given) another id."""
+    built = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}
+    for token in config.get("added_tokens") or []:
+        if not token.get("special") and built.get(token.get("content")) != token.get("id"):
+            raise AddedTokenRenumbered(
+                f"added token {token.get('content')!r} has id {token.get('id')} in the tokenizer.json but "
+                f"{built.get(token.get('content'))} once its special pieces are out of the vocabulary: give the "
+                "non-special added tokens the ids after the vocabulary, in order")
 
 
 class SpecialGuard:

@@ -28,13 +28,13 @@ Where nothing is proven the rule has no cut: each document is encoded whole.
 from __future__ import annotations
 
 import json
-import unicodedata
 from functools import lru_cache
 
-from tokenizers import Tokenizer
-
 from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, PATTERNS
+from pipeline.tokenizer.added_tokens import cuts_without_straddled as _added_token_filter
 from pipeline.tokenizer.components import BYTE_CHARS, is_no_op_normalizer
+from pipeline.tokenizer.components import invisible_characters as _invisible
+from pipeline.tokenizer.components import normalizer_function as _normalize
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, REGEX_CUTS, SPACE_CUTS, WHITESPACE_CUTS, CutRule
 from pipeline.tokenizer.families import covered_family_cuts
 
@@ -42,7 +42,6 @@ _PER_CHARACTER = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Nm
 _WHITESPACE_SPLITTERS = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace"}
 # characters a vocabulary may leave unmerged in a tokenizer without pre-tokenizer
 VOCABULARY_CANDIDATES = " \t\n\r.,;:!?"
-_ASCII_WHITESPACE = " \t\n\r"
 
 
 def _steps(node: dict | None, kind: str, key: str) -> list[dict]:
@@ -69,36 +68,6 @@ def _normalizer_problem(config: dict) -> tuple[str | None, str]:
             continue
         return f"normalizer {kind} (not per-character)", straddled
     return None, straddled
-
-
-def _normalize(config: dict):
-    """The tokenizer's normalizer as a function of a string."""
-    if is_no_op_normalizer(config.get("normalizer")):
-        return lambda text: text
-    return _normalizer_of(json.dumps(config["normalizer"], sort_keys=True))
-
-
-@lru_cache(maxsize=8)
-def _normalizer_of(normalizer_json: str):
-    shell = {"version": "1.0", "normalizer": json.loads(normalizer_json), "pre_tokenizer": None,
-             "model": {"type": "WordLevel", "vocab": {"a": 0}, "unk_token": "a"}}
-    return Tokenizer.from_str(json.dumps(shell)).normalizer.normalize_str
-
-
-@lru_cache(maxsize=8)
-def _invisible(normalizer_json: str) -> frozenset[str]:
-    """Visible characters (letters, marks, numbers, punctuation, symbols) the normalizer turns into
-    nothing or into something that ends in whitespace, a control or a format character."""
-    normalize = _normalizer_of(normalizer_json)
-    found = set()
-    for cp in range(0x110000):
-        char = chr(cp)
-        if unicodedata.category(char)[0] not in "LNMPS" or 0xD800 <= cp < 0xE000:
-            continue
-        out = normalize(char)
-        if not out or unicodedata.category(out[-1])[0] not in "LNMPS":
-            found.add(char)
-    return frozenset(found)
 
 
 def _pre_tokenizer_rule(config: dict) -> tuple[CutRule | None, str]:
@@ -182,23 +151,6 @@ def _vocabulary_rule(config: dict, normalize) -> tuple[CutRule | None, str]:
     if not safe:
         return None, ""
     return CutRule(safe, after_visible=False), f"{kind} vocabulary (never merges {safe!r})"
-
-
-def _added_token_filter(config: dict, rule: CutRule, normalize) -> CutRule:
-    """The rule without the cut characters an added token could straddle (special tokens are never
-    matched: the job encodes their strings as text)."""
-    drop = set()
-    for token in config.get("added_tokens") or []:
-        if token.get("special"):
-            continue
-        content = token.get("content") or ""
-        if token.get("lstrip") or token.get("rstrip"):
-            drop.update(_ASCII_WHITESPACE)
-        for char in rule.before:
-            forms = {char, normalize(char)} if token.get("normalized", True) else {char}
-            if any(form and form in content for form in forms):
-                drop.add(char)
-    return _only(rule, "".join(c for c in rule.before if c not in drop))
 
 
 def derived_cuts(config: dict) -> tuple[CutRule, str]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from pipeline.tokenizer.added_tokens import added_support, cuts_without_straddled, without_plain_added
 from pipeline.tokenizer.bytelevel.family import BYTE_LEVEL
+from pipeline.tokenizer.components import normalizer_function
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.family import Family, marker_rule
 from pipeline.tokenizer.sentencepiece.family import SENTENCEPIECE
@@ -42,12 +44,18 @@ def describe(config: dict) -> str:
 
 def support(config: dict) -> tuple[Family | None, list[str]]:
     """(the tokenizer's family, what its fast path cannot reproduce); problems are never empty
-    when no family claims the tokenizer."""
+    when no family claims the tokenizer. Non-special added tokens are split out before the family's
+    encoder (`added_tokens`), which never sees them."""
     family = family_of(config)
     if family is None:
         names = ", ".join(f.name for f in FAMILIES)
         return None, [f"no fast family for a {describe(config)} (fast families: {names})"]
-    return family, family.support(config)
+    return family, family.support(without_plain_added(config)) + added_support(config)
+
+
+def family_cuts(family: Family, config: dict, tokenizer_json: str) -> CutRule:
+    """A covered tokenizer's cut rule: its family's, less the cut characters an added token could straddle."""
+    return cuts_without_straddled(config, family.cuts(config, tokenizer_json), normalizer_function(config))
 
 
 def covered_family_cuts(config: dict, tokenizer_json: str | None = None) -> CutRule | None:
@@ -57,7 +65,8 @@ def covered_family_cuts(config: dict, tokenizer_json: str | None = None) -> CutR
     family, problems = support(config)
     if family is None or problems:
         return None
-    return family.cuts(config, json.dumps(config, ensure_ascii=False) if tokenizer_json is None else tokenizer_json)
+    return family_cuts(family, config,
+                       json.dumps(config, ensure_ascii=False) if tokenizer_json is None else tokenizer_json)
 
 
 def continues_word(config: dict) -> Callable[[str], bool]:

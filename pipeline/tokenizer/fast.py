@@ -14,10 +14,11 @@ import json
 import numpy as np
 from tokenizers import Tokenizer
 
+from pipeline.tokenizer.added_tokens import AddedTokenSplitter, plain_added, without_plain_added
 from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
-from pipeline.tokenizer.families import support
+from pipeline.tokenizer.families import family_cuts, support
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
@@ -52,7 +53,8 @@ def choose_backend(requested: str, tokenizer_json: str) -> tuple[str, list[str]]
 
 class FastTokenizer:
     """Encodes text as the given real tokenizer does (special-token strings as plain text, no
-    special tokens added) with its family's fast path.
+    special tokens added) with its family's fast path; non-special added tokens are split out first
+    (`added_tokens.AddedTokenSplitter`) and the family's encoder, built without them, gets the rest.
 
     Attributes:
         family: the tokenizer's `Family` (from the registry). cuts: where its text may be cut
@@ -67,11 +69,20 @@ class FastTokenizer:
             raise UnsupportedTokenizer(problems, None if family is None else family.name)
         self.tokenizer = tokenizer
         self.family = family
-        self.cuts: CutRule = family.cuts(config, tokenizer_json)
+        self.cuts: CutRule = family_cuts(family, config, tokenizer_json)
         self.slice_chars = family.slice_chars
         # special pieces out of the content lattice, as on the hf backend (content.py)
-        self._impl = family.make(tokenizer, content_tokenizer_json(tokenizer_json,
-                                                                   special_ids_of(config, SPECIAL_CANDIDATES)))
+        content = content_tokenizer_json(tokenizer_json, special_ids_of(config, SPECIAL_CANDIDATES))
+        self._added = None
+        if plain_added(config):
+            self._added = AddedTokenSplitter(config)
+            content = json.dumps(without_plain_added(config if content is tokenizer_json else json.loads(content)),
+                                 ensure_ascii=False)
+            inner = Tokenizer.from_str(content)  # the family's own fallbacks must not match added tokens
+            inner.encode_special_tokens = True
+            self._impl = family.make(inner, content)
+        else:
+            self._impl = family.make(tokenizer, content)
 
     @property
     def tables(self):
@@ -80,8 +91,15 @@ class FastTokenizer:
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
-        return self._impl.encode(text)
+        if self._added is None:
+            return self._impl.encode(text)
+        return self._added.encode(text, self._impl.encode, self._real)
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
-        return self._impl.encode_bytes(data)
+        if self._added is None or not self._added.may_match_bytes(data):
+            return self._impl.encode_bytes(data)
+        return self.encode(data.decode("utf-8", "surrogatepass"))
+
+    def _real(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int32)

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from pipeline.kernels.rows.chunking import RowLayout
 from pipeline.kernels.rows.masking import MaskingRule
-from pipeline.tokenizer.content import content_tokenizer_json
+from pipeline.tokenizer.content import check_added_ids, content_tokenizer_json
 from pipeline.tokenizer.errors import TokenizerError, is_panic, panic_error
 from pipeline.tokenizer.families import continues_word
 from pipeline.tokenizer.safety.normalizer_growth import NormalizerGrowth, check_growth
@@ -305,6 +305,9 @@ def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     """The worker-side Tokenizer. Special-token strings inside the text ("[SEP]" in a book) are
     tokenized as plain text, so raw input can never forge a row boundary or a mask; a Unigram
     model's special pieces are out of its lattice (`content.content_tokenizer_json`)."""
-    tokenizer = Tokenizer.from_str(content_tokenizer_json(spec.json, set(spec.special_ids)))
+    content = content_tokenizer_json(spec.json, set(spec.special_ids))
+    tokenizer = Tokenizer.from_str(content)
+    if content is not spec.json:
+        check_added_ids(tokenizer, json.loads(spec.json))
     tokenizer.encode_special_tokens = True
     return tokenizer

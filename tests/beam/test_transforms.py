@@ -39,7 +39,8 @@ def test_tokenize_and_chunk_reports_every_input(inline_books, tmp_path, spec):
     units = expand_inputs([str(inline_books)])
     options = PipelineOptions(["--runner=FnApiRunner"])
     with TestPipeline(options=options) as p:
-        results = (p | beam.Create(units) | TokenizeAndChunk(spec=spec, config=config, temp_dir=temp_dir)
+        results = (p | beam.Create(units)
+                   | TokenizeAndChunk(spec=spec, config=config, temp_dir=temp_dir, group_inputs=1)  # a part each
                    | beam.Map(lambda r: (r.source.rsplit("/", 1)[1], r.skip_reason, r.counts[m.ROWS],
                                          r.counts[m.DOCUMENTS_TOO_SHORT])))
         assert_that(results, equal_to([

@@ -10,9 +10,12 @@ from pipeline.kernels.text.cleaning import (
     SKIP_BINARY_UNDECODABLE,
     SKIP_EMPTY,
     SKIP_HTML,
+    SKIP_SURROGATE,
     NotText,
     clean_bytes,
+    clean_text,
     decode,
+    has_lone_surrogate,
     normalize_newline_bytes,
     strip_gutenberg,
 )
@@ -95,3 +98,29 @@ def test_newline_bytes_are_normalized_as_replace_and_translate_do(data):
     bytes around its 8-byte steps."""
     expected = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     assert normalize_newline_bytes(data) == (expected, len(expected) - len(expected.translate(None, _CONTROL_BYTES)))
+
+
+# The reference the encoder-based check replaced: a regex over the surrogate block.
+_SURROGATE_REFERENCE = re.compile("[\ud800-\udfff]")
+# Every width CPython stores a str in (1, 2 and 4 bytes a code point), with surrogates often drawn.
+_SURROGATE_TEXT = st.lists(st.one_of(
+    st.characters(max_codepoint=0xFF), st.characters(min_codepoint=0x100, max_codepoint=0xFFFF),
+    st.characters(min_codepoint=0x10000), st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff", "\ud7ff", "\ue000", "\U0001f600"]),
+), max_size=40).map("".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_SURROGATE_TEXT)
+def test_lone_surrogates_are_found_as_the_regex_finds_them(text):
+    assert has_lone_surrogate(text) == (_SURROGATE_REFERENCE.search(text) is not None)
+
+
+@pytest.mark.parametrize("text", ["ascii only", "caf\u00e9 \u4e2d\u6587 \U0001f600", "edge \ud7ff\ue000\U0010ffff",
+                                  "lone \ud800", "lone \udfff at the end", "\udc80 first", "pair as two \ud83d\ude00"])
+def test_clean_text_refuses_exactly_the_texts_with_a_surrogate(text):
+    if _SURROGATE_REFERENCE.search(text):
+        with pytest.raises(NotText, match=re.escape(SKIP_SURROGATE)):
+            clean_text(text)
+    else:
+        assert clean_text(text).text == text

@@ -5,6 +5,7 @@ wherever numba keeps it: `__pycache__`, or the folder `NUMBA_CACHE_DIR` maps the
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -102,3 +103,31 @@ def test_a_change_in_one_kernel_package_drops_the_others_caches(tmp_path):
     assert drop_stale_kernel_caches(tmp_path) == 0 and cached.exists()
     (tmp_path / "common" / "m.py").write_text("x = 2\n")
     assert drop_stale_kernel_caches(tmp_path) == 1 and not cached.exists()
+
+
+_BLAS_USERS = re.compile(r"np\.(dot|vdot|inner|outer|matmul|cov|corrcoef|linalg|kron|tensordot|trace)\b|@ ")
+_FIRST_KERNEL = textwrap.dedent("""
+    import sys
+    import numba
+    import numpy as np
+    from pipeline.kernels.text.cleaning import normalize_newline_bytes
+    assert normalize_newline_bytes(b"a\\r\\nb\\x07") == (b"a\\nb\\x07", 1)  # a cached kernel: numba's registries load
+    loaded = "scipy.linalg" in sys.modules
+    dot = numba.njit(lambda a, b: np.dot(a, b))  # BLAS in anyone's kernel still works: scipy imported on demand
+    print(loaded, dot(np.ones(3), np.ones(3)))
+""")
+
+
+def test_the_first_kernel_of_a_process_loads_without_scipy_linalg():
+    done = subprocess.run([sys.executable, "-c", _FIRST_KERNEL], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "3.0"], done.stdout
+
+
+def test_no_kernel_calls_blas():
+    """numba_registries_without_scipy is exact only while no kernel takes a BLAS path."""
+    users = [f"{path.relative_to(REPO)}:{number}" for path in sorted((REPO / "pipeline" / "kernels").rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if _BLAS_USERS.search(line.split("#")[0])]
+    assert not users, f"kernels calling BLAS (numba's probe then matters): {users}"

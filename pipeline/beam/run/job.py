@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
+    DEFAULT_GROUP_INPUTS,
     FORMAT_HF,
     WorkUnit,
     hf_revision,
@@ -26,6 +27,7 @@ from pipeline.beam.reading.work_units import (
 )
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan, whole_element_flushes
+from pipeline.beam.run.graph_memos import graph_memos
 from pipeline.beam.run.native_heap import compact_native_heap
 from pipeline.beam.run.no_rows import check_made_rows
 from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
@@ -67,6 +69,7 @@ class PreparedRun:
     units: list[WorkUnit]
     why_not_fast: list[str]
     tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
+    group_inputs: int = DEFAULT_GROUP_INPUTS  # --group_inputs: small inputs one worker call writes together
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
@@ -196,7 +199,7 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
     config = run.config
     config_threads = run.tokenizer_threads
     with compact_native_heap(), dask_cluster(dask_local_workers) as dask_args, outside_ipython(), \
-            whole_element_flushes(), side_input_sizes_without_module_scan():
+            whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
         options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
@@ -217,7 +220,8 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
         listed = [u for u in run.units if u.format == FORMAT_HF]
         _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
                                                   config=config,
-                                                  local_workers=workers, tokenizer_threads=threads)
+                                                  local_workers=workers, tokenizer_threads=threads,
+                                                  group_inputs=run.group_inputs)
         result = pipeline.run()
         result.wait_until_finish()
         if runner and runner.endswith("DaskRunner"):

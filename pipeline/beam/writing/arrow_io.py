@@ -16,7 +16,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.storage.arrow_files import fixed_list_array, fixed_list_to_numpy
+from pipeline.storage.arrow_files import array_to_numpy, fixed_list_array, fixed_list_to_numpy, numpy_array
 from schemas.manifest import PARTIAL_SUFFIX
 from schemas.shard import INPUT_IDS, MASK_SEED, PART_LENGTH, ROWS_PER_RECORD_BATCH
 
@@ -142,7 +142,7 @@ def file_sha256(path: str) -> str:
 
 
 def part_batch(rows: np.ndarray, lengths: np.ndarray, seeds: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
-    return pa.record_batch([fixed_list_array(rows), pa.array(lengths), pa.array(seeds)], schema=schema)
+    return pa.record_batch([fixed_list_array(rows), numpy_array(lengths), numpy_array(seeds)], schema=schema)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,8 @@ def read_table(path: str) -> pa.Table:
 
 def _part_rows(batch: pa.RecordBatch, seq_len: int) -> PartRows:
     return PartRows(ids=fixed_list_to_numpy(batch.column(INPUT_IDS), seq_len),
-                    lengths=batch.column(PART_LENGTH).to_numpy(), seeds=batch.column(MASK_SEED).to_numpy())
+                    lengths=array_to_numpy(batch.column(PART_LENGTH)),
+                    seeds=array_to_numpy(batch.column(MASK_SEED)))
 
 
 def read_part_rows(path: str, seq_len: int, start: int, stop: int) -> Iterator[PartRows]:
@@ -181,6 +182,69 @@ def read_part_rows(path: str, seq_len: int, start: int, stop: int) -> Iterator[P
             if high > low:
                 yield _part_rows(batch.slice(low, high - low), seq_len)
             offset += batch.num_rows
+
+
+class PartReaders:
+    """Open parts, kept for the slices of one shard: a group's part holds the rows of many inputs,
+    whose slices come in content-key order, so each part is opened once, not once per input. A
+    local part is memory-mapped (a batch costs only the pages of the rows taken); a remote part
+    keeps its handle and its last batch read. At most `max_open` parts are held (least recently
+    used closed first)."""
+
+    def __init__(self, max_open: int = 64) -> None:
+        self._open: dict[str, tuple[object, pa.ipc.RecordBatchFileReader, list[int]]] = {}
+        self._last: dict[str, tuple[int, pa.RecordBatch]] = {}
+        self._max_open = max_open
+
+    def _reader(self, path: str) -> tuple[pa.ipc.RecordBatchFileReader, list[int]]:
+        if path in self._open:
+            self._open[path] = self._open.pop(path)  # most recently used last
+        else:
+            if len(self._open) >= self._max_open:
+                oldest = next(iter(self._open))
+                self._open.pop(oldest)[0].close()
+                self._last.pop(oldest, None)
+            if "://" not in path or path.startswith("file://"):
+                handle = pa.memory_map(path.removeprefix("file://"), "r")
+                reader = pa.ipc.open_file(handle)
+            else:
+                handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+                reader = pa.ipc.open_file(pa.PythonFile(handle, mode="r"))
+            starts = [index * ROWS_PER_RECORD_BATCH for index in range(reader.num_record_batches)]
+            self._open[path] = (handle, reader, starts)
+        _, reader, starts = self._open[path]
+        return reader, starts
+
+    def _batch(self, path: str, reader: pa.ipc.RecordBatchFileReader, index: int) -> pa.RecordBatch:
+        last = self._last.get(path)
+        if last is None or last[0] != index:
+            last = self._last[path] = (index, reader.get_batch(index))
+        return last[1]
+
+    def rows(self, path: str, seq_len: int, start: int, stop: int) -> Iterator[PartRows]:
+        """Rows [start, stop) of a part, a record batch at a time (`read_part_rows`' rows)."""
+        reader, starts = self._reader(path)
+        # Every batch but the last holds ROWS_PER_RECORD_BATCH rows.
+        for index in range(min(start // ROWS_PER_RECORD_BATCH, len(starts)), len(starts)):
+            offset = starts[index]
+            if offset >= stop:
+                return
+            batch = self._batch(path, reader, index)
+            low, high = max(start - offset, 0), min(stop - offset, batch.num_rows)
+            if high > low:
+                yield _part_rows(batch.slice(low, high - low), seq_len)
+
+    def close(self) -> None:
+        for handle, _, _ in self._open.values():
+            handle.close()
+        self._open.clear()
+        self._last.clear()
+
+    def __enter__(self) -> PartReaders:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_part(path: str, seq_len: int) -> PartRows:

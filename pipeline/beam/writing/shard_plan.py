@@ -33,7 +33,7 @@ class PlanRecord:
 
     key: str
     source: str
-    parts: tuple[tuple[str, str, int], ...]  # (split, part path, rows)
+    parts: tuple[tuple[str, str, int, int], ...]  # (split, part path, rows, first row in the part)
 
     @property
     def sort_key(self) -> tuple[str, str]:
@@ -44,19 +44,20 @@ def plan_record(result: UnitResult) -> list[tuple[str, PlanRecord]]:
     """(bucket, record) of a result with rows; none for one without parts."""
     if not result.parts:
         return []
-    parts = tuple((split, path, rows) for split, (path, rows) in sorted(result.parts.items()))
+    parts = tuple((split, path, rows, result.part_starts.get(split, 0))
+                  for split, (path, rows) in sorted(result.parts.items()))
     return [(result.key[:BUCKET_CHARS], PlanRecord(result.key, result.source, parts))]
 
 
-def _split_parts(records: list[PlanRecord], split: str) -> list[tuple[str, int, str]]:
-    return [(path, rows, r.key) for r in records for s, path, rows in r.parts if s == split]
+def _split_parts(records: list[PlanRecord], split: str) -> list[tuple[str, int, str, int]]:
+    return [(path, rows, r.key, base) for r in records for s, path, rows, base in r.parts if s == split]
 
 
 def bucket_rows(bucket_and_records: tuple[str, Iterable[PlanRecord]]) -> tuple[str, dict[str, int]]:
     """(bucket, rows per split): one entry of the global summary."""
     bucket, records = bucket_and_records
     records = list(records)
-    return bucket, {split: sum(rows for _, rows, _ in _split_parts(records, split)) for split in m.SPLITS}
+    return bucket, {split: sum(rows for _, rows, _, _ in _split_parts(records, split)) for split in m.SPLITS}
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,13 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
     out = []
     for split in m.SPLITS:
         parts = _split_parts(records, split)
-        rows = sum(r for _, r, _ in parts)
+        rows = sum(r for _, r, _, _ in parts)
         if not rows:
             continue
         per_copy = summary.per_copy[split]
         total = per_copy * config.copies
         count = _count(summary, split, config, bytes_per_row)
-        offsets = np.cumsum([0] + [r for _, r, _ in parts])
+        offsets = np.cumsum([0] + [r for _, r, _, _ in parts])
         start = summary.starts[split][bucket]
         for copy in range(config.copies):
             begin, end = copy * per_copy + start, copy * per_copy + start + rows
@@ -130,16 +131,17 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
     return out
 
 
-def _slices(parts: list[tuple[str, int, str]], offsets: np.ndarray, local_begin: int, local_end: int,
+def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
             copy: int) -> list[PartSlice]:
     """The part slices of rows [local_begin, local_end) of this bucket (`plan_shards`' cut)."""
     slices = []
     first = int(np.searchsorted(offsets, local_begin, side="right")) - 1
     position = local_begin
     while position < local_end:
-        part_path, _, key = parts[first]
+        part_path, _, key, base = parts[first]
         stop = min(local_end, int(offsets[first + 1]))
-        slices.append(PartSlice(part_path, key, position - int(offsets[first]), stop - int(offsets[first]), copy))
+        slices.append(PartSlice(part_path, key, position - int(offsets[first]), stop - int(offsets[first]), copy,
+                                base))
         position = stop
         first += 1
     return slices

@@ -21,16 +21,16 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.run.config import NOT_IN_THE_BYTES, PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.writing.arrow_io import (
+    PartReaders,
     PartRows,
     file_sha256,
-    read_part_rows,
     read_text,
     write_stream_atomically,
     write_text,
 )
 from pipeline.beam.writing.planning import range_pieces, shard_count
 from pipeline.kernels.rows.masking import MaskingRule, mask_rows
-from pipeline.storage.arrow_files import fixed_list_array
+from pipeline.storage.arrow_files import fixed_list_array, numpy_array
 from schemas import manifest as m
 from schemas.shard import (
     ATTENTION_DTYPE,
@@ -49,11 +49,16 @@ STAGE_SHARDS = "mask_write_shards"
 
 @dataclass(frozen=True)
 class PartSlice:
+    """Rows [start, stop) of one input's rows in a part, whose rows begin at row `base` of the part
+    (0 but in a group's parts). The plan hash names the input's rows (key, start, stop), never
+    where they are stored, so a shard's plan is the same however its inputs were grouped."""
+
     path: str
     key: str  # content key of the unit the part came from
     start: int
     stop: int
     copy: int
+    base: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,9 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
     configured = config_key(config)
     tasks = []
     for split in m.SPLITS:
-        parts = [(r.parts[split][0], r.parts[split][1], r.key) for r in ordered if split in r.parts]
-        offsets = np.cumsum([0] + [rows for _, rows, _ in parts])
+        parts = [(r.parts[split][0], r.parts[split][1], r.key, r.part_starts.get(split, 0))
+                 for r in ordered if split in r.parts]
+        offsets = np.cumsum([0] + [rows for _, rows, _, _ in parts])
         per_copy = int(offsets[-1])
         total = per_copy * config.copies
         count = shard_count(total, bytes_per_row, config.num_shards)
@@ -116,10 +122,10 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
                 first = int(np.searchsorted(offsets, local_begin, side="right")) - 1
                 position = local_begin
                 while position < local_end:
-                    part_path, _, key = parts[first]
+                    part_path, _, key, base = parts[first]
                     stop = min(local_end, int(offsets[first + 1]))
                     slices.append(PartSlice(part_path, key, position - int(offsets[first]),
-                                            stop - int(offsets[first]), copy))
+                                            stop - int(offsets[first]), copy, base))
                     position = stop
                     first += 1
             path = posixpath.join(config.output, split, m.shard_name(index, count))
@@ -132,9 +138,10 @@ def plan_shards(results: list[UnitResult], config: PreprocessConfig, bytes_per_r
 def _slices(task: ShardTask, seq_len: int) -> Iterator[tuple[PartRows, int]]:
     """(rows, copy) of the part slices of the shard, in order and a record batch at a time;
     `_batches` re-cuts them into ROWS_PER_RECORD_BATCH-row record batches."""
-    for piece in task.slices:
-        for rows in read_part_rows(piece.path, seq_len, piece.start, piece.stop):
-            yield rows, piece.copy
+    with PartReaders() as parts:
+        for piece in task.slices:
+            for rows in parts.rows(piece.path, seq_len, piece.base + piece.start, piece.base + piece.stop):
+                yield rows, piece.copy
 
 
 def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schema: pa.Schema,
@@ -151,7 +158,7 @@ def _batches(task: ShardTask, config: PreprocessConfig, rule: MaskingRule, schem
         if config.masking == MASKING_STATIC:
             columns = [fixed_list_array(masked), fixed_list_array(attention), fixed_list_array(labels)]
         else:
-            columns = [fixed_list_array(rows.ids), fixed_list_array(attention), pa.array(rows.seeds)]
+            columns = [fixed_list_array(rows.ids), fixed_list_array(attention), numpy_array(rows.seeds)]
         pending.append(pa.record_batch(columns, schema=schema))
         pending_rows += rows.ids.shape[0]
         while pending_rows >= ROWS_PER_RECORD_BATCH:

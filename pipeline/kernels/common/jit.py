@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,27 @@ def drop_stale_kernel_caches(folder: Path) -> int:
 
 
 drop_stale_kernel_caches(Path(__file__).resolve().parents[1])  # every kernel package: pipeline/kernels
+
+
+def numba_registries_without_scipy() -> None:
+    """Import numba's array-math registry with scipy.linalg hidden, unless either is imported already.
+
+    numba loads its registries on a process's first compile or cache load, and `numba.np.arraymath`
+    then probes for BLAS by importing scipy.linalg (0.2-0.3 CPU-seconds of every worker's start)
+    only to choose how numpy's covariance functions take inner products. No kernel here calls a BLAS
+    function (`tests/kernels/test_jit_cache.py` checks the sources); the dot product and linear
+    algebra in anyone's kernels still import scipy when they are compiled, as before."""
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    sys.modules["scipy.linalg"] = None  # the import system raises ImportError for a None entry
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if "scipy.linalg" in sys.modules and sys.modules["scipy.linalg"] is None:
+            del sys.modules["scipy.linalg"]
+
+
+numba_registries_without_scipy()
 
 
 def kernel(*signatures: Any, **extra: Any) -> Callable:

@@ -21,8 +21,6 @@ HTML_START = re.compile(rb"^\s*(<!doctype\s+html|<html[\s>]|<head[\s>]|<\?xml)",
 GUTENBERG_START = re.compile(r"^[ \t]*\*{3}[ \t]*START OF\b.*$", re.MULTILINE | re.IGNORECASE)
 GUTENBERG_END = re.compile(r"^[ \t]*\*{3}[ \t]*END OF\b.*$", re.MULTILINE | re.IGNORECASE)
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-# A str's surrogate code points are lone ones (a valid pair is one code point): not Unicode text.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _IS_CONTROL = np.zeros(256, dtype=np.uint8)
@@ -259,6 +257,18 @@ def clean_bytes(data: bytes, keep_boilerplate: bool = False) -> CleanText:
     return clean_text(text, replaced, keep_boilerplate)
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a surrogate code point (U+D800-U+DFFF). In a str every one is a lone one
+    (a valid pair is one code point): not Unicode text. The strict UTF-8 encoder refuses exactly
+    these code points and nothing else, in C at ~1.4 GB/s, where a regex character class walks the
+    text at a few hundred MB/s."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def clean_text(text: str, replaced_bytes: int = 0, keep_boilerplate: bool = False) -> CleanText:
     """Normalise newlines and strip Gutenberg boilerplate from decoded text.
 
@@ -266,7 +276,7 @@ def clean_text(text: str, replaced_bytes: int = 0, keep_boilerplate: bool = Fals
         NotText: when nothing but whitespace is left, or the text holds a lone surrogate (a JSON
             record's `"\\ud800"`: decoded bytes never do).
     """
-    if not text.isascii() and _SURROGATE.search(text):
+    if not text.isascii() and has_lone_surrogate(text):
         raise NotText(SKIP_SURROGATE)
     text = normalize_newlines(text)
     removed = 0

@@ -1,12 +1,15 @@
 """The fast path of the byte-level BPE family (GPT-2, RoBERTa, ModernBERT, Llama-3 and OLMo style).
 
 `bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
-no normalizer (or an empty `Sequence` of them); a `ByteLevel` pre-tokenizer with its regex (any
-`add_prefix_space`), or a `Split` of the GPT-2 or Llama-3/cl100k pattern (Isolated, not inverted)
-followed by a regex-less `ByteLevel` without prefix space; a `BPE` model without dropout (merges, `ignore_merges`,
-`continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id, hence `[UNK]` or
-byte fallback, goes to the real model word by word); no added tokens but special ones (which the
-job encodes as plain text).
+no normalizer (or an empty `Sequence` of them), or NFC / NFKC (`normal_forms`); a `ByteLevel`
+pre-tokenizer with its regex (any `add_prefix_space`), or a chain of `Split`s followed by a
+regex-less `ByteLevel` without prefix space: one Isolated `Split` of the GPT-2 or Llama-3/cl100k
+pattern runs on their written-out scanners, any other chain whose regexes `split_program` compiles
+(Qwen's, DeepSeek's) on the compiled-program matcher; a `BPE` model without dropout (merges,
+`ignore_merges`, `continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id,
+hence `[UNK]` or byte fallback, goes to the real model word by word). Non-special added tokens are
+split out before this encoder (`pipeline.tokenizer.added_tokens`); special ones the job encodes as
+plain text.
 
 The regex's character classes are asked of the tokenizer's own regex engine (onig) for every code
 point, once per `tokenizers` version (cached on disk like the WordPiece table).
@@ -40,8 +43,11 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     encode_bytes,
     merge_table,
 )
+from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM
 from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
-from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES, is_no_op_normalizer
+from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
+from pipeline.tokenizer.bytelevel.split_program import SplitProgram, Unsupported, compile_chain
+from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
 from pipeline.tokenizer.errors import UnsupportedTokenizer
 from pipeline.tokenizer.table_cache import cached_arrays
 
@@ -88,36 +94,53 @@ def byte_level_string(data: bytes) -> str:
 
 
 def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
-    """(regex pattern or None, add_prefix_space, problems) of a byte-level pre-tokenizer."""
+    """(regex pattern or None, add_prefix_space, problems) of a byte-level pre-tokenizer: the
+    pattern is GPT-2's or Llama-3's (their written-out scanners), None for a compiled Split chain
+    (`split_chain`) or a shape the kernel does not run."""
     pre = config.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel":
         if not pre.get("use_regex", True):
             return None, False, ["ByteLevel without its regex (the whole text is one word)"]
         return GPT2_PATTERN, bool(pre.get("add_prefix_space", True)), []
-    if pre.get("type") == "Sequence":
-        steps = pre.get("pretokenizers") or []
-        if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
-            split, level = steps
-            pattern = (split.get("pattern") or {}).get("Regex")
-            problems = []
-            if pattern not in PATTERNS:
-                problems.append(f"Split pattern {pattern!r} (only the GPT-2 and Llama-3 regexes)")
-            if split.get("behavior") != "Isolated" or split.get("invert"):
-                problems.append(f"Split behavior {split.get('behavior')} invert={split.get('invert')} "
-                                "(only Isolated, not inverted)")
-            if level.get("use_regex", True):
-                problems.append("ByteLevel with its regex after a Split")
-            if level.get("add_prefix_space", True):
-                problems.append("ByteLevel add_prefix_space after a Split")
+    steps = pre.get("pretokenizers") or [] if pre.get("type") == "Sequence" else []
+    if len(steps) >= 2 and all(step.get("type") == "Split" for step in steps[:-1]) \
+            and steps[-1].get("type") == "ByteLevel":
+        *splits, level = steps
+        problems = []
+        if level.get("use_regex", True):
+            problems.append("ByteLevel with its regex after a Split")
+        if level.get("add_prefix_space", True):
+            problems.append("ByteLevel add_prefix_space after a Split")
+        pattern = (splits[0].get("pattern") or {}).get("Regex")
+        if len(splits) == 1 and pattern in PATTERNS and splits[0].get("behavior") == "Isolated" \
+                and not splits[0].get("invert"):
             return pattern, False, problems
-    return None, False, [f"pre-tokenizer {pre.get('type')} (only ByteLevel, or Split + ByteLevel)"]
+        problems += _compiled(json.dumps(splits, sort_keys=True))[1]
+        return None, False, problems
+    return None, False, [f"pre-tokenizer {pre.get('type')} (only ByteLevel, or Splits then ByteLevel)"]
+
+
+@lru_cache(maxsize=8)
+def _compiled(splits_json: str) -> tuple[SplitProgram | None, list[str]]:
+    """(the compiled chain, []) of the `Split` steps (JSON), or (None, why not: the Split and its construct)."""
+    splits = json.loads(splits_json)
+    try:
+        return compile_chain(splits), []
+    except Unsupported as error:
+        return None, [f"Split {error.level + 1} of {len(splits)}: {error}"]
+
+
+def split_chain(config: dict) -> SplitProgram | None:
+    """The compiled Split chain of a byte-level tokenizer the kernel runs as a program, else None."""
+    steps = (config.get("pre_tokenizer") or {}).get("pretokenizers") or []
+    if pre_tokenizer_shape(config)[0] is not None or pre_tokenizer_shape(config)[2]:
+        return None
+    return _compiled(json.dumps(steps[:-1], sort_keys=True))[0]
 
 
 def bytelevel_support(config: dict) -> list[str]:
     """What the fast path cannot reproduce of a byte-level BPE tokenizer (empty when covered)."""
-    problems = []
-    if not is_no_op_normalizer(config.get("normalizer")):
-        problems.append(f"normalizer {config['normalizer'].get('type')} (only none)")
+    problems = normal_form(config.get("normalizer"))[1]
     problems += pre_tokenizer_shape(config)[2]
     model = config.get("model") or {}
     if model.get("type") != "BPE":
@@ -201,6 +224,7 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
     config = json.loads(tokenizer_json)
     model = config["model"]
     pattern = pre_tokenizer_shape(config)[0]
+    chain = split_chain(config)
     vocab: dict[str, int] = model["vocab"]
     prefix = model.get("continuing_subword_prefix") or ""
     suffix = model.get("end_of_word_suffix") or ""
@@ -225,12 +249,12 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
     merges = merge_table(pairs)
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
                            ascii_masks=bool((classes[:128] == MASK_CLASSES).all()),
-                           fold=probe_fold(pattern), pattern=PATTERNS[pattern],
+                           fold=probe_fold(pattern), pattern=PROGRAM if chain else PATTERNS[pattern],
                            ignore_merges=bool(model.get("ignore_merges")), initial=initial,
                            merges=merges, byte_pairs=byte_pair_table(merges, initial), vocab_blob=words.blob,
                            vocab_starts=words.starts, vocab_lengths=words.lengths, vocab_ids=words.ids,
-                           vocab_slots=words.slots,
-                           max_key=max((len(k) for k in by_bytes), default=1), singles=singles)
+                           vocab_slots=words.slots, max_key=max((len(k) for k in by_bytes), default=1),
+                           singles=singles, program=NO_PROGRAM if chain is None else chain.arrays)
 
 
 class ByteLevelFastTokenizer:
@@ -246,11 +270,15 @@ class ByteLevelFastTokenizer:
         self.tokenizer = tokenizer
         self.tables = _tables(tokenizer_json)
         self.prefix_space = pre_tokenizer_shape(config)[1]
+        form = normal_form(config.get("normalizer"))[0]
+        self.normal_form = None if form is None else NormalForm(form)  # NFC / NFKC: normal_forms.py
         self.cache = ByteLevelCache.empty()
         self.window = WINDOW_BYTES  # bytes of words a kernel call tokenizes (its buffers grow with it)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text` (any length: the kernel bounds its own buffers), int32, shape (n,)."""
+        if self.normal_form is not None:
+            text = self.normal_form.apply(text)
         try:
             data = utf8_view(text)  # strict: a lone surrogate is not UTF-8
         except UnicodeEncodeError:
@@ -261,6 +289,8 @@ class ByteLevelFastTokenizer:
 
     def encode_bytes(self, data: bytes) -> np.ndarray:
         """Content ids of UTF-8 `data`, int32, shape (n,)."""
+        if self.normal_form is not None:
+            return self.encode(data.decode("utf-8", "surrogatepass"))
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:  # not UTF-8 (a lone surrogate): the real tokenizer says what it makes of it

@@ -46,6 +46,7 @@ from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (th
     pattern_window,
     word_end,
 )
+from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM, new_state, program_word_end
 from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     MAX_IDS,
     WORD_BYTES,
@@ -175,7 +176,8 @@ def _bpe(text, start, stop, initial, merges, byte_pairs, symbols, ranks, news, o
 
 @kernel()
 def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
-                   byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, records, out,
+                   byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, program, records,
+                   out,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -205,7 +207,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     n_found = 0  # words found
     n_done = 0  # words tokenized
     position = begin  # where the next word to tokenize starts
-    masked = ascii_masks
+    masked = ascii_masks and pattern != PROGRAM  # a compiled Split chain has its own scanner
     base = np.int64(-1)  # the pre-tokenizer's window (none yet)
     starts = untrusted = np.uint64(0)
     while True:
@@ -223,7 +225,9 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                     starts, untrusted = pattern_window(text, found_end, classes, pattern)
                     stop = later_start(starts, untrusted, 0)
                 stop = base + stop if 0 <= stop < 64 else np.int64(-1)
-            if stop < 0:
+            if stop < 0 and pattern == PROGRAM:  # a compiled Split chain (`regex_program`)
+                stop = program_word_end(text, found_end, size, program)
+            elif stop < 0:
                 stop = word_end(text, found_end, size, classes, fold, pattern, swar_letters)
             n = stop - found_end
             slot = n_found & (AHEAD - 1)
@@ -312,7 +316,7 @@ class ByteLevelTables:
             numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then either pattern is scanned 64 bytes at a time.
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
-        pattern: GPT2 or LLAMA3.
+        pattern: GPT2, LLAMA3 (their written-out scanners) or PROGRAM (`program`).
         ignore_merges: whether a word that is a vocabulary entry is that entry.
         initial: int32, shape (4, 256): the id of a byte as first, middle, last or only symbol; -1
             when the vocabulary lacks it.
@@ -323,6 +327,8 @@ class ByteLevelTables:
             read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
+        program: (ops, guards, levels, firsts, cp_class, class_bits) of a compiled Split chain
+            (`regex_program`), NO_PROGRAM for GPT2 and LLAMA3.
     """
 
     classes: np.ndarray
@@ -341,6 +347,7 @@ class ByteLevelTables:
     vocab_slots: np.ndarray
     max_key: int
     singles: np.ndarray
+    program: tuple = NO_PROGRAM
 
 
 def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> np.ndarray:
@@ -417,17 +424,20 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     span = min(size, window)
     out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
+    state = new_state(tables.program)  # a compiled chain's progress, carried from window to window
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
             tables.ignore_merges, tables.initial, tables.merges, tables.byte_pairs, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
-            tables.singles, cache.records, out)
+            tables.singles, tables.program + (state,), cache.records, out)
     id_parts, fallback_parts = [], []
     begin, n_ids = 0, 0
     while begin < size or not id_parts:
         limit = min(size, begin + window)
+        progress = state.copy()  # a window done again starts from the same progress
         n_out, n_fallback, end = _encode_kernel(*args, fallback, begin, limit)
         if n_fallback < 0:  # more fallback words than room: again with room for one per byte
             fallback = np.empty((span + 1, 3), dtype=np.int64)
+            state[:] = progress
             n_out, n_fallback, end = _encode_kernel(*args, fallback, begin, limit)
         if end >= size and not id_parts:  # one window: no copy
             return out[:n_out], fallback[:n_fallback]

@@ -1,0 +1,248 @@
+"""A chain of `Split` pre-tokenizers run as compiled regex programs over UTF-8 bytes.
+
+`pipeline.tokenizer.bytelevel.split_program` compiles each `Split`'s regex to a small program for
+a backtracking matcher with Oniguruma's leftmost-first semantics (what `tokenizers` runs): the
+alternatives of a `|` and the iterations of a greedy quantifier are tried in the engine's order,
+the first path to reach MATCH is the match. Every character class of the regex (and each literal)
+is one bit of a per-code-point table probed from the engine itself, so a class is exact by
+construction; here a code point's bits are `class_bits[cp_class[cp]]`.
+
+Instructions (rows of `ops`, int64 (n, 4): op, a, b, c):
+
+- CLASS a: one character with bit a;
+- REPEAT a, b, c: b to c (-1: no limit) characters with bit a, greedy; backtracking gives them
+  back one at a time (one stack entry for the whole run, as the engine's own run loop);
+- SPLIT a, b: try pc a, then pc b, unless the next character has no bit of `guards[pc]` (the
+  characters a match from pc a can start with: then pc b at once, nothing to backtrack to); JMP a;
+- NOT_AHEAD a / AHEAD a: the next character does not have / has bit a (the end of the text, which is
+  the end of the piece being split, has no character);
+- MATCH.
+
+A chain applies each level's regex to every piece of the level before (a level's piece end is its
+regex's text end); `program_word_end` gives the end of the last level's next piece and keeps each
+level's current piece in `state` (int64 (levels + instructions, 3): per level its piece end and a match
+found after a gap; the rows after them the matcher's backtracking stack, one row per instruction:
+every jump goes forward, so a path runs an instruction at most once and pushes at most once for
+it), so a long text is done window after window exactly as in one call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.utf8 import decode_valid
+
+PROGRAM = 2  # the encode kernel's `pattern` for a compiled chain (GPT2 and LLAMA3 are its written-out scanners)
+CLASS, REPEAT, SPLIT, JMP, NOT_AHEAD, AHEAD, MATCH = 0, 1, 2, 3, 4, 5, 6
+ANY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a guard that lets every character through
+ISOLATED, CONTIGUOUS, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT = 0, 1, 2, 3
+"""How a level's matches become pieces (`levels[:, 1]`), as `Split`'s behaviors with `invert` folded
+in: matches and gaps each a piece; runs of adjacent matches one piece; each match joined to the gap
+before it; each match joined to the gap after it."""
+
+
+@kernel(inline="always")
+def _bits_at(text, i, cp_class, class_bits):
+    """(class bits, bytes) of the character at byte i."""
+    b = text[i]
+    if b < 0x80:
+        return class_bits[cp_class[b]], 1
+    cp, width = decode_valid(text, i)
+    return class_bits[cp_class[cp]], width
+
+
+@kernel(inline="always")
+def _has(bits, bit):
+    return (bits >> np.uint64(bit)) & np.uint64(1) != 0
+
+
+@kernel()
+def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, bottom):
+    """End (byte) of the program's match at byte `pos` of text[:end] (the leftmost-first one, as the
+    engine finds it), or -1 when none starts there. stack[bottom:] holds the backtracking entries
+    (pc, pos, characters a REPEAT can still give back)."""
+    top = bottom
+    while True:
+        op = ops[pc, 0]
+        ok = False
+        if op == CLASS:
+            if pos < end:
+                bits, width = _bits_at(text, pos, cp_class, class_bits)
+                if _has(bits, ops[pc, 1]):
+                    pos += width
+                    pc += 1
+                    ok = True
+        elif op == REPEAT:
+            bit, low, high = ops[pc, 1], ops[pc, 2], ops[pc, 3]
+            count = 0
+            p = pos
+            while p < end and (high < 0 or count < high):
+                bits, width = _bits_at(text, p, cp_class, class_bits)
+                if not _has(bits, bit):
+                    break
+                p += width
+                count += 1
+            if count >= low:
+                if count > low:
+                    if top == stack.shape[0]:
+                        raise RuntimeError("regex program: backtracking stack full")
+                    stack[top, 0] = pc + 1
+                    stack[top, 1] = p
+                    stack[top, 2] = count - low
+                    top += 1
+                pos = p
+                pc += 1
+                ok = True
+        elif op == SPLIT:
+            guard = guards[pc]
+            if guard != ANY and (pos >= end or not _bits_at(text, pos, cp_class, class_bits)[0] & guard):
+                pc = ops[pc, 2]  # the first branch cannot start here
+                continue
+            if top == stack.shape[0]:
+                raise RuntimeError("regex program: backtracking stack full")
+            stack[top, 0] = ops[pc, 2]
+            stack[top, 1] = pos
+            stack[top, 2] = 0
+            top += 1
+            pc = ops[pc, 1]
+            ok = True
+        elif op == JMP:
+            pc = ops[pc, 1]
+            ok = True
+        elif op in (NOT_AHEAD, AHEAD):
+            found = False
+            if pos < end:
+                found = _has(_bits_at(text, pos, cp_class, class_bits)[0], ops[pc, 1])
+            if found == (op == AHEAD):
+                pc += 1
+                ok = True
+        else:
+            return pos
+        if ok:
+            continue
+        if top == bottom:
+            return -1
+        top -= 1
+        pc = stack[top, 0]
+        pos = stack[top, 1]
+        give = stack[top, 2]
+        if give > 0:  # a greedy run gives back its last character
+            pos -= 1
+            while (text[pos] & 0xC0) == 0x80:
+                pos -= 1
+            if give > 1:
+                stack[top, 1] = pos
+                stack[top, 2] = give - 1
+                top += 1
+
+
+@kernel()
+def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, state, bottom):
+    """(start, end) of the first match at or after byte `start` in text[:end] (the engine's search),
+    (-1, -1) when none; only characters with a bit of `first` can start one."""
+    q = start
+    while q < end:
+        bits, width = _bits_at(text, q, cp_class, class_bits)
+        if bits & first:
+            e = match_at(text, q, end, ops, guards, pc, cp_class, class_bits, state, bottom)
+            if e > q:
+                return q, e
+        q += width
+    return np.int64(-1), np.int64(-1)
+
+
+@kernel()
+def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, state):
+    """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
+    pc = levels[level, 0]
+    behavior = levels[level, 1]
+    first = firsts[level]
+    if state[level, 1] == p:  # the match found after the gap that ended at p
+        q, e = state[level, 1], state[level, 2]
+    else:
+        q, e = find_match(text, p, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
+                          levels.shape[0])
+    state[level, 1] = -1
+    if q < 0:
+        return parent_end
+    if behavior == MERGED_WITH_PREVIOUS:
+        return e
+    if q > p:  # a gap before the match: its own piece
+        state[level, 1] = q
+        state[level, 2] = e
+        return q
+    if behavior == ISOLATED:
+        return e
+    while e < parent_end:  # CONTIGUOUS: the adjacent matches; MERGED_WITH_NEXT: the gap after
+        q2, e2 = find_match(text, e, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
+                            levels.shape[0])
+        if q2 < 0:
+            return e if behavior == CONTIGUOUS else parent_end
+        if q2 > e and behavior == CONTIGUOUS:
+            state[level, 1] = q2
+            state[level, 2] = e2
+            return e
+        if behavior == MERGED_WITH_NEXT:
+            state[level, 1] = q2
+            state[level, 2] = e2
+            return q2
+        e = e2
+    return e
+
+
+@kernel()
+def program_word_end(text, position, size, program):
+    """End (byte) of the chain's piece starting at byte `position` (where the last one ended).
+
+    `program` is (ops, guards, levels, firsts, cp_class, class_bits, state): guards uint64 (n,)
+    (SPLIT's), levels int64 (k, 2) (start pc, behavior), firsts uint64 (k,) the bits a match can
+    start with, state `new_state(k)` (the chain's progress, all -1 before a text's first piece)."""
+    ops, guards, levels, firsts, cp_class, class_bits, state = program
+    return chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state)
+
+
+@kernel()
+def chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state):
+    """`program_word_end` with the program's arrays apart (a loop unpacks the tuple once)."""
+    parent_end = size
+    for level in range(levels.shape[0]):
+        if position >= state[level, 0]:
+            state[level, 0] = _piece_end(text, position, parent_end, level, ops, guards, levels, firsts,
+                                         cp_class, class_bits, state)
+        parent_end = state[level, 0]
+    return parent_end
+
+
+NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 2), dtype=np.int64),
+              np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64))
+"""(ops, guards, levels, firsts, cp_class, class_bits) of a tokenizer without a compiled chain (same types)."""
+
+
+def new_state(program: tuple) -> np.ndarray:
+    """The chain's progress before a text's first piece, and the matcher's stack: int64
+    (levels + instructions, 3), all -1."""
+    return np.full((program[2].shape[0] + program[0].shape[0], 3), -1, dtype=np.int64)
+
+
+@kernel()
+def _chain_ends(text, program):
+    ops, guards, levels, firsts, cp_class, class_bits, state = program
+    ends = np.empty(text.shape[0], dtype=np.int64)
+    n = 0
+    position = 0
+    while position < text.shape[0]:
+        position = chain_word_end(text, position, text.shape[0], ops, guards, levels, firsts, cp_class, class_bits,
+                                  state)
+        ends[n] = position
+        n += 1
+    return ends[:n]
+
+
+def chain_ends(text: np.ndarray, program: tuple) -> np.ndarray:
+    """int64 (pieces,): the byte end of each piece the chain `program` (ops, guards, levels, firsts,
+    cp_class, class_bits) makes of valid UTF-8 `text` (uint8, 1-D)."""
+    if text.dtype != np.uint8 or text.ndim != 1:
+        raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
+    program = tuple(program) + (new_state(program),)
+    return _chain_ends(np.ascontiguousarray(text), program)
