@@ -230,6 +230,27 @@ def test_a_vocabulary_entry_the_merges_never_build_is_not_one_token(ignore_merge
     np.testing.assert_array_equal(ids, real.encode("abc", add_special_tokens=False).ids)
 
 
+@pytest.mark.parametrize("name", ["roberta", "llama3", "gpt2_affixes"])
+def test_the_byte_pair_table_holds_the_merges_of_two_bytes(name):
+    """A word's first lookups read `byte_pairs`: for each two bytes, the rank and result of the
+    model's merge of them (none elsewhere); no table where a byte's id depends on its place."""
+    from pipeline.kernels.tokenizer.bytelevel.encode import NO_MERGE
+
+    model = json.loads(tokenizer_json(name))["model"]
+    table = pair(name)[1]._impl.tables.byte_pairs
+    if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        assert table.shape == (0,)
+        return
+    char_bytes = {c: b for b, c in BYTE_CHARS.items()}
+    expected = np.full(65536, NO_MERGE, dtype=np.uint64)
+    for rank, merge in enumerate(model["merges"]):
+        a, b = merge.split(" ") if isinstance(merge, str) else merge
+        if len(a) == 1 and len(b) == 1 and expected[char_bytes[a] * 256 + char_bytes[b]] == NO_MERGE:
+            expected[char_bytes[a] * 256 + char_bytes[b]] = rank | (model["vocab"][a + b] << 32)
+    assert (expected != NO_MERGE).sum() > 100
+    np.testing.assert_array_equal(table, expected)
+
+
 _CJK = "\u5b57\u6587\u672c\u8a9e\u4e2d\u65e5\u570b\u4eba\u5927\u5b78"
 
 

@@ -39,6 +39,7 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     WINDOW_BYTES,
     ByteLevelCache,
     ByteLevelTables,
+    byte_pair_table,
     encode_bytes,
     merge_table,
 )
@@ -245,14 +246,15 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
     singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
     classes = _cached_classes()
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
+    merges = merge_table(pairs)
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
                            ascii_masks=bool((classes[:128] == MASK_CLASSES).all()),
                            fold=probe_fold(pattern), pattern=PROGRAM if chain else PATTERNS[pattern],
                            ignore_merges=bool(model.get("ignore_merges")), initial=initial,
-                           merges=merge_table(pairs), vocab_blob=words.blob, vocab_starts=words.starts,
-                           vocab_lengths=words.lengths, vocab_ids=words.ids, vocab_slots=words.slots,
-                           max_key=max((len(k) for k in by_bytes), default=1), singles=singles,
-                           program=NO_PROGRAM if chain is None else chain.arrays)
+                           merges=merges, byte_pairs=byte_pair_table(merges, initial), vocab_blob=words.blob,
+                           vocab_starts=words.starts, vocab_lengths=words.lengths, vocab_ids=words.ids,
+                           vocab_slots=words.slots, max_key=max((len(k) for k in by_bytes), default=1),
+                           singles=singles, program=NO_PROGRAM if chain is None else chain.arrays)
 
 
 class ByteLevelFastTokenizer:

@@ -43,7 +43,7 @@ from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (th
     SPACE,
     WINDOW_REACH,
     later_start,
-    window,
+    pattern_window,
     word_end,
 )
 from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM, new_state, program_word_end
@@ -73,13 +73,24 @@ def _merge_lookup(a, b, merges):
     both values, so a lookup touches one cache line."""
     key = ((np.uint64(a) << np.uint64(32)) | np.uint64(b)) + np.uint64(1)
     mask = merges.shape[0] - 1
-    slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
+    slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask  # as _merge_slot
     while merges[slot, 0] != 0:
         if merges[slot, 0] == key:
             value = merges[slot, 1]
             return np.int32(value & np.uint64(0xFFFFFFFF)), np.int32(value >> np.uint64(32))
         slot = (slot + 1) & mask
     return np.int32(-1), np.int32(-1)
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_LOW_HALF = np.uint64(0xFFFFFFFF)
+
+
+@kernel(inline="always")
+def _merge_slot(a, b, mask):
+    """The first slot `_merge_lookup` probes for the pair (a, b)."""
+    key = ((np.uint64(a) << np.uint64(32)) | np.uint64(b)) + np.uint64(1)
+    return np.int64((key * _GOLDEN) >> np.uint64(40)) & mask
 
 
 @kernel(inline="always")
@@ -90,13 +101,27 @@ def _pair(symbols, q, merges, ranks, news):
     news[q] = new_id
 
 
+@kernel(inline="always")
+def _fetch_after(symbols, q, count, merges, ranks, news, mask):
+    """Prefetches the slots of the two pairs that merging pair q would make (with its neighbours),
+    so that the lookups after that merge find them in cache: the merge loop's lookups otherwise
+    wait for one another, each a cache miss of the large merge table."""
+    if ranks[q] != NO_MERGE:
+        if q > 0:
+            prefetch_row(merges, _merge_slot(symbols[q - 1], news[q], mask))
+        if q + 2 < count:
+            prefetch_row(merges, _merge_slot(news[q], symbols[q + 2], mask))
+
+
 @kernel()
-def _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out):
+def _bpe(text, start, stop, initial, merges, byte_pairs, symbols, ranks, news, out, n_out):
     """BPE of the word text[start:stop] into out[n_out:]; returns the new n_out, or -1 when a byte
     has no initial id (the real model decides what [UNK] or byte fallback make of it).
 
     The pair of lowest (rank, position) is merged until no pair is a merge, as `BPE.merge_word`
-    does; each pair's rank is looked up once and only the two pairs around a merge again."""
+    does; each pair's rank is looked up once (the bytes' pairs in `byte_pairs` when it has them)
+    and only the two pairs around a merge again, their slots prefetched when the pair they come
+    from was looked up (`_fetch_after`)."""
     n = stop - start
     for q in range(n):
         variant = 1  # a middle symbol
@@ -110,16 +135,27 @@ def _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out):
         if symbol < 0:
             return -1
         symbols[q] = symbol
+    if byte_pairs.shape[0]:
+        for q in range(n - 1):
+            value = byte_pairs[(np.int64(text[start + q]) << 8) | np.int64(text[start + q + 1])]
+            ranks[q] = np.int32(value & _LOW_HALF)
+            news[q] = np.int32(value >> np.uint64(32))
+    else:
+        for q in range(n - 1):
+            _pair(symbols, q, merges, ranks, news)
+    mask = merges.shape[0] - 1
     for q in range(n - 1):
-        _pair(symbols, q, merges, ranks, news)
+        _fetch_after(symbols, q, n, merges, ranks, news, mask)
     count = n
     while count > 1:
-        best = 0
-        for q in range(1, count - 1):
-            if ranks[q] < ranks[best]:
-                best = q
-        if ranks[best] == NO_MERGE:
+        low = ranks[0]
+        for q in range(1, count - 1):  # a min without branches, then its first position
+            low = min(low, ranks[q])
+        if low == NO_MERGE:
             break
+        best = 0
+        while ranks[best] != low:
+            best += 1
         symbols[best] = news[best]
         for q in range(best + 1, count - 1):
             symbols[q] = symbols[q + 1]
@@ -129,15 +165,19 @@ def _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out):
         count -= 1
         if best > 0:
             _pair(symbols, best - 1, merges, ranks, news)
+            _fetch_after(symbols, best - 1, count, merges, ranks, news, mask)
         if best < count - 1:
             _pair(symbols, best, merges, ranks, news)
+            _fetch_after(symbols, best, count, merges, ranks, news, mask)
     for q in range(count):
         out[n_out + q] = symbols[q]
     return n_out + count
 
+
 @kernel()
 def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
-                   v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, program, records, out,
+                   byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, program, records,
+                   out,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -167,7 +207,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     n_found = 0  # words found
     n_done = 0  # words tokenized
     position = begin  # where the next word to tokenize starts
-    masked = ascii_masks and pattern == GPT2
+    masked = ascii_masks and pattern != PROGRAM  # a compiled Split chain has its own scanner
     base = np.int64(-1)  # the pre-tokenizer's window (none yet)
     starts = untrusted = np.uint64(0)
     while True:
@@ -177,12 +217,12 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                 bit = found_end - base  # a function returning the window state made this loop 3 times slower)
                 if base < 0 or bit > 62:
                     base = found_end
-                    starts, untrusted = window(text, found_end, classes)
+                    starts, untrusted = pattern_window(text, found_end, classes, pattern)
                     bit = 0
                 stop = later_start(starts, untrusted, bit)
                 if stop == 64 and bit > 0:  # the word may run past the window: one that starts with it
                     base = found_end
-                    starts, untrusted = window(text, found_end, classes)
+                    starts, untrusted = pattern_window(text, found_end, classes, pattern)
                     stop = later_start(starts, untrusted, 0)
                 stop = base + stop if 0 <= stop < 64 else np.int64(-1)
             if stop < 0 and pattern == PROGRAM:  # a compiled Split chain (`regex_program`)
@@ -248,7 +288,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                 out[n_out] = whole
                 done = n_out + 1
         if done < 0 and n <= MAX_KERNEL_WORD:
-            done = _bpe(text, start, stop, initial, merges, symbols, ranks, news, out, n_out)
+            done = _bpe(text, start, stop, initial, merges, byte_pairs, symbols, ranks, news, out, n_out)
         if done < 0:
             if n_fallback == fallback.shape[0]:
                 return n_out, -1, position
@@ -273,7 +313,7 @@ class ByteLevelTables:
         swar_letters: whether the ASCII code points of class LETTER are exactly [A-Za-z] (then
             letter runs are scanned eight bytes at a time).
         ascii_masks: whether the ASCII classes are those `class_masks64` sees (letters [A-Za-z],
-            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then GPT-2's pattern is scanned 64 bytes at a time.
+            numbers [0-9], whitespace [\\t\\n\\v\\f\\r ]): then either pattern is scanned 64 bytes at a time.
         fold: int64, shape (m,): the ASCII letter a code point below m matches in a case-insensitive
             contraction (`'S`, `'ſ`), else 0.
         pattern: GPT2, LLAMA3 (their written-out scanners) or PROGRAM (`program`).
@@ -282,6 +322,9 @@ class ByteLevelTables:
             when the vocabulary lacks it.
         merges: uint64, shape (power of two, 2): per slot (a << 32 | b) + 1 (0 when empty) and
             rank | new id << 32.
+        byte_pairs: uint64, shape (65536,) or (0,): rank | new id << 32 of merging the initial ids
+            of bytes a and b at a * 256 + b (rank NO_MERGE when none), so a word's first lookups
+            read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
         program: (ops, guards, levels, firsts, cp_class, class_bits) of a compiled Split chain
@@ -296,6 +339,7 @@ class ByteLevelTables:
     ignore_merges: bool
     initial: np.ndarray
     merges: np.ndarray
+    byte_pairs: np.ndarray
     vocab_blob: np.ndarray
     vocab_starts: np.ndarray
     vocab_lengths: np.ndarray
@@ -326,6 +370,29 @@ def _fill_merges(pair_keys, pair_values, table):
             slot = (slot + 1) & mask
         table[slot, 0] = key
         table[slot, 1] = pair_values[i]
+
+
+def byte_pair_table(merges: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """`ByteLevelTables.byte_pairs` of a merge table and the initial ids (int32, shape (4, 256))."""
+    if not (initial == initial[1]).all():
+        return np.zeros(0, dtype=np.uint64)
+    return _fill_byte_pairs(merges, np.ascontiguousarray(initial[1]))
+
+
+@kernel()
+def _fill_byte_pairs(merges, ids):
+    table = np.empty(65536, dtype=np.uint64)
+    for a in range(256):
+        for b in range(256):
+            rank = np.int32(-1)
+            new_id = np.int32(0)
+            if ids[a] >= 0 and ids[b] >= 0:
+                rank, new_id = _merge_lookup(ids[a], ids[b], merges)
+            if rank < 0:
+                table[a * 256 + b] = np.uint64(NO_MERGE)
+            else:
+                table[a * 256 + b] = np.uint64(rank) | (np.uint64(new_id) << np.uint64(32))
+    return table
 
 
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
@@ -359,7 +426,7 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
     state = new_state(tables.program)  # a compiled chain's progress, carried from window to window
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
-            tables.ignore_merges, tables.initial, tables.merges, tables.vocab_blob,
+            tables.ignore_merges, tables.initial, tables.merges, tables.byte_pairs, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
             tables.singles, tables.program + (state,), cache.records, out)
     id_parts, fallback_parts = [], []

@@ -12,13 +12,13 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-N_MASKS = 7  # letters, digits, whitespace, spaces, high bytes, lead bytes, apostrophes
+N_MASKS = 8  # letters, digits, whitespace, spaces, high bytes, lead bytes, apostrophes, newlines
 
 
 @intrinsic
 def class_masks64(typingctx, text, start):
     """(letters [A-Za-z], digits [0-9], ASCII whitespace [\\t\\n\\v\\f\\r ], spaces ' ', bytes >= 0x80,
-    bytes >= 0xC0 (leads of multi-byte characters), apostrophes '): uint64 masks of the 64 bytes
+    bytes >= 0xC0 (leads of multi-byte characters), apostrophes ', newlines [\\r\\n]): uint64 masks of the 64 bytes
     text[start:start + 64] (uint8 array; in bounds: not checked)."""
     if not isinstance(text, types.Array) or text.dtype != types.uint8 or not isinstance(start, types.Integer):
         return None
@@ -46,6 +46,7 @@ def class_masks64(typingctx, text, start):
             builder.icmp_unsigned(">=", v, splat(0x80)),
             builder.icmp_unsigned(">=", v, splat(0xC0)),
             builder.icmp_unsigned("==", v, splat(39)),
+            builder.or_(builder.icmp_unsigned("==", v, splat(10)), builder.icmp_unsigned("==", v, splat(13))),
         ]
         return context.make_tuple(builder, signature.return_type, [builder.bitcast(m, i64) for m in masks])
 

@@ -250,7 +250,7 @@ def window(text, p, classes):
     word) is that near. Such bytes and their neighbours are `untrusted`, and `starts` holds only
     trusted starts: a word from a start to the next trusted start with no untrusted byte between
     is the regex's word."""
-    letters, digits, white, spaces, high, leads, quotes = class_masks64(text, p)
+    letters, digits, white, spaces, high, leads, quotes, _ = class_masks64(text, p)
     bad = quotes
     while leads:
         k = np.int64(trailing_zeros(leads))
@@ -263,6 +263,94 @@ def window(text, p, classes):
     starts = (white & (change | ((white << _ONE) & ~(white >> _ONE)))) | (~white & change & ~(spaces << _ONE))
     untrusted = bad | (bad << _ONE) | (bad >> _ONE) | (quotes << np.uint64(2)) | (quotes << np.uint64(3))
     return starts & ~untrusted & _WINDOW_STARTS, untrusted
+
+
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_TOP = np.uint64(1 << 63)
+
+
+@kernel(inline="always")
+def _prefix_chars(others, spaces, letters, cont):
+    """Bit k: text[p + k] is the last byte of a character that is `[^\\r\\n\\p{L}\\p{N}]?`'s prefix
+    of letters (Llama-3): an other (not a letter, number or whitespace) followed by a letter, the
+    only character of its run of others, not after a space (` ?[^\\s\\p{L}\\p{N}]+` takes it then)."""
+    ends = others & (letters >> _ONE)
+    prefix = ends & ~cont & ~(others << _ONE) & ~(spaces << _ONE)
+    if ends & cont:  # characters of two to four bytes (the others' continuation bytes are in `cont`)
+        two = cont & ~(cont << _ONE)
+        three = cont & (cont << _ONE) & ~(cont << np.uint64(2))
+        four = cont & (cont << _ONE) & (cont << np.uint64(2))
+        prefix |= ends & ((two & ~(others << np.uint64(2)) & ~(spaces << np.uint64(2)))
+                          | (three & ~(others << np.uint64(3)) & ~(spaces << np.uint64(3)))
+                          | (four & ~(others << np.uint64(4)) & ~(spaces << np.uint64(4))))
+    return prefix
+
+
+@kernel(inline="always")
+def window_llama3(text, p, classes):
+    """(starts, untrusted) of the window of bytes [p, p + 64) for Llama-3's pattern, as `window`
+    for GPT-2's (p a word start with p + WINDOW_REACH <= len(text); only starts after bit 0 count).
+
+    A letter starts a word after a non-letter, unless the byte before is whitespace other than a
+    newline or a one-character prefix (`_prefix_chars`): `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`. A number
+    starts one after a non-number and three numbers after such a start (`\\p{N}{1,3}`: bit 0 is a
+    start, so the groups counted from it are the regex's). An other starts one unless after an
+    other or a space. A newline starts one after a letter or number (or at bit 0); newlines right
+    after an other belong to its word (`[\\r\\n]*`), and the byte after them starts the next. Other
+    whitespace starts a word at the start of its run, as the last of its run (`\\s+(?!\\S)`), after
+    those absorbed newlines, and after a newline when no newline follows in its run (`\\s*[\\r\\n]+`
+    ends at a run's last newline); a run of whitespace between two newlines is left untrusted.
+
+    Untrusted as for GPT-2: apostrophes (contractions) and the 3 bytes after them, whitespace beyond
+    ASCII, their neighbours; a number beyond ASCII (its groups of three count characters, not
+    bytes) makes the whole window untrusted."""
+    letters, digits, white, spaces, high, leads, quotes, newlines = class_masks64(text, p)
+    cont = high & ~leads
+    bad = quotes
+    while leads:
+        k = np.int64(trailing_zeros(leads))
+        leads &= leads - _ONE
+        cp, width = decode_valid(text, p + k)
+        c = classes[cp]
+        if c == NUMBER:
+            return np.uint64(0), _ALL
+        if c != OTHER:
+            span = ((_ONE << np.uint64(width)) - _ONE) << np.uint64(k)
+            if c == LETTER:
+                letters |= span
+            else:
+                white |= span
+                bad |= span
+    others = ~(letters | digits | white)
+    tabs = white & ~newlines  # whitespace other than a newline
+    letter_starts = letters & ~(letters << _ONE) & ~(tabs << _ONE) & ~(
+        _prefix_chars(others, spaces, letters, cont) << _ONE)
+    other_starts = others & ~(others << _ONE) & ~(spaces << _ONE)
+    group = digits & ~(digits << _ONE)
+    number_starts = group
+    while group:
+        group = (group & (digits >> _ONE) & (digits >> np.uint64(2)) & (digits >> np.uint64(3))) << np.uint64(3)
+        number_starts |= group
+    newline_starts = newlines & ~(white << _ONE) & ~(others << _ONE)
+    absorbed = newlines & ~(newlines << _ONE) & (others << _ONE)  # first newlines of runs an other's word takes
+    after_absorbed = (newlines + absorbed) & ~newlines
+    after_newline = tabs & (newlines << _ONE) & ~after_absorbed
+    runs = tabs + after_newline  # each run of tabs from after_newline replaced by the bit after it
+    untrusted = bad | (bad << _ONE) | (bad >> _ONE) | (quotes << np.uint64(2)) | (quotes << np.uint64(3))
+    if (runs & ~tabs & newlines) | ((runs ^ tabs) & tabs & _TOP):  # a newline follows, or the run leaves the window
+        untrusted |= runs ^ tabs
+        after_newline = np.uint64(0)
+    tab_starts = tabs & (~(white << _ONE) | ((tabs << _ONE) & ~(white >> _ONE)) | after_absorbed | after_newline)
+    starts = letter_starts | other_starts | number_starts | newline_starts | tab_starts
+    return starts & ~untrusted & _WINDOW_STARTS, untrusted
+
+
+@kernel(inline="always")
+def pattern_window(text, p, classes, pattern):
+    """`window` (GPT2) or `window_llama3` (LLAMA3) of the bytes [p, p + 64)."""
+    if pattern == GPT2:
+        return window(text, p, classes)
+    return window_llama3(text, p, classes)
 
 
 @kernel(inline="always")
