@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from pipeline.consumers.outputs import load_manifest
+from pipeline.consumers.outputs import load_manifest, manifest_with_inputs
 from pipeline.kernels.text.cleaning import clean_bytes
 from pipeline.sample import SAMPLE_BOOKS
 from pipeline.tokenizer.encode import tokenize_text
@@ -137,7 +137,7 @@ def test_inputs_are_listed_counted_and_skipped_as_preprocess_does(tmp_path, one_
     record = json.loads((tmp_path / "tok" / m.TOKENIZER_RUN_FILE).read_text())
     # preprocess on the same folder: the same inputs read, the same ones skipped for the same reasons
     run_preprocess([books], tmp_path / "data", "--max_seq_length", "64")
-    manifest = load_manifest(str(tmp_path / "data"))
+    manifest = manifest_with_inputs(str(tmp_path / "data"))
     assert [(e[m.KEY_PATH], e[m.KEY_REASON]) for e in manifest[m.KEY_SKIPPED]] == \
         [(e[m.KEY_PATH], e[m.KEY_REASON]) for e in record[m.KEY_SKIPPED]]
     assert manifest[m.KEY_COUNTS][m.FILES_READ] == record[m.KEY_COUNTS][m.FILES_READ] == 4

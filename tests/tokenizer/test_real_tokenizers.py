@@ -119,6 +119,15 @@ def test_auto_gives_the_real_ids_of_the_whole_document(real):
         assert tokenizer.encode(texts["added tokens in a book"]).tolist().count(plain_added[0]) > 10
 
 
+def test_hf_gives_the_real_ids_of_the_whole_document(real):
+    """The `hf` backend too: the real tokenizer on the pieces the job cuts (where its own rules prove
+    a cut), against the real tokenizer on the whole document."""
+    _, tokenizer_json, spec = real
+    texts = _texts(tokenizer_json)
+    tokenizer = build_tokenizer(spec)
+    assert _mismatches(lambda text: tokenize_text(tokenizer, text), _reference(tokenizer_json), texts) == []
+
+
 def test_fast_claims_every_real_tokenizer(real):
     """`fast` takes each of them (the ids are checked above, on the backend `auto` picks)."""
     name, tokenizer_json, _ = real
