@@ -18,9 +18,7 @@ import argparse
 import importlib.resources
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, processors
-
-MLM_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
+from benchmarks.real_tokenizers import with_mlm_specials
 
 
 def j2_model_path() -> Path:
@@ -38,17 +36,6 @@ def convert_j2(model_path: Path | None = None) -> str:
     proto.ParseFromString((model_path or j2_model_path()).read_bytes())
     vocab = [(piece.piece, piece.score) for piece in proto.pieces]
     return SpmConverter.build_tokenizer_from_spm_proto(proto, vocab).to_str()
-
-
-def with_mlm_specials(raw: str) -> str:
-    """The tokenizer with [UNK] [CLS] [SEP] [PAD] [MASK] appended as special tokens and a
-    `[CLS] $A [SEP]` template, as ModernBERT's tokenizer extends OLMo's."""
-    tokenizer = Tokenizer.from_str(raw)
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in MLM_SPECIALS])
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return tokenizer.to_str()
 
 
 def j2_mlm_json() -> str:

@@ -53,7 +53,7 @@ from pipeline.kernels.tokenizer.bytelevel.regex_program import (
     SPLIT,
 )
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, CutRule, is_visible
-from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
+from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex, class_end
 from pipeline.tokenizer.table_cache import cached_arrays
 
 MAX_OPS = 4096
@@ -141,7 +141,7 @@ class _Parser:
         if c == "[":
             if icase:
                 raise self.fail("a character class inside (?i:...)")
-            end = _class_end(p, i)
+            end = class_end(p, i)  # check_regex has refused an unterminated class
             self.i = end
             return ("atom", ("probe", p[i:end]))
         if c == ".":
@@ -236,30 +236,6 @@ class _Parser:
 
 def _escaped(char: str) -> str:
     return "\\" + char if char.isascii() and not char.isalnum() else char
-
-
-def _class_end(pattern: str, i: int) -> int:
-    """Index past the class starting at pattern[i] == '[' (Oniguruma's nesting, a leading ']')."""
-    depth, j = 0, i
-    while j < len(pattern):
-        c = pattern[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c == "[":
-            depth += 1
-            j += 1
-            if pattern.startswith("^", j):
-                j += 1
-            if pattern.startswith("]", j):
-                j += 1
-            continue
-        if c == "]":
-            depth -= 1
-            if depth == 0:
-                return j + 1
-        j += 1
-    raise Unsupported(f"an unterminated character class at {i} of the pattern")
 
 
 def _single_atom(node: tuple):

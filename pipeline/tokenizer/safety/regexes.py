@@ -76,7 +76,7 @@ def _skip_extended(pattern: str, i: int) -> int:
     return i
 
 
-def _skip_class(pattern: str, i: int) -> int:
+def class_end(pattern: str, i: int) -> int:
     """Index just past the character class starting at pattern[i] == '[' (nested classes allowed)."""
     depth, j = 0, i
     while j < len(pattern):
@@ -166,7 +166,7 @@ def check_regex(pattern: str) -> None:
         if c == "\\":  # Oniguruma has no \Q...\E quoting: \Q is the letter Q
             i, last = _escape_end(pattern, i), "atom"
         elif c == "[":
-            i, last = _skip_class(pattern, i), "atom"
+            i, last = class_end(pattern, i), "atom"
         elif c == "(":
             options = _OPTIONS.match(pattern, i)
             if pattern.startswith("(?#", i):
