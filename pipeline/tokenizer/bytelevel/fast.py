@@ -3,9 +3,10 @@
 `bytelevel_support` reads the tokenizer JSON and lists what the kernel does not reproduce. Covered:
 no normalizer (or an empty `Sequence` of them), or NFC / NFKC (`normal_forms`); a `ByteLevel`
 pre-tokenizer with its regex (any `add_prefix_space`), or a chain of `Split`s followed by a
-regex-less `ByteLevel` without prefix space: one Isolated `Split` of the GPT-2 or Llama-3/cl100k
-pattern runs on their written-out scanners, any other chain whose regexes `split_program` compiles
-(Qwen's, DeepSeek's) on the compiled-program matcher; a `BPE` model without dropout (merges,
+regex-less `ByteLevel` without prefix space: one Isolated `Split` of the GPT-2, Llama-3/cl100k,
+Qwen or Qwen3.6 pattern (exactly `PATTERNS`' strings) runs on their written-out scanners, any other
+chain whose regexes `split_program` compiles (DeepSeek's) on the compiled-program matcher; a `BPE`
+model without dropout (merges,
 `ignore_merges`, `continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id,
 hence `[UNK]` or byte fallback, goes to the real model word by word). Non-special added tokens are
 split out before this encoder (`pipeline.tokenizer.added_tokens`); special ones the job encodes as
@@ -30,7 +31,6 @@ from pipeline.kernels.common.hash_table import ByteTable
 from pipeline.kernels.tokenizer.bytelevel.encode import (
     GPT2_PATTERN,
     LETTER,
-    LLAMA3_PATTERN,
     N_CODE_POINTS,
     NUMBER,
     OTHER,
@@ -43,6 +43,7 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     encode_bytes,
     merge_table,
 )
+from pipeline.kernels.tokenizer.bytelevel.pretokenize import MARK_LETTERS
 from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM
 from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
 from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
@@ -95,8 +96,8 @@ def byte_level_string(data: bytes) -> str:
 
 def pre_tokenizer_shape(config: dict) -> tuple[str | None, bool, list[str]]:
     """(regex pattern or None, add_prefix_space, problems) of a byte-level pre-tokenizer: the
-    pattern is GPT-2's or Llama-3's (their written-out scanners), None for a compiled Split chain
-    (`split_chain`) or a shape the kernel does not run."""
+    pattern is one of PATTERNS (GPT-2's, Llama-3's, Qwen's, Qwen3.6's: their written-out scanners),
+    None for a compiled Split chain (`split_chain`) or a shape the kernel does not run."""
     pre = config.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel":
         if not pre.get("use_regex", True):
@@ -183,11 +184,40 @@ def _cached_classes() -> np.ndarray:
     return cached_arrays("regex-classes", key, ("classes",), lambda: {"classes": probe_classes()})["classes"]
 
 
+def probe_marks() -> np.ndarray:
+    """bool, shape (N_CODE_POINTS,): the code points the tokenizers regex engine matches with `\\p{M}`."""
+    text = _all_code_points()
+    cps = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+    marks = np.zeros(N_CODE_POINTS, dtype=bool)
+    for _, (start, stop) in Split(Regex(r"\p{M}+"), behavior="removed", invert=True).pre_tokenize_str(text):
+        marks[cps[start:stop]] = True
+    return marks
+
+
+def _marks_as_letters() -> np.ndarray:
+    """The class table with every mark (`\\p{M}`, class OTHER) a LETTER, kept on disk like `_cached_classes`."""
+
+    def build() -> dict[str, np.ndarray]:
+        classes = _cached_classes().copy()
+        classes[probe_marks() & (classes == OTHER)] = LETTER
+        return {"classes": classes}
+
+    key = f"{_CLASS_FORMAT}|marks as letters|{tokenizers.__version__}"
+    return cached_arrays("regex-classes", key, ("classes",), build)["classes"]
+
+
+def pattern_classes(pattern: str | None) -> np.ndarray:
+    """The class table a scanner pattern runs on: Qwen3.6's counts marks as letters (`MARK_LETTERS`)."""
+    if pattern in PATTERNS and PATTERNS[pattern] in MARK_LETTERS:
+        return _marks_as_letters()
+    return _cached_classes()
+
+
 def probe_fold(pattern: str) -> np.ndarray:
     """int64, shape (0x2200,): the contraction letter each code point stands for in the pattern's
     case-insensitive contractions (asked of the regex itself), 0 for none."""
     fold = np.zeros(0x2200, dtype=np.int64)
-    if pattern != LLAMA3_PATTERN:
+    if pattern not in PATTERNS or pattern == GPT2_PATTERN:  # GPT-2's contractions are case-sensitive
         return fold
     split = Split(Regex(pattern), behavior="isolated")
     forms = ("s", "t", "m", "d", "re", "ve", "ll")
@@ -244,7 +274,7 @@ def _tables(tokenizer_json: str) -> ByteLevelTables:
             by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
     words = ByteTable.build(by_bytes)
     singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
-    classes = _cached_classes()
+    classes = pattern_classes(pattern)
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
     merges = merge_table(pairs)
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),

