@@ -6,11 +6,10 @@ pre-tokenizer with its regex (any `add_prefix_space`), or a chain of `Split`s fo
 regex-less `ByteLevel` without prefix space: one Isolated `Split` of the GPT-2, Llama-3/cl100k,
 Qwen or Qwen3.6 pattern (exactly `PATTERNS`' strings) runs on their written-out scanners, any other
 chain whose regexes `split_program` compiles (DeepSeek's) on the compiled-program matcher; a `BPE`
-model without dropout (merges,
-`ignore_merges`, `continuing_subword_prefix`, `end_of_word_suffix`; a byte without an initial id,
-hence `[UNK]` or byte fallback, goes to the real model word by word). Non-special added tokens are
-split out before this encoder (`pipeline.tokenizer.added_tokens`); special ones the job encodes as
-plain text.
+model without dropout (merges, `ignore_merges`, `continuing_subword_prefix`, `end_of_word_suffix`;
+a byte without an initial id, hence `[UNK]` or byte fallback, goes to the real model word by word).
+Non-special added tokens are split out before this encoder (`pipeline.tokenizer.added_tokens`);
+special ones the job encodes as plain text.
 
 The regex's character classes are asked of the tokenizer's own regex engine (onig) for every code
 point, once per `tokenizers` version (cached on disk like the WordPiece table).
