@@ -13,9 +13,10 @@ whole text. `cut_rule_and_reason` gives the rule and says how it was proven (or 
     (`CutRule.invisible`, probed on every code point);
   - the pre-tokenizer splits there: a whitespace-splitting one (BertPreTokenizer, WhitespaceSplit,
     Whitespace) at any ASCII whitespace, CharDelimiterSplit at its delimiter, ByteLevel with its regex
-    or a Split of the GPT-2 / Llama-3 pattern at a space (tab, newline) after a visible character,
-    Metaspace with split at a space after a visible character; the steps after it in a Sequence only
-    split further (one that adds a prefix space keeps only the cuts at spaces);
+    or a Split of a written-out pattern (GPT-2's, Llama-3's, Qwen's, Qwen3.6's: `PATTERNS`) at a space
+    (tab, newline) after a visible character, Metaspace with split at a space after a visible
+    character; the steps after it in a Sequence only split further (one that adds a prefix space
+    keeps only the cuts at spaces);
   - with no pre-tokenizer (or a regex-less ByteLevel, which maps bytes to characters), the model: a
     character that is a token alone and that no longer vocabulary entry or merge contains can never
     be merged with a neighbour (BPE without subword affixes, dropout or ignore_merges, Unigram);

@@ -257,19 +257,23 @@ def test_number_and_mark_texts_are_cut_as_the_regex_cuts(pattern, text, window_b
 
 
 def test_every_scanner_pattern_proves_the_cuts_its_family_uses():
-    """The cut rule the family gives a written-out pattern's tokenizer is the one `chain_cuts`
-    proves for that pattern compiled (Llama-3's, Qwen's, Qwen3.6's: before a space or tab after a
-    visible character), so a document cut there has the ids of the whole."""
+    """The cut rule the family gives a written-out pattern's tokenizer, and the one `derived_cuts`
+    proves from its parts, is the one `chain_cuts` proves for that pattern compiled (Llama-3's,
+    Qwen's, Qwen3.6's: before a space or tab after a visible character), so a document cut there
+    has the ids of the whole (`test_split_programs.test_the_proven_cuts_hold` encodes the parts)."""
     import json
 
     from pipeline.kernels.tokenizer.bytelevel.encode import PATTERNS as SCANNED
     from pipeline.tokenizer.bytelevel.family import cuts
     from pipeline.tokenizer.bytelevel.split_program import chain_cuts, compile_chain
     from pipeline.tokenizer.cut_rule import LLAMA3_CUTS
+    from pipeline.tokenizer.derived_cuts import derived_cuts
 
     for pattern in SCANNED:
         if pattern == GPT2_PATTERN:  # a ByteLevel's own regex (its cuts: test_bytelevel, derived_cuts)
             continue
         split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False}
         tokenizer_json = _word_end_marking(pattern)[0].to_str()
-        assert cuts(json.loads(tokenizer_json), tokenizer_json) == chain_cuts(compile_chain([split])) == LLAMA3_CUTS
+        proven = chain_cuts(compile_chain([split]))
+        assert cuts(json.loads(tokenizer_json), tokenizer_json) == derived_cuts(json.loads(tokenizer_json))[0] == proven
+        assert proven == LLAMA3_CUTS
