@@ -136,11 +136,11 @@ def test_hf_gives_the_real_ids_of_the_whole_document(real):
 
 def test_fast_claims_every_real_tokenizer(real):
     """`fast` takes each of them (the ids are checked above, on the backend `auto` picks): Qwen's
-    and Qwen3.6's on their written-out scanners, DeepSeek V4's on its compiled chain."""
+    and Qwen3.6's on their written-out scanners."""
     from pipeline.kernels.tokenizer.bytelevel.pretokenize import QWEN, QWEN3_6
-    from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM
     from pipeline.tokenizer.bytelevel.fast import _tables
 
     name, tokenizer_json, _ = real
     assert choose_backend("fast", tokenizer_json) == ("fast", FAST_REFUSES[name])
-    assert _tables(tokenizer_json).pattern == {"qwen": QWEN, "qwen3_6": QWEN3_6}.get(name, PROGRAM)
+    if name in ("qwen", "qwen3_6"):  # their tables are those `auto` built above (DeepSeek's: after its added tokens)
+        assert _tables(tokenizer_json).pattern == {"qwen": QWEN, "qwen3_6": QWEN3_6}[name]
