@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -58,6 +58,8 @@ from pipeline.tokenizer.table_cache import cached_arrays
 
 MAX_OPS = 4096
 MAX_CLASSES = 64
+MAX_DFA_STATES = 1024  # a level's automaton; past it the level backtracks
+MAX_DFA_ENTRIES = 1 << 22  # the chain's table: 16 MB
 _FORMAT = 1
 _N_CODE_POINTS = 0x110000
 _REPEAT = re.compile(r"\{(\d*)(?:(,)(\d*))?\}")
@@ -389,6 +391,121 @@ class _Emitter:
             self.ops[split][2] = len(self.ops)
 
 
+class _TooLarge(Exception):
+    """A level's automaton past MAX_DFA_STATES or MAX_DFA_ENTRIES: it runs on the backtracking matcher."""
+
+
+def _paths(ops: np.ndarray, elements: tuple, bits: int | None) -> tuple[list[tuple[int, int]], bool]:
+    """The consuming instructions the backtracking matcher reaches from `elements` before it reads
+    the next character (whose class bits are `bits`; None at the text's end), in the order it tries
+    them, and whether it reaches MATCH first among what is left (the paths after it are never tried).
+
+    An element is (pc, k): instruction pc about to run, k the characters a REPEAT at pc has taken.
+    Each (pc, k) is kept once, where first reached: from the same instruction, count and position
+    every later path goes on as the first one did, and that one is tried first."""
+    found: list[tuple[int, int]] = []
+    seen: set = set()
+    matched = False
+
+    def visit(pc: int, k: int) -> None:
+        nonlocal matched
+        if matched or (pc, k) in seen:
+            return
+        seen.add((pc, k))
+        op = int(ops[pc, 0])
+        if op == CLASS:
+            found.append((pc, 0))
+        elif op == REPEAT:
+            low, high = int(ops[pc, 2]), int(ops[pc, 3])
+            if high < 0 or k < high:  # greedy: one more character first
+                found.append((pc, k))
+            if k >= low:
+                visit(pc + 1, 0)
+        elif op == SPLIT:
+            visit(int(ops[pc, 1]), 0)
+            visit(int(ops[pc, 2]), 0)
+        elif op == JMP:
+            visit(int(ops[pc, 1]), 0)
+        elif op in (NOT_AHEAD, AHEAD):
+            has = bits is not None and bool((bits >> int(ops[pc, 1])) & 1)
+            if has == (op == AHEAD):
+                visit(pc + 1, 0)
+        else:
+            matched = True
+
+    for pc, k in elements:
+        visit(pc, k)
+    return found, matched
+
+
+def _step(ops: np.ndarray, paths: list[tuple[int, int]], bits: int) -> tuple:
+    """The elements after a character of class bits `bits` is read by the consuming `paths`, in order."""
+    after: list[tuple[int, int]] = []
+    for pc, k in paths:
+        if not (bits >> int(ops[pc, 1])) & 1:
+            continue
+        if ops[pc, 0] == CLASS:
+            element = (pc + 1, 0)
+        else:
+            low, high = int(ops[pc, 2]), int(ops[pc, 3])
+            element = (pc, min(k + 1, low) if high < 0 else k + 1)  # past `low`, unbounded counts are alike
+        if element not in after:
+            after.append(element)
+    return tuple(after)
+
+
+def _automaton(ops: np.ndarray, start_pc: int, class_bits: np.ndarray, first_state: int) -> tuple[list, list]:
+    """(rows, end flags) of the automaton of the level starting at start_pc, its states numbered from
+    first_state (its start state): a row per state, the entry of each class (next state << 1) |
+    (a match ends before that character), next -1 where no path is left. Raises _TooLarge."""
+    classes = [int(b) for b in class_bits]
+    index = {((start_pc, 0),): 0}
+    order = [((start_pc, 0),)]
+    rows, ends = [], []
+    while len(rows) < len(order):
+        elements = order[len(rows)]
+        row = []
+        for bits in classes:
+            paths, matched = _paths(ops, elements, bits)
+            after = _step(ops, paths, bits)
+            if after and after not in index:
+                if len(order) == MAX_DFA_STATES:
+                    raise _TooLarge
+                index[after] = len(order)
+                order.append(after)
+            following = first_state + index[after] if after else -1
+            row.append((following << 1) | int(matched))
+        rows.append(row)
+        ends.append(_paths(ops, elements, None)[1])
+    return rows, ends
+
+
+def _automata(ops: np.ndarray, starts: list[int], cp_class: np.ndarray, class_bits: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(table, end_match, each level's start state or -1) as `regex_program` takes them: the levels
+    that determinize within MAX_DFA_STATES states and MAX_DFA_ENTRIES table entries."""
+    rows: list = []
+    ends: list = []
+    firsts = []
+    for start_pc in starts:
+        try:
+            level_rows, level_ends = _automaton(ops, start_pc, class_bits, len(rows))
+        except _TooLarge:
+            firsts.append(-1)
+            continue
+        if (len(rows) + len(level_rows)) * (128 + len(class_bits)) > MAX_DFA_ENTRIES:
+            firsts.append(-1)
+            continue
+        firsts.append(len(rows))
+        rows += level_rows
+        ends += level_ends
+    if not rows:
+        return np.zeros((1, 128 + len(class_bits)), dtype=np.int32), np.zeros(1, dtype=np.uint8), firsts
+    by_class = np.asarray(rows, dtype=np.int32).reshape(len(rows), len(class_bits))
+    table = np.concatenate([by_class[:, cp_class[:128].astype(np.int64)], by_class], axis=1)
+    return np.ascontiguousarray(table), np.asarray(ends, dtype=np.uint8), firsts
+
+
 @dataclass(frozen=True)
 class SplitLevel:
     """One `Split` of the chain: its pattern, how its matches become pieces, its parsed tree."""
@@ -401,8 +518,8 @@ class SplitLevel:
 @dataclass(frozen=True)
 class SplitProgram:
     """The compiled chain, as the kernel takes it (see `regex_program`): ops int64 (n, 4), guards
-    uint64 (n,), levels int64 (k, 2), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
-    class_bits uint64 (m,)."""
+    uint64 (n,), levels int64 (k, 3), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
+    class_bits uint64 (m,), table int32 (states, 128 + m), end_match uint8 (states,)."""
 
     ops: np.ndarray
     guards: np.ndarray
@@ -410,13 +527,23 @@ class SplitProgram:
     firsts: np.ndarray
     cp_class: np.ndarray
     class_bits: np.ndarray
+    table: np.ndarray
+    end_match: np.ndarray
     chain: tuple[SplitLevel, ...]
     keys: tuple
 
     @property
     def arrays(self) -> tuple:
-        """(ops, guards, levels, firsts, cp_class, class_bits): what the kernel takes (less its state)."""
-        return self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits
+        """(ops, guards, levels, firsts, cp_class, class_bits, table, end_match): what the kernel
+        takes (less its state)."""
+        return (self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits, self.table,
+                self.end_match)
+
+    def backtracking(self) -> SplitProgram:
+        """This chain with every level on the backtracking matcher (no automaton)."""
+        levels = self.levels.copy()
+        levels[:, 2] = -1
+        return replace(self, levels=levels)
 
 
 def _guards(ops: np.ndarray) -> np.ndarray:
@@ -544,10 +671,13 @@ def compile_chain(steps: list[dict]) -> SplitProgram:
     keys = tuple(emitter.keys)
     tables = _class_tables(keys)
     ops = np.asarray(emitter.ops, dtype=np.int64).reshape(-1, 4)
+    table, end_match, dfa_starts = _automata(ops, [start for start, _ in levels], tables["cp_class"],
+                                             tables["class_bits"])
+    levels = [level + [dfa_start] for level, dfa_start in zip(levels, dfa_starts)]
     return SplitProgram(ops=ops, guards=_guards(ops),
-                        levels=np.asarray(levels, dtype=np.int64).reshape(-1, 2),
+                        levels=np.asarray(levels, dtype=np.int64).reshape(-1, 3),
                         firsts=np.asarray(firsts, dtype=np.uint64), cp_class=tables["cp_class"],
-                        class_bits=tables["class_bits"], chain=chain, keys=keys)
+                        class_bits=tables["class_bits"], table=table, end_match=end_match, chain=chain, keys=keys)
 
 
 def chain_cuts(program: SplitProgram) -> CutRule:

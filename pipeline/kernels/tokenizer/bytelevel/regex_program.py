@@ -24,6 +24,15 @@ level's current piece in `state` (int64 (levels + instructions, 3): per level it
 found after a gap; the rows after them the matcher's backtracking stack, one row per instruction:
 every jump goes forward, so a path runs an instruction at most once and pushes at most once for
 it), so a long text is done window after window exactly as in one call.
+
+A level whose program determinizes within bounds (`split_program`'s builder; every real chain's
+levels do) runs as that automaton instead (`dfa_match`): a state is the ordered list of the
+backtracking paths still alive, highest priority first, cut after the first that has matched (the
+engine's leftmost-first order, as a Pike VM keeps it), so one pass over the characters, one table
+load each, gives the end the backtracking finds, without re-reading a character or decoding it
+twice. `table` int32 (states, 128 + classes): a state's entry for an ASCII byte (columns 0-127) or a
+class (128 + `cp_class[cp]`) is (next state << 1) | (a match ends before that character), next -1
+where every path dies; `end_match` uint8 (states,): a match ends at the text's end.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ def _has(bits, bit):
     return (bits >> np.uint64(bit)) & np.uint64(1) != 0
 
 
-@kernel()
+@kernel(_nrt=False)
 def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, bottom):
     """End (byte) of the program's match at byte `pos` of text[:end] (the leftmost-first one, as the
     engine finds it), or -1 when none starts there. stack[bottom:] holds the backtracking entries
@@ -137,7 +146,33 @@ def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, botto
                 top += 1
 
 
-@kernel()
+@kernel(inline="always")
+def dfa_match(text, pos, end, table, end_match, cp_class, start):
+    """End (byte) of the match at byte `pos` of text[:end] of the level whose automaton starts in
+    state `start` (what `match_at` finds, in one pass), or -1 when none starts there."""
+    s = start
+    p = pos
+    last = np.int64(-1)
+    while p < end:
+        b = text[p]
+        if b < 0x80:
+            entry = table[s, b]
+            width = 1
+        else:
+            cp, width = decode_valid(text, p)
+            entry = table[s, 128 + cp_class[cp]]
+        if entry & 1:
+            last = p
+        s = entry >> 1
+        if s < 0:
+            return last
+        p += width
+    if end_match[s]:
+        last = p
+    return last
+
+
+@kernel(_nrt=False)
 def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, state, bottom):
     """(start, end) of the first match at or after byte `start` in text[:end] (the engine's search),
     (-1, -1) when none; only characters with a bit of `first` can start one."""
@@ -152,17 +187,44 @@ def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, s
     return np.int64(-1), np.int64(-1)
 
 
-@kernel()
-def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, state):
+@kernel(inline="always")
+def find_dfa_match(text, start, end, table, end_match, cp_class, dfa_start):
+    """`find_match` of a level run as its automaton."""
+    q = start
+    while q < end:
+        b = text[q]
+        if b < 0x80 and table[dfa_start, b] >> 1 < 0:  # no match starts with it: one table load
+            q += 1
+            continue
+        e = dfa_match(text, q, end, table, end_match, cp_class, dfa_start)
+        if e > q:
+            return q, e
+        q += 1
+        while q < end and (text[q] & 0xC0) == 0x80:
+            q += 1
+    return np.int64(-1), np.int64(-1)
+
+
+@kernel(inline="always")
+def _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table, end_match,
+                 state):
+    """The first match of `level` at or after p (its automaton where it has one)."""
+    if levels[level, 2] >= 0:
+        return find_dfa_match(text, p, parent_end, table, end_match, cp_class, levels[level, 2])
+    return find_match(text, p, parent_end, ops, guards, levels[level, 0], firsts[level], cp_class, class_bits,
+                      state, levels.shape[0])
+
+
+@kernel(inline="always")
+def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table, end_match,
+               state):
     """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
-    pc = levels[level, 0]
     behavior = levels[level, 1]
-    first = firsts[level]
     if state[level, 1] == p:  # the match found after the gap that ended at p
         q, e = state[level, 1], state[level, 2]
     else:
-        q, e = find_match(text, p, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
-                          levels.shape[0])
+        q, e = _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
+                            end_match, state)
     state[level, 1] = -1
     if q < 0:
         return parent_end
@@ -175,8 +237,8 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
     if behavior == ISOLATED:
         return e
     while e < parent_end:  # CONTIGUOUS: the adjacent matches; MERGED_WITH_NEXT: the gap after
-        q2, e2 = find_match(text, e, parent_end, ops, guards, pc, first, cp_class, class_bits, state,
-                            levels.shape[0])
+        q2, e2 = _level_match(text, e, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits,
+                              table, end_match, state)
         if q2 < 0:
             return e if behavior == CONTIGUOUS else parent_end
         if q2 > e and behavior == CONTIGUOUS:
@@ -191,32 +253,33 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
     return e
 
 
-@kernel()
+@kernel(_nrt=False)
 def program_word_end(text, position, size, program):
     """End (byte) of the chain's piece starting at byte `position` (where the last one ended).
 
-    `program` is (ops, guards, levels, firsts, cp_class, class_bits, state): guards uint64 (n,)
-    (SPLIT's), levels int64 (k, 2) (start pc, behavior), firsts uint64 (k,) the bits a match can
-    start with, state `new_state(k)` (the chain's progress, all -1 before a text's first piece)."""
-    ops, guards, levels, firsts, cp_class, class_bits, state = program
-    return chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state)
+    `program` is (ops, guards, levels, firsts, cp_class, class_bits, table, end_match, state): guards
+    uint64 (n,) (SPLIT's), levels int64 (k, 3) (start pc, behavior, start state of its automaton or -1),
+    firsts uint64 (k,) the bits a match can start with, table and end_match the automata, state
+    `new_state(k)` (the chain's progress, all -1 before a text's first piece).
 
-
-@kernel()
-def chain_word_end(text, position, size, ops, guards, levels, firsts, cp_class, class_bits, state):
-    """`program_word_end` with the program's arrays apart (a loop unpacks the tuple once)."""
+    Compiled without numba's reference counting (`_nrt=False`, as every function of the chain's
+    matcher a piece calls: none makes an array): with it, each call's array arguments are counted in
+    and out, two atomic operations each, about 85% of a piece's time (ten arrays, 150-250 ns)."""
+    ops, guards, levels, firsts, cp_class, class_bits, table, end_match, state = program
     parent_end = size
     for level in range(levels.shape[0]):
         if position >= state[level, 0]:
             state[level, 0] = _piece_end(text, position, parent_end, level, ops, guards, levels, firsts,
-                                         cp_class, class_bits, state)
+                                         cp_class, class_bits, table, end_match, state)
         parent_end = state[level, 0]
     return parent_end
 
 
-NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 2), dtype=np.int64),
-              np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64))
-"""(ops, guards, levels, firsts, cp_class, class_bits) of a tokenizer without a compiled chain (same types)."""
+NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 3), dtype=np.int64),
+              np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64),
+              np.zeros((1, 129), dtype=np.int32), np.zeros(1, dtype=np.uint8))
+"""(ops, guards, levels, firsts, cp_class, class_bits, table, end_match) of a tokenizer without a compiled
+chain (same types)."""
 
 
 def new_state(program: tuple) -> np.ndarray:
@@ -227,13 +290,11 @@ def new_state(program: tuple) -> np.ndarray:
 
 @kernel()
 def _chain_ends(text, program):
-    ops, guards, levels, firsts, cp_class, class_bits, state = program
     ends = np.empty(text.shape[0], dtype=np.int64)
     n = 0
     position = 0
     while position < text.shape[0]:
-        position = chain_word_end(text, position, text.shape[0], ops, guards, levels, firsts, cp_class, class_bits,
-                                  state)
+        position = program_word_end(text, position, text.shape[0], program)
         ends[n] = position
         n += 1
     return ends[:n]
@@ -241,7 +302,7 @@ def _chain_ends(text, program):
 
 def chain_ends(text: np.ndarray, program: tuple) -> np.ndarray:
     """int64 (pieces,): the byte end of each piece the chain `program` (ops, guards, levels, firsts,
-    cp_class, class_bits) makes of valid UTF-8 `text` (uint8, 1-D)."""
+    cp_class, class_bits, table, end_match) makes of valid UTF-8 `text` (uint8, 1-D)."""
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
     program = tuple(program) + (new_state(program),)
