@@ -22,7 +22,7 @@ from tokenizers.pre_tokenizers import Sequence, Split
 from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, LLAMA3_PATTERN, encode_bytes
 from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM, chain_ends
 from pipeline.tokenizer.bytelevel.fast import _tables
-from pipeline.tokenizer.bytelevel.split_program import Unsupported, chain_cuts, compile_chain
+from pipeline.tokenizer.bytelevel.split_program import MAX_DFA_STATES, Unsupported, chain_cuts, compile_chain
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
 from tests.conftest import EXCERPTS
@@ -73,8 +73,10 @@ def _engine_pieces(patterns, behavior, invert, text: str) -> list[str]:
     return [piece for piece, _ in chain.pre_tokenize_str(text)]
 
 
-def _program_pieces(patterns, behavior, invert, text: str) -> list[str]:
+def _program_pieces(patterns, behavior, invert, text: str, backtracking: bool = False) -> list[str]:
     program = _program(patterns, behavior, invert)
+    if backtracking:
+        program = program.backtracking()
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     ends = chain_ends(data, program.arrays)
     starts = np.concatenate(([0], ends[:-1])) if ends.shape[0] else ends
@@ -102,6 +104,31 @@ def test_the_program_pieces_are_the_engines_on_the_books(name):
         assert _program_pieces(*chain, text) == _engine_pieces(*chain, text)
 
 
+def test_every_real_level_runs_as_an_automaton_and_the_backtracking_matcher_agrees():
+    """The automata (one per level, `split_program._automata`) are what the real chains run; the
+    backtracking matcher they replace, kept for the levels too large to determinize, gives the
+    engine's pieces too."""
+    for name in REAL_CHAINS:
+        assert (_program(REAL_CHAINS[name]).levels[:, 2] >= 0).all(), name
+    whole = _book_texts()[-1]
+    for name, chain in ALL_CHAINS.items():
+        assert _program_pieces(*chain, whole, backtracking=True) == _engine_pieces(*chain, whole), name
+
+
+LARGE = (r"\p{N}{1,3}", rf"\S{{1,{MAX_DFA_STATES + 50}}}|\s+(?!\S)|\s")
+
+
+def test_a_level_too_large_for_an_automaton_backtracks_beside_one_that_is_not():
+    """`\\S{1,n}` past MAX_DFA_STATES counts has no automaton: that level backtracks, the other
+    level of the chain still runs its automaton, and the pieces are the engine's, runs longer than
+    the bound included."""
+    program = _program(LARGE)
+    assert program.levels[:, 2].tolist()[0] >= 0 and program.levels[:, 2].tolist()[1] == -1
+    long_run = "x" * (MAX_DFA_STATES + 120) + "  12345 " + "y" * (MAX_DFA_STATES + 50) + "\n z"
+    for text in (long_run, _book_texts()[1]):
+        assert _program_pieces(LARGE, "Isolated", False, text) == _engine_pieces(LARGE, "Isolated", False, text)
+
+
 @st.composite
 def risky_text(draw) -> str:
     return "".join(draw(st.lists(st.one_of(st.sampled_from(RISKY), st.text(max_size=4)), max_size=30)))
@@ -111,7 +138,9 @@ def risky_text(draw) -> str:
 @given(text=risky_text(), name=st.sampled_from(sorted(ALL_CHAINS)))
 def test_the_program_pieces_are_the_engines_on_risky_text(text, name):
     chain = ALL_CHAINS[name]
-    assert _program_pieces(*chain, text) == _engine_pieces(*chain, text)
+    expected = _engine_pieces(*chain, text)
+    assert _program_pieces(*chain, text) == expected
+    assert _program_pieces(*chain, text, backtracking=True) == expected
 
 
 @functools.lru_cache(maxsize=8)

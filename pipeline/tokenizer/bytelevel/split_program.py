@@ -454,10 +454,10 @@ def _step(ops: np.ndarray, paths: list[tuple[int, int]], bits: int) -> tuple:
     return tuple(after)
 
 
-def _automaton(ops: np.ndarray, start_pc: int, class_bits: np.ndarray, first_state: int) -> tuple[list, list]:
-    """(rows, end flags) of the automaton of the level starting at start_pc, its states numbered from
-    first_state (its start state): a row per state, the entry of each class (next state << 1) |
-    (a match ends before that character), next -1 where no path is left. Raises _TooLarge."""
+def _automaton(ops: np.ndarray, start_pc: int, class_bits: np.ndarray) -> tuple[list, list]:
+    """(rows, end flags) of the automaton of the level starting at start_pc, state 0 its start: a
+    row per state, the entry of each class (next state << 1) | (a match ends before that
+    character), next -1 where no path is left. Raises _TooLarge."""
     classes = [int(b) for b in class_bits]
     index = {((start_pc, 0),): 0}
     order = [((start_pc, 0),)]
@@ -473,37 +473,41 @@ def _automaton(ops: np.ndarray, start_pc: int, class_bits: np.ndarray, first_sta
                     raise _TooLarge
                 index[after] = len(order)
                 order.append(after)
-            following = first_state + index[after] if after else -1
-            row.append((following << 1) | int(matched))
+            row.append(((index[after] if after else -1) << 1) | int(matched))
         rows.append(row)
-        ends.append(_paths(ops, elements, None)[1])
+        ends.append(int(_paths(ops, elements, None)[1]))
     return rows, ends
 
 
 def _automata(ops: np.ndarray, starts: list[int], cp_class: np.ndarray, class_bits: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(table, end_match, each level's start state or -1) as `regex_program` takes them: the levels
-    that determinize within MAX_DFA_STATES states and MAX_DFA_ENTRIES table entries."""
-    rows: list = []
-    ends: list = []
+              ) -> tuple[np.ndarray, list[int]]:
+    """(table, each level's start or -1) as `regex_program` takes them, for the levels that
+    determinize within MAX_DFA_STATES states and MAX_DFA_ENTRIES table entries: a row of
+    129 + classes entries a state (the end flag, the 128 ASCII bytes, the classes), a state named by
+    its row's start."""
+    width = 129 + len(class_bits)
+    ascii_classes = cp_class[:128].astype(np.int64)
+    parts: list[np.ndarray] = []
+    size = 0
     firsts = []
     for start_pc in starts:
         try:
-            level_rows, level_ends = _automaton(ops, start_pc, class_bits, len(rows))
+            rows, ends = _automaton(ops, start_pc, class_bits)
         except _TooLarge:
             firsts.append(-1)
             continue
-        if (len(rows) + len(level_rows)) * (128 + len(class_bits)) > MAX_DFA_ENTRIES:
+        if size + len(rows) * width > MAX_DFA_ENTRIES:
             firsts.append(-1)
             continue
-        firsts.append(len(rows))
-        rows += level_rows
-        ends += level_ends
-    if not rows:
-        return np.zeros((1, 128 + len(class_bits)), dtype=np.int32), np.zeros(1, dtype=np.uint8), firsts
-    by_class = np.asarray(rows, dtype=np.int32).reshape(len(rows), len(class_bits))
-    table = np.concatenate([by_class[:, cp_class[:128].astype(np.int64)], by_class], axis=1)
-    return np.ascontiguousarray(table), np.asarray(ends, dtype=np.uint8), firsts
+        by_class = np.asarray(rows, dtype=np.int64).reshape(len(rows), len(class_bits))
+        named = np.where(by_class >= 0, (by_class >> 1) * width * 2 + size * 2 + (by_class & 1), by_class)
+        part = np.concatenate([np.asarray(ends, dtype=np.int64)[:, None], named[:, ascii_classes], named], axis=1)
+        firsts.append(size)
+        parts.append(part.reshape(-1))
+        size += part.size
+    if not parts:
+        return np.zeros(width, dtype=np.int32), firsts
+    return np.concatenate(parts).astype(np.int32), firsts
 
 
 @dataclass(frozen=True)
@@ -519,7 +523,7 @@ class SplitLevel:
 class SplitProgram:
     """The compiled chain, as the kernel takes it (see `regex_program`): ops int64 (n, 4), guards
     uint64 (n,), levels int64 (k, 3), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
-    class_bits uint64 (m,), table int32 (states, 128 + m), end_match uint8 (states,)."""
+    class_bits uint64 (m,), table int32 (states * (129 + m),)."""
 
     ops: np.ndarray
     guards: np.ndarray
@@ -528,16 +532,14 @@ class SplitProgram:
     cp_class: np.ndarray
     class_bits: np.ndarray
     table: np.ndarray
-    end_match: np.ndarray
     chain: tuple[SplitLevel, ...]
     keys: tuple
 
     @property
     def arrays(self) -> tuple:
-        """(ops, guards, levels, firsts, cp_class, class_bits, table, end_match): what the kernel
-        takes (less its state)."""
-        return (self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits, self.table,
-                self.end_match)
+        """(ops, guards, levels, firsts, cp_class, class_bits, table): what the kernel takes (less its
+        state)."""
+        return self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits, self.table
 
     def backtracking(self) -> SplitProgram:
         """This chain with every level on the backtracking matcher (no automaton)."""
@@ -671,13 +673,13 @@ def compile_chain(steps: list[dict]) -> SplitProgram:
     keys = tuple(emitter.keys)
     tables = _class_tables(keys)
     ops = np.asarray(emitter.ops, dtype=np.int64).reshape(-1, 4)
-    table, end_match, dfa_starts = _automata(ops, [start for start, _ in levels], tables["cp_class"],
+    table, dfa_starts = _automata(ops, [start for start, _ in levels], tables["cp_class"],
                                              tables["class_bits"])
     levels = [level + [dfa_start] for level, dfa_start in zip(levels, dfa_starts)]
     return SplitProgram(ops=ops, guards=_guards(ops),
                         levels=np.asarray(levels, dtype=np.int64).reshape(-1, 3),
                         firsts=np.asarray(firsts, dtype=np.uint64), cp_class=tables["cp_class"],
-                        class_bits=tables["class_bits"], table=table, end_match=end_match, chain=chain, keys=keys)
+                        class_bits=tables["class_bits"], table=table, chain=chain, keys=keys)
 
 
 def chain_cuts(program: SplitProgram) -> CutRule:

@@ -30,9 +30,10 @@ levels do) runs as that automaton instead (`dfa_match`): a state is the ordered 
 backtracking paths still alive, highest priority first, cut after the first that has matched (the
 engine's leftmost-first order, as a Pike VM keeps it), so one pass over the characters, one table
 load each, gives the end the backtracking finds, without re-reading a character or decoding it
-twice. `table` int32 (states, 128 + classes): a state's entry for an ASCII byte (columns 0-127) or a
-class (128 + `cp_class[cp]`) is (next state << 1) | (a match ends before that character), next -1
-where every path dies; `end_match` uint8 (states,): a match ends at the text's end.
+twice. `table` int32, a row of 129 + classes entries a state, each state named by where its row
+starts (so a step is a load, a shift and an add): at 0 whether a match ends at the text's end, at
+1 + b the entry for ASCII byte b, at 129 + `cp_class[cp]` the entry for a larger code point, an entry
+being (next state << 1) | (a match ends before that character), negative where every path dies.
 """
 
 from __future__ import annotations
@@ -147,27 +148,27 @@ def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, botto
 
 
 @kernel(inline="always")
-def dfa_match(text, pos, end, table, end_match, cp_class, start):
-    """End (byte) of the match at byte `pos` of text[:end] of the level whose automaton starts in
-    state `start` (what `match_at` finds, in one pass), or -1 when none starts there."""
+def dfa_match(text, pos, end, table, cp_class, start):
+    """End (byte) of the match at byte `pos` of text[:end] of the level whose automaton starts at
+    `start` in `table` (what `match_at` finds, in one pass), or -1 when none starts there."""
     s = start
     p = pos
     last = np.int64(-1)
     while p < end:
         b = text[p]
         if b < 0x80:
-            entry = table[s, b]
+            entry = table[s + 1 + b]
             width = 1
         else:
             cp, width = decode_valid(text, p)
-            entry = table[s, 128 + cp_class[cp]]
+            entry = table[s + 129 + cp_class[cp]]
         if entry & 1:
             last = p
         s = entry >> 1
         if s < 0:
             return last
         p += width
-    if end_match[s]:
+    if table[s]:
         last = p
     return last
 
@@ -188,15 +189,15 @@ def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, s
 
 
 @kernel(inline="always")
-def find_dfa_match(text, start, end, table, end_match, cp_class, dfa_start):
+def find_dfa_match(text, start, end, table, cp_class, dfa_start):
     """`find_match` of a level run as its automaton."""
     q = start
     while q < end:
         b = text[q]
-        if b < 0x80 and table[dfa_start, b] >> 1 < 0:  # no match starts with it: one table load
+        if b < 0x80 and table[dfa_start + 1 + b] < 0:  # no match starts with it: one table load
             q += 1
             continue
-        e = dfa_match(text, q, end, table, end_match, cp_class, dfa_start)
+        e = dfa_match(text, q, end, table, cp_class, dfa_start)
         if e > q:
             return q, e
         q += 1
@@ -206,17 +207,17 @@ def find_dfa_match(text, start, end, table, end_match, cp_class, dfa_start):
 
 
 @kernel(inline="always")
-def _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table, end_match,
+def _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
                  state):
     """The first match of `level` at or after p (its automaton where it has one)."""
     if levels[level, 2] >= 0:
-        return find_dfa_match(text, p, parent_end, table, end_match, cp_class, levels[level, 2])
+        return find_dfa_match(text, p, parent_end, table, cp_class, levels[level, 2])
     return find_match(text, p, parent_end, ops, guards, levels[level, 0], firsts[level], cp_class, class_bits,
                       state, levels.shape[0])
 
 
 @kernel(inline="always")
-def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table, end_match,
+def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
                state):
     """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
     behavior = levels[level, 1]
@@ -224,7 +225,7 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
         q, e = state[level, 1], state[level, 2]
     else:
         q, e = _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
-                            end_match, state)
+                            state)
     state[level, 1] = -1
     if q < 0:
         return parent_end
@@ -238,7 +239,7 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
         return e
     while e < parent_end:  # CONTIGUOUS: the adjacent matches; MERGED_WITH_NEXT: the gap after
         q2, e2 = _level_match(text, e, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits,
-                              table, end_match, state)
+                              table, state)
         if q2 < 0:
             return e if behavior == CONTIGUOUS else parent_end
         if q2 > e and behavior == CONTIGUOUS:
@@ -257,28 +258,28 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
 def program_word_end(text, position, size, program):
     """End (byte) of the chain's piece starting at byte `position` (where the last one ended).
 
-    `program` is (ops, guards, levels, firsts, cp_class, class_bits, table, end_match, state): guards
+    `program` is (ops, guards, levels, firsts, cp_class, class_bits, table, state): guards
     uint64 (n,) (SPLIT's), levels int64 (k, 3) (start pc, behavior, start state of its automaton or -1),
-    firsts uint64 (k,) the bits a match can start with, table and end_match the automata, state
+    firsts uint64 (k,) the bits a match can start with, table the automata, state
     `new_state(k)` (the chain's progress, all -1 before a text's first piece).
 
     Compiled without numba's reference counting (`_nrt=False`, as every function of the chain's
     matcher a piece calls: none makes an array): with it, each call's array arguments are counted in
     and out, two atomic operations each, about 85% of a piece's time (ten arrays, 150-250 ns)."""
-    ops, guards, levels, firsts, cp_class, class_bits, table, end_match, state = program
+    ops, guards, levels, firsts, cp_class, class_bits, table, state = program
     parent_end = size
     for level in range(levels.shape[0]):
         if position >= state[level, 0]:
             state[level, 0] = _piece_end(text, position, parent_end, level, ops, guards, levels, firsts,
-                                         cp_class, class_bits, table, end_match, state)
+                                         cp_class, class_bits, table, state)
         parent_end = state[level, 0]
     return parent_end
 
 
 NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 3), dtype=np.int64),
               np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64),
-              np.zeros((1, 129), dtype=np.int32), np.zeros(1, dtype=np.uint8))
-"""(ops, guards, levels, firsts, cp_class, class_bits, table, end_match) of a tokenizer without a compiled
+              np.zeros(130, dtype=np.int32))
+"""(ops, guards, levels, firsts, cp_class, class_bits, table) of a tokenizer without a compiled
 chain (same types)."""
 
 
@@ -302,7 +303,7 @@ def _chain_ends(text, program):
 
 def chain_ends(text: np.ndarray, program: tuple) -> np.ndarray:
     """int64 (pieces,): the byte end of each piece the chain `program` (ops, guards, levels, firsts,
-    cp_class, class_bits, table, end_match) makes of valid UTF-8 `text` (uint8, 1-D)."""
+    cp_class, class_bits, table) makes of valid UTF-8 `text` (uint8, 1-D)."""
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
     program = tuple(program) + (new_state(program),)
