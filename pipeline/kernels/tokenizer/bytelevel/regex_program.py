@@ -148,20 +148,21 @@ def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, botto
 
 
 @kernel(inline="always")
-def dfa_match(text, pos, end, table, cp_class, start):
-    """End (byte) of the match at byte `pos` of text[:end] of the level whose automaton starts at
-    `start` in `table` (what `match_at` finds, in one pass), or -1 when none starts there."""
-    s = start
-    p = pos
-    last = np.int64(-1)
+def _dfa_entry(text, p, table, cp_class, s):
+    """(the entry of state s for the character at byte p, its bytes)."""
+    b = text[p]
+    if b < 0x80:
+        return table[s + 1 + b], 1
+    cp, width = decode_valid(text, p)
+    return table[s + 129 + cp_class[cp]], width
+
+
+@kernel(inline="always")
+def _dfa_run(text, p, end, table, cp_class, s, last):
+    """End (byte) of the match the automaton finds going on from state s at byte p (`last`: where a
+    match already ends, -1 where none)."""
     while p < end:
-        b = text[p]
-        if b < 0x80:
-            entry = table[s + 1 + b]
-            width = 1
-        else:
-            cp, width = decode_valid(text, p)
-            entry = table[s + 129 + cp_class[cp]]
+        entry, width = _dfa_entry(text, p, table, cp_class, s)
         if entry & 1:
             last = p
         s = entry >> 1
@@ -171,6 +172,13 @@ def dfa_match(text, pos, end, table, cp_class, start):
     if table[s]:
         last = p
     return last
+
+
+@kernel(inline="always")
+def dfa_match(text, pos, end, table, cp_class, start):
+    """End (byte) of the match at byte `pos` of text[:end] of the level whose automaton starts at
+    `start` in `table` (what `match_at` finds, in one pass), or -1 when none starts there."""
+    return _dfa_run(text, pos, end, table, cp_class, start, np.int64(-1))
 
 
 @kernel(_nrt=False)
@@ -190,19 +198,16 @@ def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, s
 
 @kernel(inline="always")
 def find_dfa_match(text, start, end, table, cp_class, dfa_start):
-    """`find_match` of a level run as its automaton."""
+    """`find_match` of a level run as its automaton: a character no match starts with costs one
+    table load (its start entry is negative)."""
     q = start
     while q < end:
-        b = text[q]
-        if b < 0x80 and table[dfa_start + 1 + b] < 0:  # no match starts with it: one table load
-            q += 1
-            continue
-        e = dfa_match(text, q, end, table, cp_class, dfa_start)
-        if e > q:
-            return q, e
-        q += 1
-        while q < end and (text[q] & 0xC0) == 0x80:
-            q += 1
+        entry, width = _dfa_entry(text, q, table, cp_class, dfa_start)
+        if entry >= 0:  # no match ends before the first character: the start state matches nothing empty
+            e = _dfa_run(text, q + width, end, table, cp_class, entry >> 1, np.int64(-1))
+            if e > q:
+                return q, e
+        q += width
     return np.int64(-1), np.int64(-1)
 
 
