@@ -51,6 +51,7 @@ from pipeline.kernels.tokenizer.bytelevel.regex_program import (
     NOT_AHEAD,
     REPEAT,
     SPLIT,
+    pack_program,
 )
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, CutRule, is_visible
 from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex, class_end
@@ -537,9 +538,10 @@ class SplitProgram:
 
     @property
     def arrays(self) -> tuple:
-        """(ops, guards, levels, firsts, cp_class, class_bits, table): what the kernel takes (less its
-        state)."""
-        return self.ops, self.guards, self.levels, self.firsts, self.cp_class, self.class_bits, self.table
+        """(code, cp_class, table): what the kernel takes (less its state), the program packed in one
+        array (`regex_program.pack_program`)."""
+        return (pack_program(self.ops, self.guards, self.levels, self.firsts, self.class_bits), self.cp_class,
+                self.table)
 
     def backtracking(self) -> SplitProgram:
         """This chain with every level on the backtracking matcher (no automaton)."""

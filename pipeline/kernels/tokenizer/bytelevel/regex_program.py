@@ -7,12 +7,13 @@ the first path to reach MATCH is the match. Every character class of the regex (
 is one bit of a per-code-point table probed from the engine itself, so a class is exact by
 construction; here a code point's bits are `class_bits[cp_class[cp]]`.
 
-Instructions (rows of `ops`, int64 (n, 4): op, a, b, c):
+Instructions (rows of `ops`, int64 (n, 5): op, a, b, c and a SPLIT's guard; in the kernel, inside the
+one array `pack_program` makes):
 
 - CLASS a: one character with bit a;
 - REPEAT a, b, c: b to c (-1: no limit) characters with bit a, greedy; backtracking gives them
   back one at a time (one stack entry for the whole run, as the engine's own run loop);
-- SPLIT a, b: try pc a, then pc b, unless the next character has no bit of `guards[pc]` (the
+- SPLIT a, b: try pc a, then pc b, unless the next character has no bit of its guard (the
   characters a match from pc a can start with: then pc b at once, nothing to backtrack to); JMP a;
 - NOT_AHEAD a / AHEAD a: the next character does not have / has bit a (the end of the text, which is
   the end of the piece being split, has no character);
@@ -64,11 +65,11 @@ def _bits_at(text, i, cp_class, class_bits):
 
 @kernel(inline="always")
 def _has(bits, bit):
-    return (bits >> np.uint64(bit)) & np.uint64(1) != 0
+    return (bits >> bit) & 1 != 0
 
 
 @kernel(_nrt=False)
-def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, bottom):
+def match_at(text, pos, end, ops, pc, cp_class, class_bits, stack, bottom):
     """End (byte) of the program's match at byte `pos` of text[:end] (the leftmost-first one, as the
     engine finds it), or -1 when none starts there. stack[bottom:] holds the backtracking entries
     (pc, pos, characters a REPEAT can still give back)."""
@@ -105,8 +106,8 @@ def match_at(text, pos, end, ops, guards, pc, cp_class, class_bits, stack, botto
                 pc += 1
                 ok = True
         elif op == SPLIT:
-            guard = guards[pc]
-            if guard != ANY and (pos >= end or not _bits_at(text, pos, cp_class, class_bits)[0] & guard):
+            guard = ops[pc, 4]
+            if guard != -1 and (pos >= end or not _bits_at(text, pos, cp_class, class_bits)[0] & guard):
                 pc = ops[pc, 2]  # the first branch cannot start here
                 continue
             if top == stack.shape[0]:
@@ -182,14 +183,14 @@ def dfa_match(text, pos, end, table, cp_class, start):
 
 
 @kernel(_nrt=False)
-def find_match(text, start, end, ops, guards, pc, first, cp_class, class_bits, state, bottom):
+def find_match(text, start, end, ops, pc, first, cp_class, class_bits, state, bottom):
     """(start, end) of the first match at or after byte `start` in text[:end] (the engine's search),
     (-1, -1) when none; only characters with a bit of `first` can start one."""
     q = start
     while q < end:
         bits, width = _bits_at(text, q, cp_class, class_bits)
         if bits & first:
-            e = match_at(text, q, end, ops, guards, pc, cp_class, class_bits, state, bottom)
+            e = match_at(text, q, end, ops, pc, cp_class, class_bits, state, bottom)
             if e > q:
                 return q, e
         q += width
@@ -211,26 +212,34 @@ def find_dfa_match(text, start, end, table, cp_class, dfa_start):
     return np.int64(-1), np.int64(-1)
 
 
+@kernel(_nrt=False)
+def _backtracking_match(text, p, parent_end, level, code, cp_class, state):
+    """`find_match` of a level without an automaton, its arrays cut out of `code`."""
+    k, n, m = code[0], code[1], code[2]
+    first_op = 3 + 4 * k
+    ops = code[first_op:first_op + 5 * n].reshape((n, 5))
+    class_bits = code[first_op + 5 * n:first_op + 5 * n + m]
+    return find_match(text, p, parent_end, ops, code[3 + 4 * level], code[3 + 4 * level + 3], cp_class, class_bits,
+                      state, k)
+
+
 @kernel(inline="always")
-def _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
-                 state):
+def _level_match(text, p, parent_end, level, code, cp_class, table, state):
     """The first match of `level` at or after p (its automaton where it has one)."""
-    if levels[level, 2] >= 0:
-        return find_dfa_match(text, p, parent_end, table, cp_class, levels[level, 2])
-    return find_match(text, p, parent_end, ops, guards, levels[level, 0], firsts[level], cp_class, class_bits,
-                      state, levels.shape[0])
+    dfa_start = code[3 + 4 * level + 2]
+    if dfa_start >= 0:
+        return find_dfa_match(text, p, parent_end, table, cp_class, dfa_start)
+    return _backtracking_match(text, p, parent_end, level, code, cp_class, state)
 
 
 @kernel(inline="always")
-def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
-               state):
+def _piece_end(text, p, parent_end, level, code, cp_class, table, state):
     """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
-    behavior = levels[level, 1]
+    behavior = code[3 + 4 * level + 1]
     if state[level, 1] == p:  # the match found after the gap that ended at p
         q, e = state[level, 1], state[level, 2]
     else:
-        q, e = _level_match(text, p, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits, table,
-                            state)
+        q, e = _level_match(text, p, parent_end, level, code, cp_class, table, state)
     state[level, 1] = -1
     if q < 0:
         return parent_end
@@ -243,8 +252,7 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
     if behavior == ISOLATED:
         return e
     while e < parent_end:  # CONTIGUOUS: the adjacent matches; MERGED_WITH_NEXT: the gap after
-        q2, e2 = _level_match(text, e, parent_end, level, ops, guards, levels, firsts, cp_class, class_bits,
-                              table, state)
+        q2, e2 = _level_match(text, e, parent_end, level, code, cp_class, table, state)
         if q2 < 0:
             return e if behavior == CONTIGUOUS else parent_end
         if q2 > e and behavior == CONTIGUOUS:
@@ -263,35 +271,48 @@ def _piece_end(text, p, parent_end, level, ops, guards, levels, firsts, cp_class
 def program_word_end(text, position, size, program):
     """End (byte) of the chain's piece starting at byte `position` (where the last one ended).
 
-    `program` is (ops, guards, levels, firsts, cp_class, class_bits, table, state): guards
-    uint64 (n,) (SPLIT's), levels int64 (k, 3) (start pc, behavior, start state of its automaton or -1),
-    firsts uint64 (k,) the bits a match can start with, table the automata, state
-    `new_state(k)` (the chain's progress, all -1 before a text's first piece).
+    `program` is (code, cp_class, table, state): code `pack_program`'s, table the automata, state
+    `new_state(program)` (the chain's progress, all -1 before a text's first piece).
 
     Compiled without numba's reference counting (`_nrt=False`, as every function of the chain's
     matcher a piece calls: none makes an array): with it, each call's array arguments are counted in
-    and out, two atomic operations each, about 85% of a piece's time (ten arrays, 150-250 ns)."""
-    ops, guards, levels, firsts, cp_class, class_bits, table, state = program
+    and out, two atomic operations each, which was about 85% of a piece's time (150-250 ns). And
+    four arrays, not eight: a call passes each array's whole descriptor (7-9 words), which for eight
+    was another 10 ns a piece."""
+    code, cp_class, table, state = program
     parent_end = size
-    for level in range(levels.shape[0]):
+    for level in range(code[0]):
         if position >= state[level, 0]:
-            state[level, 0] = _piece_end(text, position, parent_end, level, ops, guards, levels, firsts,
-                                         cp_class, class_bits, table, state)
+            state[level, 0] = _piece_end(text, position, parent_end, level, code, cp_class, table, state)
         parent_end = state[level, 0]
     return parent_end
 
 
-NO_PROGRAM = (np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64), np.zeros((0, 3), dtype=np.int64),
-              np.zeros(0, dtype=np.uint64), np.zeros(1, dtype=np.uint16), np.zeros(1, dtype=np.uint64),
-              np.zeros(130, dtype=np.int32))
-"""(ops, guards, levels, firsts, cp_class, class_bits, table) of a tokenizer without a compiled
-chain (same types)."""
+def pack_program(ops: np.ndarray, guards: np.ndarray, levels: np.ndarray, firsts: np.ndarray,
+                 class_bits: np.ndarray) -> np.ndarray:
+    """int64 (3 + 4k + 5n + m,): a chain's program in one array, as the kernel reads it: k, n, m; per
+    level (start pc, behavior, automaton start or -1, the bits a match can start with); per
+    instruction (op, a, b, c, SPLIT's guard, -1 for ANY); the class bits (bit patterns as int64)."""
+    k, n, m = levels.shape[0], ops.shape[0], class_bits.shape[0]
+    as_int = [np.asarray(a, dtype=np.uint64).view(np.int64) for a in (guards, firsts, class_bits)]
+    per_level = np.concatenate([np.asarray(levels, dtype=np.int64).reshape(k, 3), as_int[1].reshape(k, 1)], axis=1)
+    per_op = np.concatenate([np.asarray(ops, dtype=np.int64).reshape(n, 4), as_int[0].reshape(n, 1)], axis=1)
+    return np.concatenate([np.array([k, n, m], dtype=np.int64), per_level.reshape(-1), per_op.reshape(-1),
+                           as_int[2]])
+
+
+NO_PROGRAM = (pack_program(np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64),
+                           np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.uint64),
+                           np.zeros(1, dtype=np.uint64)),
+              np.zeros(1, dtype=np.uint16), np.zeros(130, dtype=np.int32))
+"""(code, cp_class, table) of a tokenizer without a compiled chain (same types)."""
 
 
 def new_state(program: tuple) -> np.ndarray:
     """The chain's progress before a text's first piece, and the matcher's stack: int64
     (levels + instructions, 3), all -1."""
-    return np.full((program[2].shape[0] + program[0].shape[0], 3), -1, dtype=np.int64)
+    code = program[0]
+    return np.full((int(code[0]) + int(code[1]), 3), -1, dtype=np.int64)
 
 
 @kernel()
@@ -307,8 +328,8 @@ def _chain_ends(text, program):
 
 
 def chain_ends(text: np.ndarray, program: tuple) -> np.ndarray:
-    """int64 (pieces,): the byte end of each piece the chain `program` (ops, guards, levels, firsts,
-    cp_class, class_bits, table) makes of valid UTF-8 `text` (uint8, 1-D)."""
+    """int64 (pieces,): the byte end of each piece the chain `program` (code, cp_class, table) makes of
+    valid UTF-8 `text` (uint8, 1-D)."""
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
     program = tuple(program) + (new_state(program),)
