@@ -49,6 +49,7 @@ CRAFTED = {
     "merged with next": ((r"\p{N}|\s",), "MergedWithNext", False),
     "merged with next, inverted": ((r"\p{L}+",), "MergedWithNext", True),
     "merged with previous, inverted": ((r"\p{L}+",), "MergedWithPrevious", True),
+    "ascii skips": ((r"\d+", r"\x{e9}+", r"\x7f+", r"a|x|\s"), "Isolated", False),
 }
 RISKY = ["1", "12", "123", "1234567", "3.14", "\u0663\u0664", "\u00b2", "漢字", "中文文本", "かな", "カタカナ", "한국어",
          "e\u0301", "\u0301", "a\u0308\u0301", "'s", "'S", "'\u017f", "'LL", "'Re", "''s", " 's", "'", "\u212a",
@@ -113,6 +114,19 @@ def test_every_real_level_runs_as_an_automaton_and_the_backtracking_matcher_agre
     whole = _book_texts()[-1]
     for name, chain in ALL_CHAINS.items():
         assert _program_pieces(*chain, whole, backtracking=True) == _engine_pieces(*chain, whole), name
+
+
+def test_a_search_skips_eight_ascii_bytes_only_where_the_start_bytes_are_one_range():
+    """A level's search skips words of eight ASCII bytes none of which starts a match, where those
+    that do are one range (strictly between the two numbers: the digits, none at all, DEL alone)
+    and not where they are not (a, x and the spaces): the pieces stay the engine's, whatever the
+    words' alignment."""
+    levels = _program(ALL_CHAINS["ascii skips"][0]).levels
+    assert levels[:, 3:5].tolist() == [[0x2F, 0x3A], [0, 1], [126, 128], [-1, -1]]
+    assert _program(REAL_CHAINS["deepseek_v4"]).levels[:, 3:5].tolist() == [[0x2F, 0x3A], [0, 1], [-1, -1]]
+    for shift in range(9):
+        text = "z" * shift + "zzzzzzzzzzzzzzzz1234zz\x7f\x7fzzzzzzzz\u00e9\u00e9x a zzzzzzzzzzzzzzzzzzzzzzzz9a"
+        assert _program_pieces(*ALL_CHAINS["ascii skips"], text) == _engine_pieces(*ALL_CHAINS["ascii skips"], text)
 
 
 LARGE = (r"\p{N}{1,3}", rf"\S{{1,{MAX_DFA_STATES + 50}}}|\s+(?!\S)|\s")

@@ -511,6 +511,21 @@ def _automata(ops: np.ndarray, starts: list[int], cp_class: np.ndarray, class_bi
     return np.concatenate(parts).astype(np.int32), firsts
 
 
+def _ascii_skip(table: np.ndarray, dfa_start: int) -> tuple[int, int]:
+    """(m, n): the ASCII bytes a match of the level can start with are those strictly between m and
+    n (0 <= m < n <= 128), so a search skips eight bytes at a time of other ASCII bytes; (-1, -1)
+    where they are not one range (or the level has no automaton)."""
+    if dfa_start < 0:
+        return -1, -1
+    starts = np.flatnonzero(table[dfa_start + 1:dfa_start + 129] >= 0)
+    if starts.shape[0] == 0:
+        return 0, 1
+    low, high = int(starts[0]), int(starts[-1])
+    if low == 0 or high - low + 1 != starts.shape[0]:
+        return -1, -1
+    return low - 1, high + 1
+
+
 @dataclass(frozen=True)
 class SplitLevel:
     """One `Split` of the chain: its pattern, how its matches become pieces, its parsed tree."""
@@ -523,7 +538,7 @@ class SplitLevel:
 @dataclass(frozen=True)
 class SplitProgram:
     """The compiled chain, as the kernel takes it (see `regex_program`): ops int64 (n, 4), guards
-    uint64 (n,), levels int64 (k, 3), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
+    uint64 (n,), levels int64 (k, 5), firsts uint64 (k,), cp_class uint16 (N_CODE_POINTS,),
     class_bits uint64 (m,), table int32 (states * (129 + m),)."""
 
     ops: np.ndarray
@@ -677,9 +692,9 @@ def compile_chain(steps: list[dict]) -> SplitProgram:
     ops = np.asarray(emitter.ops, dtype=np.int64).reshape(-1, 4)
     table, dfa_starts = _automata(ops, [start for start, _ in levels], tables["cp_class"],
                                              tables["class_bits"])
-    levels = [level + [dfa_start] for level, dfa_start in zip(levels, dfa_starts)]
+    levels = [level + [dfa_start, *_ascii_skip(table, dfa_start)] for level, dfa_start in zip(levels, dfa_starts)]
     return SplitProgram(ops=ops, guards=_guards(ops),
-                        levels=np.asarray(levels, dtype=np.int64).reshape(-1, 3),
+                        levels=np.asarray(levels, dtype=np.int64).reshape(-1, 5),
                         firsts=np.asarray(firsts, dtype=np.uint64), cp_class=tables["cp_class"],
                         class_bits=tables["class_bits"], table=table, chain=chain, keys=keys)
 

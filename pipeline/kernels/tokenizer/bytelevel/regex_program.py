@@ -42,15 +42,17 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.kernels.common.jit import kernel
+from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.utf8 import decode_valid
 
 PROGRAM = 2  # the encode kernel's `pattern` for a compiled chain (GPT2 and LLAMA3 are its written-out scanners)
 CLASS, REPEAT, SPLIT, JMP, NOT_AHEAD, AHEAD, MATCH = 0, 1, 2, 3, 4, 5, 6
 ANY = np.uint64(0xFFFFFFFFFFFFFFFF)  # a guard that lets every character through
 ISOLATED, CONTIGUOUS, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT = 0, 1, 2, 3
-"""How a level's matches become pieces (`levels[:, 1]`), as `Split`'s behaviors with `invert` folded
+"""How a level's matches become pieces (a level's behavior), as `Split`'s behaviors with `invert` folded
 in: matches and gaps each a piece; runs of adjacent matches one piece; each match joined to the gap
 before it; each match joined to the gap after it."""
+LEVEL_WORDS = 6  # a level's row in `pack_program`'s array
 
 
 @kernel(inline="always")
@@ -198,11 +200,27 @@ def find_match(text, start, end, ops, pc, first, cp_class, class_bits, state, bo
 
 
 @kernel(inline="always")
-def find_dfa_match(text, start, end, table, cp_class, dfa_start):
+def find_dfa_match(text, start, end, table, cp_class, dfa_start, skip_above, skip_below):
     """`find_match` of a level run as its automaton: a character no match starts with costs one
-    table load (its start entry is negative)."""
+    table load (its start entry is negative), and where the ASCII bytes a match starts with are
+    those strictly between skip_above and skip_below (skip_above >= 0), eight ASCII bytes none of
+    them is cost one word load (Bit Twiddling Hacks' `hasbetween`)."""
+    ones = np.uint64(0x0101010101010101)
+    high = np.uint64(0x8080808080808080)
+    low7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+    below = ones * np.uint64(127 + skip_below)
+    above = ones * np.uint64(127 - skip_above)
     q = start
     while q < end:
+        if skip_above >= 0:
+            while q + 8 <= end:
+                word = load8(text, q)
+                low = word & low7
+                if word & high or (below - low) & ~word & (low + above) & high:
+                    break
+                q += 8
+            if q >= end:
+                break
         entry, width = _dfa_entry(text, q, table, cp_class, dfa_start)
         if entry >= 0:  # no match ends before the first character: the start state matches nothing empty
             e = _dfa_run(text, q + width, end, table, cp_class, entry >> 1, np.int64(-1))
@@ -216,26 +234,27 @@ def find_dfa_match(text, start, end, table, cp_class, dfa_start):
 def _backtracking_match(text, p, parent_end, level, code, cp_class, state):
     """`find_match` of a level without an automaton, its arrays cut out of `code`."""
     k, n, m = code[0], code[1], code[2]
-    first_op = 3 + 4 * k
+    first_op = 3 + LEVEL_WORDS * k
     ops = code[first_op:first_op + 5 * n].reshape((n, 5))
     class_bits = code[first_op + 5 * n:first_op + 5 * n + m]
-    return find_match(text, p, parent_end, ops, code[3 + 4 * level], code[3 + 4 * level + 3], cp_class, class_bits,
-                      state, k)
+    row = 3 + LEVEL_WORDS * level
+    return find_match(text, p, parent_end, ops, code[row], code[row + 5], cp_class, class_bits, state, k)
 
 
 @kernel(inline="always")
 def _level_match(text, p, parent_end, level, code, cp_class, table, state):
     """The first match of `level` at or after p (its automaton where it has one)."""
-    dfa_start = code[3 + 4 * level + 2]
+    row = 3 + LEVEL_WORDS * level
+    dfa_start = code[row + 2]
     if dfa_start >= 0:
-        return find_dfa_match(text, p, parent_end, table, cp_class, dfa_start)
+        return find_dfa_match(text, p, parent_end, table, cp_class, dfa_start, code[row + 3], code[row + 4])
     return _backtracking_match(text, p, parent_end, level, code, cp_class, state)
 
 
 @kernel(inline="always")
 def _piece_end(text, p, parent_end, level, code, cp_class, table, state):
     """End of the piece of `level` that starts at byte p of its parent piece (ending at parent_end)."""
-    behavior = code[3 + 4 * level + 1]
+    behavior = code[3 + LEVEL_WORDS * level + 1]
     if state[level, 1] == p:  # the match found after the gap that ended at p
         q, e = state[level, 1], state[level, 2]
     else:
@@ -290,19 +309,20 @@ def program_word_end(text, position, size, program):
 
 def pack_program(ops: np.ndarray, guards: np.ndarray, levels: np.ndarray, firsts: np.ndarray,
                  class_bits: np.ndarray) -> np.ndarray:
-    """int64 (3 + 4k + 5n + m,): a chain's program in one array, as the kernel reads it: k, n, m; per
-    level (start pc, behavior, automaton start or -1, the bits a match can start with); per
+    """int64 (3 + 6k + 5n + m,): a chain's program in one array, as the kernel reads it: k, n, m; per
+    level (start pc, behavior, automaton start or -1, its ASCII skip range (m, n) or (-1, -1), the
+    bits a match can start with); per
     instruction (op, a, b, c, SPLIT's guard, -1 for ANY); the class bits (bit patterns as int64)."""
     k, n, m = levels.shape[0], ops.shape[0], class_bits.shape[0]
     as_int = [np.asarray(a, dtype=np.uint64).view(np.int64) for a in (guards, firsts, class_bits)]
-    per_level = np.concatenate([np.asarray(levels, dtype=np.int64).reshape(k, 3), as_int[1].reshape(k, 1)], axis=1)
+    per_level = np.concatenate([np.asarray(levels, dtype=np.int64).reshape(k, 5), as_int[1].reshape(k, 1)], axis=1)
     per_op = np.concatenate([np.asarray(ops, dtype=np.int64).reshape(n, 4), as_int[0].reshape(n, 1)], axis=1)
     return np.concatenate([np.array([k, n, m], dtype=np.int64), per_level.reshape(-1), per_op.reshape(-1),
                            as_int[2]])
 
 
 NO_PROGRAM = (pack_program(np.zeros((1, 4), dtype=np.int64), np.zeros(1, dtype=np.uint64),
-                           np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.uint64),
+                           np.zeros((0, 5), dtype=np.int64), np.zeros(0, dtype=np.uint64),
                            np.zeros(1, dtype=np.uint64)),
               np.zeros(1, dtype=np.uint16), np.zeros(130, dtype=np.int32))
 """(code, cp_class, table) of a tokenizer without a compiled chain (same types)."""
