@@ -24,6 +24,13 @@ drops text), a program of more than MAX_OPS instructions or more than 64 distinc
 Every single-character atom becomes one bit of a per-code-point table asked of the engine itself:
 `(?:X)+` over every code point (cached on disk per `tokenizers` version and set of atoms), so a
 class means exactly what it means to the engine. A literal outside `(?i:...)` is its own code point.
+
+Each level's program is then determinized (`_automata`): a state is the ordered list of the
+backtracking matcher's paths still alive at a position (`_paths`, `_step`: its order of trying them,
+each (instruction, count) kept where first reached, the list cut after a path that has matched), so
+the automaton ends a match exactly where the backtracking does, one table load a character. A level
+past MAX_DFA_STATES states (a long counted repeat) or a chain past MAX_DFA_ENTRIES entries keeps the
+backtracking matcher for that level.
 """
 
 from __future__ import annotations

@@ -310,9 +310,9 @@ def program_word_end(text, position, size, program):
 def pack_program(ops: np.ndarray, guards: np.ndarray, levels: np.ndarray, firsts: np.ndarray,
                  class_bits: np.ndarray) -> np.ndarray:
     """int64 (3 + 6k + 5n + m,): a chain's program in one array, as the kernel reads it: k, n, m; per
-    level (start pc, behavior, automaton start or -1, its ASCII skip range (m, n) or (-1, -1), the
-    bits a match can start with); per
-    instruction (op, a, b, c, SPLIT's guard, -1 for ANY); the class bits (bit patterns as int64)."""
+    level (start pc, behavior, automaton start or -1, the ASCII skip range of its search or (-1, -1),
+    the bits a match can start with); per instruction (op, a, b, c, SPLIT's guard, -1 for ANY); the
+    class bits (uint64 bit patterns as int64)."""
     k, n, m = levels.shape[0], ops.shape[0], class_bits.shape[0]
     as_int = [np.asarray(a, dtype=np.uint64).view(np.int64) for a in (guards, firsts, class_bits)]
     per_level = np.concatenate([np.asarray(levels, dtype=np.int64).reshape(k, 5), as_int[1].reshape(k, 1)], axis=1)
