@@ -22,7 +22,7 @@ from tokenizers.pre_tokenizers import Sequence, Split
 from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, LLAMA3_PATTERN, PATTERNS, encode_bytes
 from pipeline.kernels.tokenizer.bytelevel.regex_program import PROGRAM, chain_ends
 from pipeline.tokenizer.bytelevel.fast import _tables
-from pipeline.tokenizer.bytelevel.split_program import Unsupported, chain_cuts, compile_chain
+from pipeline.tokenizer.bytelevel.split_program import MAX_DFA_STATES, Unsupported, chain_cuts, compile_chain
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS
 from pipeline.tokenizer.fast import FastTokenizer, UnsupportedTokenizer, choose_backend
 from tests.conftest import EXCERPTS
@@ -49,6 +49,7 @@ CRAFTED = {
     "merged with next": ((r"\p{N}|\s",), "MergedWithNext", False),
     "merged with next, inverted": ((r"\p{L}+",), "MergedWithNext", True),
     "merged with previous, inverted": ((r"\p{L}+",), "MergedWithPrevious", True),
+    "ascii skips": ((r"\d+", r"\x{e9}+", r"\x7f+", r"a|x|\s"), "Isolated", False),
 }
 RISKY = ["1", "12", "123", "1234567", "3.14", "\u0663\u0664", "\u00b2", "漢字", "中文文本", "かな", "カタカナ", "한국어",
          "e\u0301", "\u0301", "a\u0308\u0301", "'s", "'S", "'\u017f", "'LL", "'Re", "''s", " 's", "'", "\u212a",
@@ -73,8 +74,10 @@ def _engine_pieces(patterns, behavior, invert, text: str) -> list[str]:
     return [piece for piece, _ in chain.pre_tokenize_str(text)]
 
 
-def _program_pieces(patterns, behavior, invert, text: str) -> list[str]:
+def _program_pieces(patterns, behavior, invert, text: str, backtracking: bool = False) -> list[str]:
     program = _program(patterns, behavior, invert)
+    if backtracking:
+        program = program.backtracking()
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     ends = chain_ends(data, program.arrays)
     starts = np.concatenate(([0], ends[:-1])) if ends.shape[0] else ends
@@ -102,6 +105,44 @@ def test_the_program_pieces_are_the_engines_on_the_books(name):
         assert _program_pieces(*chain, text) == _engine_pieces(*chain, text)
 
 
+def test_every_real_level_runs_as_an_automaton_and_the_backtracking_matcher_agrees():
+    """The automata (one per level, `split_program._automata`) are what the real chains run; the
+    backtracking matcher they replace, kept for the levels too large to determinize, gives the
+    engine's pieces too."""
+    for name in REAL_CHAINS:
+        assert (_program(REAL_CHAINS[name]).levels[:, 2] >= 0).all(), name
+    whole = _book_texts()[-1]
+    for name, chain in ALL_CHAINS.items():
+        assert _program_pieces(*chain, whole, backtracking=True) == _engine_pieces(*chain, whole), name
+
+
+def test_a_search_skips_eight_ascii_bytes_only_where_the_start_bytes_are_one_range():
+    """A level's search skips words of eight ASCII bytes none of which starts a match, where those
+    that do are one range (strictly between the two numbers: the digits, none at all, DEL alone)
+    and not where they are not (a, x and the spaces): the pieces stay the engine's, whatever the
+    words' alignment."""
+    levels = _program(ALL_CHAINS["ascii skips"][0]).levels
+    assert levels[:, 3:5].tolist() == [[0x2F, 0x3A], [0, 1], [126, 128], [-1, -1]]
+    assert _program(REAL_CHAINS["deepseek_v4"]).levels[:, 3:5].tolist() == [[0x2F, 0x3A], [0, 1], [-1, -1]]
+    for shift in range(9):
+        text = "z" * shift + "zzzzzzzzzzzzzzzz1234zz\x7f\x7fzzzzzzzz\u00e9\u00e9x a zzzzzzzzzzzzzzzzzzzzzzzz9a"
+        assert _program_pieces(*ALL_CHAINS["ascii skips"], text) == _engine_pieces(*ALL_CHAINS["ascii skips"], text)
+
+
+LARGE = (r"\p{N}{1,3}", rf"\S{{1,{MAX_DFA_STATES + 50}}}|\s+(?!\S)|\s")
+
+
+def test_a_level_too_large_for_an_automaton_backtracks_beside_one_that_is_not():
+    """`\\S{1,n}` past MAX_DFA_STATES counts has no automaton: that level backtracks, the other
+    level of the chain still runs its automaton, and the pieces are the engine's, runs longer than
+    the bound included."""
+    program = _program(LARGE)
+    assert program.levels[:, 2].tolist()[0] >= 0 and program.levels[:, 2].tolist()[1] == -1
+    long_run = "x" * (MAX_DFA_STATES + 120) + "  12345 " + "y" * (MAX_DFA_STATES + 50) + "\n z"
+    for text in (long_run, _book_texts()[1]):
+        assert _program_pieces(LARGE, "Isolated", False, text) == _engine_pieces(LARGE, "Isolated", False, text)
+
+
 @st.composite
 def risky_text(draw) -> str:
     return "".join(draw(st.lists(st.one_of(st.sampled_from(RISKY), st.text(max_size=4)), max_size=30)))
@@ -111,7 +152,9 @@ def risky_text(draw) -> str:
 @given(text=risky_text(), name=st.sampled_from(sorted(ALL_CHAINS)))
 def test_the_program_pieces_are_the_engines_on_risky_text(text, name):
     chain = ALL_CHAINS[name]
-    assert _program_pieces(*chain, text) == _engine_pieces(*chain, text)
+    expected = _engine_pieces(*chain, text)
+    assert _program_pieces(*chain, text) == expected
+    assert _program_pieces(*chain, text, backtracking=True) == expected
 
 
 @functools.lru_cache(maxsize=8)

@@ -327,8 +327,8 @@ class ByteLevelTables:
             read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
         singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
-        program: (ops, guards, levels, firsts, cp_class, class_bits) of a compiled Split chain
-            (`regex_program`), NO_PROGRAM for GPT2 and LLAMA3.
+        program: (code, cp_class, table) of a compiled Split chain (`regex_program`: the program
+            packed in one array, its class table, its automata), NO_PROGRAM for GPT2 and LLAMA3.
     """
 
     classes: np.ndarray
