@@ -1,0 +1,97 @@
+"""An input's MinHash bands packed for the shuffle that finds near-duplicate candidates.
+
+The bands of one input go to BAND_PARTITIONS shuffle keys (a band's key is its hash modulo that, so
+equal bands meet under one key); under each key the input is one `bytes` value: its signature's
+place (`signatures`), its name, a digest of its content keys (equal digests: exact duplicates, never
+candidates) and its bands there as little-endian uint64. Eight values of ~170 bytes an input, where
+one (band, (name, content keys)) tuple per band (64 of them, ~350 bytes each decoded) were most of
+the job's memory on many small files. `pairs_in_partition` gives the same pairs as
+`candidate_pairs` on each band's members: what `near.band_records` and a GroupByKey by band gave.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterable
+
+import numpy as np
+
+from pipeline.kernels.text.quality import band_hashes
+
+MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first only (clusters still join)
+BAND_PARTITIONS = 8  # shuffle keys; a key's consumer holds its share (1/8) of every input's bands
+DIGEST_BYTES = 16  # of sha256: a collision among 10^9 inputs has a chance of ~10^-21
+_HEAD = struct.Struct("<BH")  # the signature's place, the name's length in bytes
+_BAND = np.dtype("<u8")
+
+
+def candidate_pairs(members: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
+    """Pairs (earlier path, later path) of the inputs sharing one band, but for exact duplicates
+    (equal content keys: reported as such, never scored, and 45 pairs a band for 10 copies)."""
+    content = dict(members)
+    ordered = sorted(content)
+    if len(ordered) > MAX_BAND_GROUP:
+        pairs = [(ordered[0], other) for other in ordered[1:]]
+    else:
+        pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
+    return [(a, b) for a, b in pairs if content[a] != content[b]]
+
+
+def content_digest(content: str) -> bytes:
+    """The digest an input's content keys are compared by (`near._content`: the keys, in order)."""
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).digest()[:DIGEST_BYTES]
+
+
+def pack_bands(name: str, content: str, signature: np.ndarray, place: int) -> list[tuple[int, bytes]]:
+    """(partition, packed value) for each partition holding some of the bands of `signature`."""
+    encoded = name.encode("utf-8", "surrogatepass")
+    if len(encoded) > 0xFFFF:
+        raise ValueError(f"an input name of {len(encoded)} bytes is too long to pack (at most 65,535): "
+                         f"{name[:80]}...")
+    head = _HEAD.pack(place, len(encoded)) + encoded + content_digest(content)
+    bands = np.array(band_hashes(signature), dtype=_BAND)
+    partitions = bands % BAND_PARTITIONS
+    return [(int(p), head + bands[partitions == p].tobytes()) for p in np.unique(partitions)]
+
+
+def unpack_member(packed: bytes) -> tuple[str, bytes, int]:
+    """(name, content digest, signature place) of a packed value."""
+    place, length = _HEAD.unpack_from(packed)
+    start = _HEAD.size
+    return (packed[start:start + length].decode("utf-8", "surrogatepass"),
+            packed[start + length:start + length + DIGEST_BYTES], place)
+
+
+def _bands(packed: bytes) -> np.ndarray:
+    return np.frombuffer(packed, dtype=_BAND, offset=_HEAD.size + _HEAD.unpack_from(packed)[1] + DIGEST_BYTES)
+
+
+def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes]]) -> list[tuple[str, str, int, int]]:
+    """(earlier, later, earlier's signature place, later's) of the `candidate_pairs` of every band
+    of one partition shared by two inputs or more. Only the members of shared bands are unpacked."""
+    _, packs = partition_and_packs
+    packs = list(packs)
+    if not packs:
+        return []
+    per_pack = [_bands(packed) for packed in packs]
+    bands = np.concatenate(per_pack)
+    owners = np.repeat(np.arange(len(packs), dtype=np.int32), [len(b) for b in per_pack])
+    del per_pack
+    order = np.argsort(bands, kind="stable")
+    bands, owners = bands[order], owners[order]
+    starts = np.flatnonzero(np.r_[True, bands[1:] != bands[:-1]])
+    stops = np.r_[starts[1:], len(bands)]
+    shared = stops - starts >= 2
+    members: dict[int, tuple[str, bytes, int]] = {}
+    out = []
+    for start, stop in zip(starts[shared], stops[shared]):
+        band_members = []
+        for owner in owners[start:stop].tolist():
+            if owner not in members:
+                members[owner] = unpack_member(packs[owner])
+            band_members.append(members[owner])
+        places = {name: place for name, _, place in band_members}
+        out.extend((a, b, places[a], places[b])
+                   for a, b in candidate_pairs([(name, digest) for name, digest, _ in band_members]))
+    return out
