@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +79,7 @@ def _patch_runner(records: dict, stages: list) -> None:
         finally:
             stages.append({"stage": manager.stage.name[:90], "rss_before_mb": round(rss / 2**20),
                            "rss_after_mb": round(psutil.Process().memory_info().rss / 2**20),
+                           "python_blocks_k": sys.getallocatedblocks() // 1000,
                            "cpu_s": round(time.process_time() - started, 2)})
 
     execution.GroupingBuffer.append = counted_grouping_append
@@ -131,9 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
     for r in out["buffers"][:args.top]:
         print(f"{r['encoded_mb']:>10} {r.get('decoded_mb', ''):>10} {r['bytes_per_input']:>8} {r['elements']:>9}  "
               f"{r['name'][:110]}")
-    print(f"\n{'RSS MB':>7} {'cpu s':>6}  stage")
+    print(f"\n{'RSS MB':>7} {'blocks k':>8} {'cpu s':>6}  stage")
     for s in out["stages"]:
-        print(f"{s['rss_after_mb']:>7} {s['cpu_s']:>6}  {s['stage']}")
+        print(f"{s['rss_after_mb']:>7} {s['python_blocks_k']:>8} {s['cpu_s']:>6}  {s['stage']}")
     return out
 
 
