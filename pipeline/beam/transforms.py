@@ -216,10 +216,9 @@ class _TokenizeRangeFn(_TokenizerFn):
 class _StitchRangesFn(_CountingFn):
     """Needs the row layout, not the tokenizer (whose spec would be one more copy in the job graph)."""
 
-    def __init__(self, context: UnitContext, pack_bands: bool = False) -> None:
+    def __init__(self, context: UnitContext) -> None:
         super().__init__()
         self._context = context
-        self._pack_bands = pack_bands
 
     def process(self, source_and_ranges):
         source, ranges = source_and_ranges
@@ -227,7 +226,7 @@ class _StitchRangesFn(_CountingFn):
             result = stitch_splits(list(ranges), self._context)
         except Exception as error:
             raise WorkFailed(f"input {source}", error) from error
-        yield from _without_signature(self._count(result), self._pack_bands)
+        yield self._count(result)  # with its signature: WriteShards packs its bands (a rare, large input)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -358,20 +357,18 @@ def _is_band_pack(element: object) -> bool:
     return isinstance(element, tuple)
 
 
-def _is_result_or_bands(element: object) -> bool:
-    return isinstance(element, (UnitResult, tuple))
-
-
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
     A large text input marked for splitting is scanned by one worker, its input splits tokenized
     by many, and its rows stitched by one (`input_splits`).
 
-    With `pack_bands` (as `Preprocess` runs it), a whole input's result comes without its MinHash
-    signature (2 KB, in its record in `temp_dir`, where `WriteShards` reads back the few it scores),
-    its packed bands beside it as (partition, bytes) elements: the signatures, in every element
-    between the workers and the near-duplicate joins, were the largest per-input memory of a run
-    on the local runner."""
+    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands): a whole input's
+    result comes without its MinHash signature (2 KB, in its record in `temp_dir`, where
+    `WriteShards` reads back the few it scores), its packed bands in the second PCollection as
+    (partition, bytes) elements, straight from the workers' stage (a Flatten of them with the
+    results would be one more copy of every input's bands on the local runner). The signatures, in
+    every element between the workers and the near-duplicate joins, were the largest per-input
+    memory of a run on the local runner."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
@@ -392,14 +389,17 @@ class TokenizeAndChunk(beam.PTransform):
         processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers, group_inputs=group_inputs,
                                                           group_bytes=group_bytes)
                      | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args, pack_bands=self._pack_bands)))
-        results = processed | "UnitResults" >> beam.Filter(_is_result_or_bands)
+        results = processed | "UnitResults" >> beam.Filter(_is_unit_result)
         stitched = (processed
                     | "Ranges" >> beam.Filter(_is_split_task)
                     | "SpreadRanges" >> SpreadUnits(n_bins=self._local_workers)
                     | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
                     | "GroupRanges" >> beam.GroupByKey()
-                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._args[1], self._pack_bands)))
-        return (results, stitched) | "AllUnitResults" >> beam.Flatten()
+                    | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._args[1])))
+        all_results = (results, stitched) | "AllUnitResults" >> beam.Flatten()
+        if not self._pack_bands:
+            return all_results
+        return all_results, processed | "UnitBands" >> beam.Filter(_is_band_pack)
 
 
 def _is_range_result(result: UnitResult) -> bool:
@@ -509,7 +509,12 @@ class WriteShards(beam.PTransform):
         self._local_workers = local_workers
 
     def expand(self, unit_results):
+        """`unit_results`: the UnitResults, or (them, packed bands) as TokenizeAndChunk(pack_bands=True) gives them."""
         spec, config = self._spec, self._config
+        if isinstance(unit_results, tuple):
+            unit_results, worker_bands = unit_results
+        else:
+            worker_bands = unit_results.pipeline | "NoWorkerBands" >> beam.Create([])
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
@@ -519,10 +524,8 @@ class WriteShards(beam.PTransform):
         # results, with their signatures, were the largest elements of the job; their GroupByKey the
         # peak of its memory on many small files). No result goes on with its signature: the bands
         # go to the candidates' shuffle packed, and the few signatures scored are read back.
-        results = unit_results | "Results" >> beam.Filter(_is_unit_result)
-        worker_bands = unit_results | "WorkerBands" >> beam.Filter(_is_band_pack)
-        whole = results | "OneResultInputs" >> beam.Filter(_is_whole_input)
-        ranged = (results
+        whole = unit_results | "OneResultInputs" >> beam.Filter(_is_whole_input)
+        ranged = (unit_results
                   | "RangeResults" >> beam.Filter(_is_range_result)
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
