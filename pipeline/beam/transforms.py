@@ -20,6 +20,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipeline.beam.dedup.band_packs import merged_packs
 from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
@@ -156,15 +157,22 @@ class _TokenizerFn(_CountingFn):
         return WorkFailed(f"input {source}", error)
 
 
-def _without_signature(result: UnitResult, pack_bands: bool) -> Iterator[UnitResult | tuple[int, bytes]]:
-    """With `pack_bands`, a whole input's result without its signature (it stays in the result's
-    record) and its packed bands beside it (`near.result_bands`); else the result as it is. A byte
-    range's result keeps its signature: its file's ranges are merged first."""
-    if not pack_bands or result.file or not result.signature:
-        yield result
+def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator[UnitResult | tuple[int, bytes]]:
+    """With `pack_bands`, whole inputs' results without their signatures (they stay in the results'
+    records) and their packed bands after them, one value a partition for all (`near.result_bands`,
+    `band_packs.merged_packs`); else the results as they are. A byte range's result keeps its
+    signature: its file's ranges are merged first."""
+    if not pack_bands:
+        yield from results
         return
-    yield from result_bands(result)
-    yield _compact(result)
+    packs = []
+    for result in results:
+        if result.file or not result.signature:
+            yield result
+            continue
+        packs.extend(result_bands(result))
+        yield _compact(result)
+    yield from merged_packs(packs)
 
 
 class _ProcessUnitFn(_TokenizerFn):
@@ -181,8 +189,8 @@ class _ProcessUnitFn(_TokenizerFn):
                 results = process_group(unit, context, clock)
             except InputFailed as failed:
                 raise self._failed(failed.source, failed.error) from failed.error
-            for index, result in enumerate(results):
-                yield from _without_signature(self._count(result, clock if index == 0 else None), self._pack_bands)
+            counted = [self._count(result, clock if index == 0 else None) for index, result in enumerate(results)]
+            yield from _without_signatures(counted, self._pack_bands)
             return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
@@ -193,7 +201,7 @@ class _ProcessUnitFn(_TokenizerFn):
                 raise
             raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
-            yield from _without_signature(self._count(outcome, clock), self._pack_bands)
+            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands)
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
