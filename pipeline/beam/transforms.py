@@ -172,7 +172,7 @@ def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator
             continue
         packs.extend(result_bands(result))
         yield _compact(result)
-    yield from merged_packs(packs)
+    yield from merged_packs(packs, every_partition=True)
 
 
 class _ProcessUnitFn(_TokenizerFn):
@@ -205,6 +205,8 @@ class _ProcessUnitFn(_TokenizerFn):
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
+        if self._pack_bands:  # every partition among the shuffle's keys, whatever the inputs
+            yield from merged_packs((), every_partition=True)
 
 
 class _TokenizeRangeFn(_TokenizerFn):
@@ -519,10 +521,9 @@ class WriteShards(beam.PTransform):
     def expand(self, unit_results):
         """`unit_results`: the UnitResults, or (them, packed bands) as TokenizeAndChunk(pack_bands=True) gives them."""
         spec, config = self._spec, self._config
+        worker_bands = None
         if isinstance(unit_results, tuple):
             unit_results, worker_bands = unit_results
-        else:
-            worker_bands = unit_results.pipeline | "NoWorkerBands" >> beam.Create([])
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
@@ -538,10 +539,12 @@ class WriteShards(beam.PTransform):
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
                   | "InputParts" >> beam.Map(_by_input))
-        packs = ((worker_bands,
-                  whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
-                  ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir))
-                 | "AllBands" >> beam.Flatten())
+        later_bands = ((whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
+                        ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir))
+                       | "LaterBands" >> beam.Flatten())
+        # The workers' packs go to the shuffle from their own stage; the few packed here (inputs
+        # over --split_bytes) join them as a side input. Without workers' packs, all are here.
+        packs = later_bands if worker_bands is None else (worker_bands, later_bands)
         inputs = ((whole | "AsInputs" >> beam.Map(_as_input), ranged)
                   | "Inputs" >> beam.Flatten()
                   | "CompactInputs" >> beam.Map(_compact_input))

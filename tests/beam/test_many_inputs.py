@@ -31,8 +31,10 @@ from pipeline.beam.writing.shard_plan import (
 from pipeline.beam.writing.sharding import plan_shards
 from schemas import manifest as m
 
-# The one side input of the job: where each bucket of content keys starts (at most 4,096 entries).
-ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces"}
+# The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), and
+# the MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input).
+ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
+                                "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition"}
 
 
 def test_no_side_input_or_global_combine_carries_the_inputs(tmp_path, spec):

@@ -60,10 +60,12 @@ def pack_bands(name: str, content: str, signature: np.ndarray, place: int) -> li
     return out
 
 
-def merged_packs(packs: Iterable[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+def merged_packs(packs: Iterable[tuple[int, bytes]], every_partition: bool = False) -> list[tuple[int, bytes]]:
     """The packed members of many inputs (a group's) as one value a partition: one element each
-    for the shuffle instead of one an input and partition (80,000 elements for 10,000 inputs)."""
-    by_partition: dict[int, list[bytes]] = {}
+    for the shuffle instead of one an input and partition (80,000 elements for 10,000 inputs).
+    With `every_partition`, a partition without a member gets an empty value (b""): its key is in
+    the shuffle whatever the inputs."""
+    by_partition: dict[int, list[bytes]] = {p: [] for p in range(BAND_PARTITIONS)} if every_partition else {}
     for partition, packed in packs:
         by_partition.setdefault(partition, []).append(packed)
     return [(partition, b"".join(members)) for partition, members in sorted(by_partition.items())]
@@ -86,11 +88,13 @@ def unpack_member(value: bytes, offset: int = 0) -> tuple[str, bytes, int]:
             value[start + length:start + length + DIGEST_BYTES], place)
 
 
-def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes]]) -> list[tuple[str, str, int, int]]:
+def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes]],
+                       more: Iterable[tuple[int, bytes]] = ()) -> list[tuple[str, str, int, int]]:
     """(earlier, later, earlier's signature place, later's) of the `candidate_pairs` of every band
-    of one partition shared by two inputs or more. Only the members of shared bands are unpacked."""
-    _, values = partition_and_packs
-    values = list(values)
+    of one partition shared by two inputs or more, with the values of `more` (partition, value) of
+    this partition among its members. Only the members of shared bands are unpacked."""
+    partition, values = partition_and_packs
+    values = [*values, *(value for p, value in more if p == partition)]
     places_of: list[tuple[int, int]] = []  # (value, offset) of each member
     per_member = []
     for index, value in enumerate(values):

@@ -170,15 +170,25 @@ def input_bands(name_and_parts: tuple[str, Iterable[UnitResult]], temp_dir: str)
 
 class FindNearDuplicateCandidates(beam.PTransform):
     """(partition, packed bands) of every input -> the candidate pairs (earlier input, later input,
-    their signatures' places), each once: `candidate_pairs` of every band's members."""
+    their signatures' places), each once: `candidate_pairs` of every band's members.
+
+    Or (packs, few): the packs of the workers' stage (every partition among their keys), shuffled
+    where the workers make them, and those of the few inputs packed later (files read in byte
+    ranges or input splits: over --split_bytes each) as a side input of the pairing. A Flatten of
+    the two would be one more copy of every input's bands on the local runner, which materialises
+    every Flatten, and read back in a stage of its own: 10 KB of peak memory an input."""
 
     def expand(self, packs):
-        return (
-            packs
-            | "GroupBands" >> beam.GroupByKey()
-            | "PairsInPartition" >> beam.FlatMap(pairs_in_partition)
-            | "DistinctPairs" >> beam.Distinct()
-        )
+        few = None
+        if isinstance(packs, tuple):
+            packs, few = packs
+        grouped = packs | "GroupBands" >> beam.GroupByKey()
+        if few is None:
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition)
+        else:
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition,
+                                                                   more=beam.pvalue.AsList(few))
+        return pairs | "DistinctPairs" >> beam.Distinct()
 
 
 def score_pair(pair: tuple[str, str, int, int], temp_dir: str) -> list[tuple[str, str, float, int, int]]:
