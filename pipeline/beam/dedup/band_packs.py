@@ -4,7 +4,7 @@ The bands of one input go to BAND_PARTITIONS shuffle keys (a band's key is its h
 equal bands meet under one key); under each key the input is one packed member: its signature's
 place (`signatures`), its name, a digest of its content keys (equal digests: exact duplicates, never
 candidates) and its bands there as little-endian uint64; a worker joins the members of its group of
-small inputs into one `bytes` value a key (`merged_packs`). About 1 KB an input in a few large
+small inputs into one `bytes` value a key (`merged_packs`). About 750 bytes an input in a few large
 values, where one (band, (name, content keys)) tuple per band (64 of them, ~350 bytes each decoded)
 were most of the job's memory on many small files. `pairs_in_partition` gives the same pairs as
 `candidate_pairs` on each band's members: what `near.band_records` and a GroupByKey by band gave.
@@ -21,7 +21,7 @@ import numpy as np
 from pipeline.kernels.text.quality import band_hashes
 
 MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first only (clusters still join)
-BAND_PARTITIONS = 8  # shuffle keys; a key's consumer holds its share (1/8) of every input's bands
+BAND_PARTITIONS = 4  # shuffle keys; a key's consumer holds its share (1/4) of every input's bands
 DIGEST_BYTES = 16  # of sha256: a collision among 10^9 inputs has a chance of ~10^-21
 _HEAD = struct.Struct("<BHB")  # a member: its signature's place, its name's length in bytes, its bands here
 _BAND = np.dtype("<u8")
