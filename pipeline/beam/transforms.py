@@ -378,7 +378,8 @@ class TokenizeAndChunk(beam.PTransform):
     (partition, bytes) elements, straight from the workers' stage (a Flatten of them with the
     results would be one more copy of every input's bands on the local runner). The signatures, in
     every element between the workers and the near-duplicate joins, were the largest per-input
-    memory of a run on the local runner."""
+    memory of a run on the local runner. `temp_dir` must then be WriteShards' (its config's output's
+    TEMP_DIR), where it reads those records back."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
@@ -509,8 +510,9 @@ class WriteShards(beam.PTransform):
     """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
     then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
     content keys, a shard) but small summaries (rows per bucket; the pairs at or above --near_dedup;
-    the totals) and the last, which merges the workers' sorted runs of per-input lines into
-    INPUTS_FILE and writes the manifest; no list of all inputs is a side input, nor one element."""
+    the totals; the bands of the inputs over --split_bytes, a side input of the band pairing) and the
+    last, which merges the workers' sorted runs of per-input lines into INPUTS_FILE and writes the
+    manifest; no list of all inputs is a side input, nor one element."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
