@@ -13,15 +13,16 @@ import hashlib
 import os
 import posixpath
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from pipeline.beam.dedup.band_packs import merged_packs
 from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
-from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, signature_record
+from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
@@ -156,7 +157,30 @@ class _TokenizerFn(_CountingFn):
         return WorkFailed(f"input {source}", error)
 
 
+def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator[UnitResult | tuple[int, bytes]]:
+    """With `pack_bands`, whole inputs' results without their signatures (they stay in the results'
+    records) and their packed bands after them, one value a partition for all (`near.result_bands`,
+    `band_packs.merged_packs`); else the results as they are. A byte range's result keeps its
+    signature: its file's ranges are merged first."""
+    if not pack_bands:
+        yield from results
+        return
+    packs = []
+    for result in results:
+        if result.file or not result.signature:
+            yield result
+            continue
+        packs.extend(result_bands(result))
+        yield _compact(result)
+    yield from merged_packs(packs, every_partition=True)
+
+
 class _ProcessUnitFn(_TokenizerFn):
+    def __init__(self, spec: SpecFile, context: UnitContext, tokenizer_threads: int | None,
+                 pack_bands: bool = False) -> None:
+        super().__init__(spec, context, tokenizer_threads)
+        self._pack_bands = pack_bands
+
     def process(self, unit: WorkUnit | UnitGroup):
         context = self._worker_context
         clock = StageClock()
@@ -165,8 +189,8 @@ class _ProcessUnitFn(_TokenizerFn):
                 results = process_group(unit, context, clock)
             except InputFailed as failed:
                 raise self._failed(failed.source, failed.error) from failed.error
-            for index, result in enumerate(results):
-                yield self._count(result, clock if index == 0 else None)
+            counted = [self._count(result, clock if index == 0 else None) for index, result in enumerate(results)]
+            yield from _without_signatures(counted, self._pack_bands)
             return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
@@ -177,10 +201,12 @@ class _ProcessUnitFn(_TokenizerFn):
                 raise
             raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
-            yield self._count(outcome, clock)
+            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands)
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
+        if self._pack_bands:  # every partition among the shuffle's keys, whatever the inputs
+            yield from merged_packs((), every_partition=True)
 
 
 class _TokenizeRangeFn(_TokenizerFn):
@@ -210,7 +236,7 @@ class _StitchRangesFn(_CountingFn):
             result = stitch_splits(list(ranges), self._context)
         except Exception as error:
             raise WorkFailed(f"input {source}", error) from error
-        yield self._count(result)
+        yield self._count(result)  # with its signature: WriteShards packs its bands (a rare, large input)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -336,14 +362,28 @@ def _is_split_task(element: object) -> bool:
     return isinstance(element, SplitTask)
 
 
+def _is_band_pack(element: object) -> bool:
+    """(partition, packed bands) of an input (`near.result_bands`)."""
+    return isinstance(element, tuple)
+
+
 class TokenizeAndChunk(beam.PTransform):
     """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
     A large text input marked for splitting is scanned by one worker, its input splits tokenized
-    by many, and its rows stitched by one (`input_splits`)."""
+    by many, and its rows stitched by one (`input_splits`).
+
+    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands): a whole input's
+    result comes without its MinHash signature (2 KB, in its record in `temp_dir`, where
+    `WriteShards` reads back the few it scores), its packed bands in the second PCollection as
+    (partition, bytes) elements, straight from the workers' stage (a Flatten of them with the
+    results would be one more copy of every input's bands on the local runner). The signatures, in
+    every element between the workers and the near-duplicate joins, were the largest per-input
+    memory of a run on the local runner. `temp_dir` must then be WriteShards' (its config's output's
+    TEMP_DIR), where it reads those records back."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
-                 group_inputs: int = DEFAULT_GROUP_INPUTS) -> None:
+                 group_inputs: int = DEFAULT_GROUP_INPUTS, pack_bands: bool = False) -> None:
         super().__init__()
         if not temp_dir:
             raise ValueError("temp_dir is required")
@@ -352,13 +392,14 @@ class TokenizeAndChunk(beam.PTransform):
         self._args = (ship_spec(spec, temp_dir), UnitContext.from_spec(spec, config, temp_dir), tokenizer_threads)
         self._local_workers = local_workers
         self._group = (group_inputs, config.split_bytes)
+        self._pack_bands = pack_bands
 
     def expand(self, units):
         # One output holding both kinds (not tagged outputs, which Beam's Dask runner mixes up).
         group_inputs, group_bytes = self._group
         processed = (units | "SpreadUnits" >> SpreadUnits(n_bins=self._local_workers, group_inputs=group_inputs,
                                                           group_bytes=group_bytes)
-                     | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args)))
+                     | "ProcessUnits" >> beam.ParDo(_ProcessUnitFn(*self._args, pack_bands=self._pack_bands)))
         results = processed | "UnitResults" >> beam.Filter(_is_unit_result)
         stitched = (processed
                     | "Ranges" >> beam.Filter(_is_split_task)
@@ -366,7 +407,10 @@ class TokenizeAndChunk(beam.PTransform):
                     | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
                     | "GroupRanges" >> beam.GroupByKey()
                     | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._args[1])))
-        return (results, stitched) | "AllUnitResults" >> beam.Flatten()
+        all_results = (results, stitched) | "AllUnitResults" >> beam.Flatten()
+        if not self._pack_bands:
+            return all_results
+        return all_results, processed | "UnitBands" >> beam.Filter(_is_band_pack)
 
 
 def _is_range_result(result: UnitResult) -> bool:
@@ -404,12 +448,10 @@ def _compact_input(kv) -> tuple[str, list[UnitResult]]:
     return kv[0], [_compact(result) for result in kv[1]]
 
 
-def _without_twin(joined) -> list:
-    """An input's signature record unless the input is dropped as a duplicate."""
-    name, group = joined
-    if list(group["twin"]):
-        return []
-    return [(name, record) for record in group["signature"]]
+def _whole_bands(result: UnitResult, temp_dir: str) -> list[tuple[int, bytes]]:
+    """The packed bands of a whole input whose result still carries its signature (not packed by
+    its worker): the signature to its own file in `temp_dir`."""
+    return input_bands((result.source, [result]), temp_dir) if result.signature else []
 
 
 def _together(tag: str):
@@ -468,8 +510,9 @@ class WriteShards(beam.PTransform):
     """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
     then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
     content keys, a shard) but small summaries (rows per bucket; the pairs at or above --near_dedup;
-    the totals) and the last, which merges the workers' sorted runs of per-input lines into
-    INPUTS_FILE and writes the manifest; no list of all inputs is a side input, nor one element."""
+    the totals; the bands of the inputs over --split_bytes, a side input of the band pairing) and the
+    last, which merges the workers' sorted runs of per-input lines into INPUTS_FILE and writes the
+    manifest; no list of all inputs is a side input, nor one element."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
         super().__init__()
@@ -478,40 +521,46 @@ class WriteShards(beam.PTransform):
         self._local_workers = local_workers
 
     def expand(self, unit_results):
+        """`unit_results`: the UnitResults, or (them, packed bands) as TokenizeAndChunk(pack_bands=True) gives them."""
         spec, config = self._spec, self._config
+        worker_bands = None
+        if isinstance(unit_results, tuple):
+            unit_results, worker_bands = unit_results
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
+        temp_dir = posixpath.join(config.output, m.TEMP_DIR)
         # Only a file read in byte ranges has more than one result to gather: every other result is
         # its input's only one and goes on in the stage that made it, never through a shuffle (the
         # results, with their signatures, were the largest elements of the job; their GroupByKey the
-        # peak of its memory on many small files).
-        whole = (unit_results
-                 | "OneResultInputs" >> beam.Filter(_is_whole_input)
-                 | "AsInputs" >> beam.Map(_as_input))
+        # peak of its memory on many small files). No result goes on with its signature: the bands
+        # go to the candidates' shuffle packed, and the few signatures scored are read back.
+        whole = unit_results | "OneResultInputs" >> beam.Filter(_is_whole_input)
         ranged = (unit_results
                   | "RangeResults" >> beam.Filter(_is_range_result)
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
                   | "InputParts" >> beam.Map(_by_input))
-        inputs = (whole, ranged) | "Inputs" >> beam.Flatten()
-        pairs = inputs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
+        later_bands = ((whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
+                        ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir))
+                       | "LaterBands" >> beam.Flatten())
+        # The workers' packs go to the shuffle from their own stage; the few packed here (inputs
+        # over --split_bytes) join them as a side input. Without workers' packs, all are here.
+        packs = later_bands if worker_bands is None else (worker_bands, later_bands)
+        inputs = ((whole | "AsInputs" >> beam.Map(_as_input), ranged)
+                  | "Inputs" >> beam.Flatten()
+                  | "CompactInputs" >> beam.Map(_compact_input))
+        pairs = packs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
         twins = (inputs
                  | "ContentKeys" >> beam.FlatMap(content_record)
                  | "GroupContent" >> beam.GroupByKey()
                  | "Twins" >> beam.FlatMap(duplicate_twins))
-        # Signatures (2 KB an input) go on in records of their own, to the joins that score pairs;
-        # an input dropped as a duplicate (--dedup) has none, as in `mark_near_duplicates`.
-        signatures = inputs | "Signatures" >> beam.FlatMap(signature_record)
-        if config.dedup:
-            signatures = ({"signature": signatures, "twin": twins}
-                          | "JoinTwinSignatures" >> beam.CoGroupByKey()
-                          | "KeptSignatures" >> beam.FlatMap(_without_twin))
-        marked = ({"parts": inputs | "CompactInputs" >> beam.Map(_compact_input), "twin": twins}
+        marked = ({"parts": inputs, "twin": twins}
                   | "JoinTwins" >> beam.CoGroupByKey()
                   | "MarkDuplicates" >> beam.Map(_mark_input, drop=config.dedup))
-        units, near_report = ((marked, signatures, pairs)
-                              | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup))
+        units, near_report = ((marked, pairs, twins)
+                              | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup, temp_dir,
+                                                                           drop_twins=config.dedup))
         buckets = (units
                    | "PlanRecords" >> beam.FlatMap(plan_record)
                    | "GroupBuckets" >> beam.GroupByKey())
@@ -629,7 +678,7 @@ class Preprocess(beam.PTransform):
             | "TokenizeAndChunk" >> TokenizeAndChunk(spec=self._spec, config=self._config, temp_dir=temp_dir,
                                                     local_workers=self._local_workers,
                                                     tokenizer_threads=self._tokenizer_threads,
-                                                    group_inputs=self._group_inputs)
+                                                    group_inputs=self._group_inputs, pack_bands=True)
             | "WriteShards" >> WriteShards(spec=self._spec, config=self._config, local_workers=self._local_workers)
         )
 

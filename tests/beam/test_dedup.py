@@ -106,3 +106,120 @@ def test_exact_duplicates_are_no_near_duplicate_candidates_but_their_neighbours_
     assert candidate_pairs(members) == [("a.txt", "c.txt"), ("b.txt", "c.txt")]
     crowd = [(f"copy{i:03d}.txt", "same") for i in range(MAX_BAND_GROUP + 5)] + [("near.txt", "other")]
     assert candidate_pairs(crowd) == [("copy000.txt", "near.txt")]  # a crowded band pairs with its first only
+
+
+def _signature_results(rng: np.random.Generator) -> list:
+    """Whole-input results of signatures made to share bands: mutated copies of a few bases, exact
+    duplicates (one content, one signature), and a crowd of more than MAX_BAND_GROUP on one base."""
+    from pipeline.beam.dedup.near import MAX_BAND_GROUP
+    from pipeline.beam.unit_results import UnitResult
+
+    bases = rng.integers(0, 2**63, size=(6, 256), dtype=np.uint64)
+    results = []
+    for i in range(160):
+        signature = bases[i % len(bases)].copy()
+        changed = rng.choice(256, size=int(rng.integers(0, 240)), replace=False)
+        signature[changed] = rng.integers(0, 2**63, size=len(changed), dtype=np.uint64)
+        results.append(UnitResult(source=f"/in/d{rng.integers(10**6):06d}-{i}.txt", key=f"k{i}",
+                                  signature=signature.tobytes().hex()))
+    for i in range(8):  # exact duplicates of the first results: never pairs of each other
+        results.append(UnitResult(source=f"/in/copy{i}.txt", key=results[i].key, signature=results[i].signature))
+    crowd = bases[0].tobytes().hex()
+    results += [UnitResult(source=f"/in/crowd{i:03d}.txt", key=f"c{i}", signature=crowd)
+                for i in range(MAX_BAND_GROUP + 6)]
+    return results
+
+
+def test_packed_bands_give_the_pairs_band_records_give():
+    """The job's candidates (bands packed per partition, a group's members in one value) are the
+    reference's: one (band, (input, content keys)) record per band grouped by band hash, then
+    candidate_pairs of each band's members (crowded bands, exact duplicates and all)."""
+    from pipeline.beam.dedup.band_packs import BAND_PARTITIONS, merged_packs, pack_bands, pairs_in_partition
+    from pipeline.beam.dedup.near import _content, input_signature
+
+    rng = np.random.default_rng(11)
+    results = _signature_results(rng)
+    bands: dict[int, list] = {}
+    for result in results:
+        for band, member in band_records((result.source, [result])):
+            bands.setdefault(band, []).append(member)
+    expected = {p for members in bands.values() for p in candidate_pairs(members)}
+    assert len(expected) > 200 and any("crowd" in a and "crowd" in b for a, b in expected)
+    order = rng.permutation(len(results))  # any order, any grouping of the members
+    packs = [pack for i in order for pack in pack_bands(results[i].source, _content([results[i]]),
+                                                        input_signature([results[i]]), int(i % 2))]
+    values: dict[int, list[bytes]] = {}
+    for start in range(0, len(packs), 97):
+        for partition, value in merged_packs(packs[start:start + 97]):
+            values.setdefault(partition, []).append(value)
+    assert set(values) == set(range(BAND_PARTITIONS))
+    place = {results[i].source: int(i % 2) for i in range(len(results))}
+    found = [pair for item in values.items() for pair in pairs_in_partition(item)]
+    assert {(a, b) for a, b, _, _ in found} == expected
+    assert all(place[a] == place_a and place[b] == place_b for a, b, place_a, place_b in found)
+
+
+def test_a_signature_is_read_back_from_its_record_or_its_own_file(tmp_path, spec):
+    import pytest
+
+    from pipeline.beam.dedup.near import input_signature
+    from pipeline.beam.dedup.signatures import IN_FILE, IN_RESULT, SignatureMissing, read_signature, write_signature
+
+    (tmp_path / "a.txt").write_text("The river ran past the stone mill and the bread was warm. " * 20)
+    [result] = _results([tmp_path / "a.txt"], 1 << 30, spec, tmp_path)  # its record saved as a run saves it
+    temp = str(tmp_path / f"temp{1 << 30}")
+    signature = input_signature([result])
+    assert np.array_equal(read_signature(temp, result.source, IN_RESULT), signature)
+    assert write_signature(temp, "/in/split.jsonl", signature[::-1]) == IN_FILE
+    assert np.array_equal(read_signature(temp, "/in/split.jsonl", IN_FILE), signature[::-1])
+    with pytest.raises(SignatureMissing, match="missing.txt"):
+        read_signature(temp, "/in/missing.txt", IN_RESULT)
+
+
+def _edited(text: str, rng: random.Random, share: float) -> str:
+    return " ".join(w if rng.random() >= share else rng.choice(WORDS) + "x" for w in text.split(" "))
+
+
+def test_the_job_marks_duplicates_and_near_duplicates_as_the_reference_functions_do(tmp_path, spec):
+    """The job's joins (bands packed, signatures read back for the candidates only) against
+    mark_duplicates and mark_near_duplicates on the same results: the same pairs, similarities,
+    clusters and drops, a split jsonl among them."""
+    from pipeline.consumers.outputs import manifest_with_inputs
+    from schemas import manifest as m
+    from tests.conftest import run_preprocess
+
+    rng = random.Random(17)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    texts = [" ".join(rng.choice(WORDS) for _ in range(400)) + "." for _ in range(4)]
+    files = {"a.txt": texts[0], "b.txt": _edited(texts[0], rng, 0.03), "c.txt": texts[1], "d.txt": texts[1],
+             "e.txt": _edited(texts[1], rng, 0.05), "f.txt": texts[2], "g.txt": _edited(texts[2], rng, 0.3)}
+    files["h.txt"] = _edited(files["b.txt"], rng, 0.03)  # a chain: h near b near a
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+    records = [{"text": " ".join(rng.choice(WORDS) for _ in range(60))} for _ in range(40)]
+    (folder / "j.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    records[5] = {"text": "An edited record."}
+    (folder / "k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    paths = sorted(folder.iterdir())
+    split_bytes = (folder / "j.jsonl").stat().st_size // 3 + 7
+    results = _results(paths, split_bytes, spec, tmp_path)
+    expected, report = mark_near_duplicates(mark_duplicates(results, drop=True), _reference_pairs(results), 0.8)
+    run_preprocess([folder], tmp_path / "out", "--dedup", "--near_dedup", "0.8", "--split_bytes", str(split_bytes),
+                   "--max_unk_fraction", "1", "--min_tokens", "1")
+    manifest = manifest_with_inputs(str(tmp_path / "out"))
+    key = (m.KEY_PATH, m.KEY_NEAR_DUPLICATE_OF, m.KEY_SIMILARITY)
+    assert sorted(tuple(p[k] for k in key) for p in manifest[m.KEY_NEAR_DUPLICATES]) == \
+        sorted(tuple(p[k] for k in key) for p in report)
+    assert len(report) >= 4
+    assert {s[m.KEY_PATH]: s[m.KEY_REASON] for s in manifest[m.KEY_SKIPPED]} == \
+        {r.source: r.skip_reason for r in expected if r.skip_reason is not None}
+    assert any("near duplicate" in r.skip_reason for r in expected if r.skip_reason and r.file)
+
+
+def _reference_pairs(results) -> list[tuple[str, str]]:
+    bands: dict[int, list[tuple[str, str]]] = {}
+    for item in by_input(results).items():
+        for band, member in band_records(item):
+            bands.setdefault(band, []).append(member)
+    return sorted({p for members in bands.values() for p in candidate_pairs(members)})

@@ -1,6 +1,7 @@
-"""Near-duplicate inputs: candidate pairs from MinHash bands bucketed through a GroupByKey (only
-small records cross the shuffle: a band hash and a path), then the similarity of each candidate
-from the two signatures, clusters and (with --near_dedup) the later members dropped.
+"""Near-duplicate inputs: candidate pairs from MinHash bands shuffled by band (`band_packs`: one
+packed value an input and shuffle key), then the similarity of each candidate from the two
+signatures, read back from where the workers left them (`signatures`: no element carries one past
+the worker), clusters and (with --near_dedup) the later members dropped.
 
 An input is a file: the byte ranges of a split file are never compared with each other; their
 signatures are merged (the value-wise minimum, which is the signature of the union of their
@@ -18,13 +19,18 @@ from collections.abc import Iterable
 import apache_beam as beam
 import numpy as np
 
+from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack_bands, pairs_in_partition
 from pipeline.beam.dedup.exact import by_input, dropped_result
+from pipeline.beam.dedup.signatures import IN_RESULT, read_signature, write_signature
 from pipeline.beam.unit_results import UnitResult
 from pipeline.kernels.text.quality import band_hashes, is_empty_signature, signature_similarity
 from schemas import manifest as m
 
+__all__ = ["REPORT_SIMILARITY", "MAX_BAND_GROUP", "candidate_pairs", "input_signature", "band_records", "score_pairs",
+           "mark_near_duplicates", "cluster_roots", "result_bands", "input_bands", "FindNearDuplicateCandidates",
+           "MarkNearDuplicates"]
+
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
-MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first only (clusters still join)
 
 
 def _signature(result: UnitResult) -> np.ndarray:
@@ -56,49 +62,6 @@ def band_records(name_and_parts: tuple[str, Iterable[UnitResult]]) -> list[tuple
     signature = input_signature(parts)
     member = (name, _content(parts))
     return [] if signature is None else [(h, member) for h in band_hashes(signature)]
-
-
-def candidate_pairs(members: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Pairs (earlier path, later path) of the inputs sharing one band, but for exact duplicates
-    (equal content keys: reported as such, never scored, and 45 pairs a band for 10 copies)."""
-    content = dict(members)
-    ordered = sorted(content)
-    if len(ordered) > MAX_BAND_GROUP:
-        pairs = [(ordered[0], other) for other in ordered[1:]]
-    else:
-        pairs = [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:]]
-    return [(a, b) for a, b in pairs if content[a] != content[b]]
-
-
-BAND_GROUPS = 4096  # band hashes are grouped by their remainder: a shuffle key per 4,096, not per band
-
-
-def _in_band_group(record: tuple[int, tuple[str, str]]) -> tuple[int, tuple[int, tuple[str, str]]]:
-    return record[0] % BAND_GROUPS, record
-
-
-def _pairs_in_bands(group: tuple[int, Iterable[tuple[int, tuple[str, str]]]]) -> list[tuple[str, str]]:
-    """The candidate pairs of every band of one group (each band's members alone)."""
-    bands: dict[int, list[tuple[str, str]]] = {}
-    for band, member in group[1]:
-        bands.setdefault(band, []).append(member)
-    return [pair for band in sorted(bands) for pair in candidate_pairs(bands[band])]
-
-
-class FindNearDuplicateCandidates(beam.PTransform):
-    """(input, its results) -> the candidate pairs (earlier input, later input), each once. (The local
-    runner holds a shuffle in memory, at a few hundred bytes a key: 64 band keys an input were most
-    of the job's memory on many small files.)"""
-
-    def expand(self, inputs):
-        return (
-            inputs
-            | "BandRecords" >> beam.FlatMap(band_records)
-            | "InBandGroups" >> beam.Map(_in_band_group)
-            | "GroupBands" >> beam.GroupByKey()
-            | "PairsInBand" >> beam.FlatMap(_pairs_in_bands)
-            | "DistinctPairs" >> beam.Distinct()
-        )
 
 
 def _input_signatures(results: list[UnitResult]) -> dict[str, tuple[np.ndarray, str]]:
@@ -163,44 +126,6 @@ def mark_near_duplicates(results: list[UnitResult], pairs: list[tuple[str, str]]
     return out, report
 
 
-# The job's form of `score_pairs` and `mark_near_duplicates`: joins by input, so that no step holds
-# more than one input's results, one pair, or the (small) list of pairs at or above --near_dedup.
-
-
-def signature_record(name_and_parts: tuple[str, list[UnitResult]]) -> list[tuple[str, tuple[np.ndarray, str]]]:
-    """(input, (its signature, its content keys)) of an input that has a signature."""
-    name, parts = name_and_parts
-    signature = input_signature(parts)
-    return [] if signature is None else [(name, (signature, _content(parts)))]
-
-
-def _with_earlier(joined) -> list[tuple[str, tuple[str, np.ndarray, str]]]:
-    """(later, (earlier, earlier's signature, its content)) of the pairs of an earlier input."""
-    earlier, group = joined
-    signatures = list(group["signature"])
-    if not signatures:
-        return []
-    signature, content = signatures[0]
-    return [(later, (earlier, signature, content)) for later in sorted(set(group["later"]))]
-
-
-def _scored(joined) -> list[tuple[str, str, float]]:
-    """(earlier, later, similarity) of the pairs of a later input, at or above REPORT_SIMILARITY."""
-    later, group = joined
-    signatures = list(group["signature"])
-    if not signatures:
-        return []
-    signature, content = signatures[0]
-    out = []
-    for earlier, other, other_content in sorted(group["earlier"], key=lambda e: e[0]):
-        if other_content == content:
-            continue
-        similarity = signature_similarity(other, signature)
-        if similarity >= REPORT_SIMILARITY:
-            out.append((earlier, later, round(similarity, 4)))
-    return out
-
-
 def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """(member, root) for every member of a cluster of pairs but its root, the earliest by path."""
     parent: dict[str, str] = {}
@@ -217,62 +142,138 @@ def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(member, root(member)) for member in sorted(parent) if root(member) != member]
 
 
-def _with_root(joined) -> list[tuple[str, tuple[str, np.ndarray]]]:
-    """(member, (root, root's signature)) of the members of one root's cluster."""
-    root, group = joined
-    signatures = list(group["signature"])
-    return [(member, (root, signatures[0][0])) for member in sorted(set(group["members"]))] if signatures else []
+# The job's form of the above: the bands packed (`band_packs`), the signatures read back for the
+# candidates only (`signatures`); no step holds more than one partition of the bands, one pair, the
+# (small) list of pairs at or above --near_dedup, or one input's results.
+
+
+def result_bands(result: UnitResult) -> list[tuple[int, bytes]]:
+    """The packed bands of a whole input's result as its worker made it: its signature stays in the
+    result's record (IN_RESULT). None for a byte range's result (its file's ranges merge first)."""
+    if result.file:
+        raise ValueError(f"{result.source} is a byte range of {result.file}: its file's bands come from "
+                         f"all its ranges (input_bands)")
+    signature = input_signature([result])
+    return [] if signature is None else pack_bands(result.source, _content([result]), signature, IN_RESULT)
+
+
+def input_bands(name_and_parts: tuple[str, Iterable[UnitResult]], temp_dir: str) -> list[tuple[int, bytes]]:
+    """The packed bands of an input from its results (a split file's ranges merged), its signature
+    written to its own file in `temp_dir` first: what `band_records` gives, packed."""
+    name, parts = name_and_parts
+    parts = sorted(parts, key=lambda p: p.source)  # a split file's ranges in order, as `by_input` gives them
+    signature = input_signature(parts)
+    if signature is None:
+        return []
+    return pack_bands(name, _content(parts), signature, write_signature(temp_dir, name, signature))
+
+
+class FindNearDuplicateCandidates(beam.PTransform):
+    """(partition, packed bands) of every input -> the candidate pairs (earlier input, later input,
+    their signatures' places), each once: `candidate_pairs` of every band's members.
+
+    Or (packs, few): the packs of the workers' stage (every partition among their keys), shuffled
+    where the workers make them, and those of the few inputs packed later (files read in byte
+    ranges or input splits: over --split_bytes each) as a side input of the pairing. A Flatten of
+    the two would be one more copy of every input's bands on the local runner, which materialises
+    every Flatten, and read back in a stage of its own: 10 KB of peak memory an input."""
+
+    def expand(self, packs):
+        few = None
+        if isinstance(packs, tuple):
+            packs, few = packs
+        grouped = packs | "GroupBands" >> beam.GroupByKey()
+        if few is None:
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition)
+        else:
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition,
+                                                                   more=beam.pvalue.AsList(few))
+        return pairs | "DistinctPairs" >> beam.Distinct()
+
+
+def score_pair(pair: tuple[str, str, int, int], temp_dir: str) -> list[tuple[str, str, float, int, int]]:
+    """(earlier, later, estimated similarity, their places) of a candidate at or above REPORT_SIMILARITY."""
+    a, b, place_a, place_b = pair
+    similarity = signature_similarity(read_signature(temp_dir, a, place_a), read_signature(temp_dir, b, place_b))
+    return [(a, b, round(similarity, 4), place_a, place_b)] if similarity >= REPORT_SIMILARITY else []
+
+
+def _unless_twin(joined) -> list:
+    """The pairs of an input, unless it is dropped as a duplicate (it then has no signature to score)."""
+    _, group = joined
+    return [] if list(group["twin"]) else list(group["pair"])
+
+
+def cluster_members(edges: Iterable[tuple[str, str, int, int]]) -> list[tuple[str, str, int, int]]:
+    """(member, root, their places) for every member of a cluster of pairs but its root."""
+    edges = list(edges)
+    places = {name: place for a, b, place_a, place_b in edges for name, place in ((a, place_a), (b, place_b))}
+    return [(member, root, places[member], places[root])
+            for member, root in cluster_roots((a, b) for a, b, _, _ in edges)]
+
+
+def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tuple[str, tuple[str, float]]:
+    """(member, (root, their estimated similarity))."""
+    member, root, place_member, place_root = member_root
+    similarity = signature_similarity(read_signature(temp_dir, member, place_member),
+                                      read_signature(temp_dir, root, place_root))
+    return member, (root, round(similarity, 4))
 
 
 def drop_near(joined, threshold: float) -> list[UnitResult]:
     """An input's results, skipped as a near duplicate of its cluster's root where it has one."""
-    name, group = joined
+    _, group = joined
     parts = [part for parts in group["parts"] for part in parts]
     roots = list(group["root"])
     if not roots:
         return parts
-    kept, root_signature = roots[0]
-    signature, _ = next(iter(group["signature"]))
-    similarity = round(signature_similarity(signature, root_signature), 4)
+    kept, similarity = roots[0]
     return [dropped_result(result, f"near duplicate of {kept} (similarity {similarity:.2f}, --near_dedup "
                                    f"{threshold})", near_duplicate_of=kept, similarity=similarity)
             if result.skip_reason is None else result
             for result in parts]
 
 
-class MarkNearDuplicates(beam.PTransform):
-    """(input, its results), (input, (its signature, its content keys)) of the inputs that have one,
-    and candidate pairs -> (the results, near duplicates dropped with `threshold`; the report entries
-    {path, near_duplicate_of, similarity}), as `mark_near_duplicates` gives them. The results need
-    no signature: only the signature records carry them."""
+def _report_entry(scored: tuple) -> dict:
+    return {m.KEY_PATH: scored[1], m.KEY_NEAR_DUPLICATE_OF: scored[0], m.KEY_SIMILARITY: scored[2]}
 
-    def __init__(self, threshold: float | None) -> None:
+
+class MarkNearDuplicates(beam.PTransform):
+    """(input, its results), the candidate pairs (`FindNearDuplicateCandidates`) and the (input, twin)
+    of the exact duplicates -> (the results, near duplicates dropped with `threshold`; the report
+    entries {path, near_duplicate_of, similarity}), as `mark_near_duplicates` gives them on results
+    `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from `temp_dir` for the
+    candidates and clusters' members only."""
+
+    def __init__(self, threshold: float | None, temp_dir: str, drop_twins: bool = False) -> None:
         super().__init__()
         self._threshold = threshold
+        self._temp_dir = temp_dir
+        self._drop_twins = drop_twins
 
-    def expand(self, inputs_and_pairs):
-        inputs, signatures, pairs = inputs_and_pairs
-        with_earlier = ({"signature": signatures, "later": pairs} | "JoinEarlier" >> beam.CoGroupByKey()
-                        | "WithEarlier" >> beam.FlatMap(_with_earlier))
-        scored = ({"signature": signatures, "earlier": with_earlier} | "JoinLater" >> beam.CoGroupByKey()
-                  | "Score" >> beam.FlatMap(_scored))
-        report = scored | "Report" >> beam.Map(
-            lambda s: {m.KEY_PATH: s[1], m.KEY_NEAR_DUPLICATE_OF: s[0], m.KEY_SIMILARITY: s[2]})
+    def expand(self, inputs_pairs_twins):
+        inputs, pairs, twins = inputs_pairs_twins
+        temp_dir = self._temp_dir
+        if self._drop_twins:  # a duplicate dropped by --dedup has no signature: its pairs are not scored
+            for side in (0, 1):
+                pairs = ({"pair": pairs | f"BySide{side}" >> beam.Map(lambda p, i=side: (p[i], p)), "twin": twins}
+                         | f"JoinTwins{side}" >> beam.CoGroupByKey()
+                         | f"UnlessTwin{side}" >> beam.FlatMap(_unless_twin))
+        scored = pairs | "Score" >> beam.FlatMap(score_pair, temp_dir=temp_dir)
+        report = scored | "Report" >> beam.Map(_report_entry)
         results = inputs | "Results" >> beam.FlatMap(lambda kv: kv[1])
         if self._threshold is None:
             return results, report
         threshold = self._threshold
-        members = (
+        roots = (
             scored
             | "AtThreshold" >> beam.Filter(lambda s: s[2] >= threshold)
-            | "EdgesTogether" >> beam.Map(lambda s: (None, (s[0], s[1])))
+            | "EdgesTogether" >> beam.Map(lambda s: (None, (s[0], s[1], s[3], s[4])))
             | "GroupEdges" >> beam.GroupByKey()
-            | "Clusters" >> beam.FlatMap(lambda kv: cluster_roots(kv[1]))
-            | "ByRoot" >> beam.Map(lambda member_root: (member_root[1], member_root[0]))
+            | "Clusters" >> beam.FlatMap(lambda kv: cluster_members(kv[1]))
+            | "RootSimilarity" >> beam.Map(root_similarity, temp_dir=temp_dir)
         )
-        roots = ({"signature": signatures, "members": members} | "JoinRoots" >> beam.CoGroupByKey()
-                 | "WithRoot" >> beam.FlatMap(_with_root))
-        dropped = ({"parts": inputs, "root": roots, "signature": signatures}
+        dropped = ({"parts": inputs, "root": roots}
                    | "JoinInputs" >> beam.CoGroupByKey()
                    | "DropNear" >> beam.FlatMap(drop_near, threshold=threshold))
         return dropped, report
