@@ -352,11 +352,21 @@ class ByteLevelTables:
 
 def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> np.ndarray:
     """The merges {(a, b): (rank, new id)} as an open-addressing table: uint64, shape (slots, 2)."""
-    size = 1 << max(4, (2 * max(len(pairs), 1) - 1).bit_length())
+    if not pairs:
+        return merge_table_of(*(np.zeros(0, dtype=np.int64),) * 4)
+    a, b = np.array(list(pairs), dtype=np.int64).T
+    ranks, news = np.array(list(pairs.values()), dtype=np.int64).T
+    return merge_table_of(a, b, ranks, news)
+
+
+def merge_table_of(a: np.ndarray, b: np.ndarray, ranks: np.ndarray, news: np.ndarray) -> np.ndarray:
+    """The merges (a[i], b[i]) -> (ranks[i], news[i]) as `merge_table` lays them out (int64 arrays, in
+    merge order): a pair listed twice keeps its last rank and result, as `tokenizers`' BPE does."""
+    size = 1 << max(4, (2 * max(a.shape[0], 1) - 1).bit_length())
     table = np.zeros((size, 2), dtype=np.uint64)
-    pair_keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
-    pair_values = np.array([rank | (new << 32) for rank, new in pairs.values()], dtype=np.uint64)
-    _fill_merges(pair_keys, pair_values, table)
+    keys = (a.astype(np.uint64) << np.uint64(32)) | b.astype(np.uint64)
+    values = ranks.astype(np.uint64) | (news.astype(np.uint64) << np.uint64(32))
+    _fill_merges(keys, values, table)
     return table
 
 
@@ -366,7 +376,7 @@ def _fill_merges(pair_keys, pair_values, table):
     for i in range(pair_keys.shape[0]):
         key = pair_keys[i] + np.uint64(1)
         slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-        while table[slot, 0] != 0:
+        while table[slot, 0] != 0 and table[slot, 0] != key:
             slot = (slot + 1) & mask
         table[slot, 0] = key
         table[slot, 1] = pair_values[i]
