@@ -148,3 +148,33 @@ def test_the_wordpiece_unknown_id_is_the_one_token_to_id_gives():
     assert wordpiece._unk_id(config) == real.token_to_id("[UNK]") == 100
     config["model"]["unk_token"] = "[NONE]"
     assert wordpiece._unk_id(config) == -1
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "llama3", "gpt2_affixes", "xlmr_unigram",
+                                  "llama_bpe", "llama3 with added tokens"])
+def test_a_process_parses_a_tokenizer_json_once_and_never_changes_the_parse(name):
+    """What the launcher and a worker do with a tokenizer.json (spec, backend, cuts, fingerprint, the
+    content tokenizer, the fast encoder and its tables) reads one shared parse (`parsed`): none of
+    them may change it, or the next reader would see another tokenizer."""
+    from pipeline.tokenizer import parsed as shared
+    from pipeline.tokenizer.derived_cuts import no_cut_reason
+    from pipeline.tokenizer.fast import FastTokenizer, choose_backend
+    from pipeline.tokenizer.spec import TokenizerSpec, build_tokenizer
+    from tests.tokenizer.test_added_tokens import _with_added
+
+    raw = ((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8") if name == "bert"
+           else _with_added("llama3", None) if name.endswith("added tokens") else tokenizer_json(name))
+    raw = json.dumps(json.loads(raw), ensure_ascii=False, indent=1)  # a text no earlier test parsed
+    calls = []
+    loads = json.loads
+    try:
+        json.loads = lambda text, *a, **k: (calls.append(len(text)), loads(text, *a, **k))[1]
+        spec = TokenizerSpec.from_json(raw)
+        assert choose_backend("auto", spec.json)[0] == "fast"
+        no_cut_reason(spec.json)
+        assert len(spec.fingerprint) == 64
+        FastTokenizer(build_tokenizer(spec), spec.json).encode("Once upon a time, [MASK] <s> new york.")
+    finally:
+        json.loads = loads
+    assert calls.count(len(raw)) == 1 + name.endswith("unigram")  # a Unigram's content JSON: a changed copy
+    assert shared.parsed(raw) == json.loads(raw)

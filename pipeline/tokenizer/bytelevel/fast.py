@@ -52,6 +52,7 @@ from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
 from pipeline.tokenizer.bytelevel.split_program import SplitProgram, Unsupported, compile_chain
 from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 FAMILY = "byte-level BPE"
@@ -281,7 +282,7 @@ def _tables(tokenizer_json: str, config: dict | None = None) -> ByteLevelTables:
     if found is None:
         if len(_TABLES) >= 4:
             _TABLES.pop(next(iter(_TABLES)))
-        found = _TABLES[tokenizer_json] = _build_tables(json.loads(tokenizer_json) if config is None else config)
+        found = _TABLES[tokenizer_json] = _build_tables(parsed(tokenizer_json) if config is None else config)
     return found
 
 
@@ -326,7 +327,7 @@ class ByteLevelFastTokenizer:
     model for the others, the real tokenizer for text that is not valid UTF-8."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        config = json.loads(tokenizer_json)
+        config = parsed(tokenizer_json)  # shared: read only
         problems = bytelevel_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)

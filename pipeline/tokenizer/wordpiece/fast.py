@@ -7,7 +7,6 @@ tokenizer with nothing on that list gets the fast path.
 
 from __future__ import annotations
 
-import json
 import unicodedata
 
 import numpy as np
@@ -28,6 +27,7 @@ from pipeline.kernels.tokenizer.wordpiece.encode import (
     encode_bytes,
 )
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
@@ -179,7 +179,7 @@ def _tables(tokenizer_json: str, config: dict | None = None) -> WordPieceTables:
     if found is None:
         if len(_TABLES) >= 4:
             _TABLES.pop(next(iter(_TABLES)))
-        config = json.loads(tokenizer_json) if config is None else config
+        config = parsed(tokenizer_json) if config is None else config
         model = config["model"]
         prefix = model.get("continuing_subword_prefix")
         found = _TABLES[tokenizer_json] = WordPieceTables.build(
@@ -194,7 +194,7 @@ class WordPieceFastTokenizer:
     rest."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        config = json.loads(tokenizer_json)
+        config = parsed(tokenizer_json)  # shared: read only
         problems = wordpiece_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
