@@ -13,7 +13,7 @@ The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed b
 A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
 word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
 until none is in the merges. A word of up to 8 bytes that the model makes one token (most words)
-is found in a small table of such words built by asking the model (`word_cache.single_table`); other
+is found in a small table of such words (`word_cache.single_table`, built by `tables.one_token_words`); other
 words of up to WORD_BYTES bytes are kept in the word cache (`pipeline.kernels.tokenizer.bytelevel.word_cache`: the
 word's bytes are its key, a hit reads one cache line), so a repeated word costs a packed load and a
 compare. A word the tables cannot vouch for (a byte without
@@ -326,7 +326,7 @@ class ByteLevelTables:
             of bytes a and b at a * 256 + b (rank NO_MERGE when none), so a word's first lookups
             read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
-        singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
+        singles: the words of up to 8 bytes that BPE makes one token (`word_cache.single_table`).
         program: (ops, guards, levels, firsts, cp_class, class_bits) of a compiled Split chain
             (`regex_program`), NO_PROGRAM for GPT2 and LLAMA3.
     """
