@@ -25,6 +25,8 @@ tokenizers (`tests/data/tokenizers`: RoBERTa's byte-level BPE with merges that b
 two others, bert-base-uncased's WordPiece extended with words and `##` pieces, XLM-R's Unigram with
 pieces of Latin, accented and CJK letters), generated into a temporary folder, never committed.
 One untimed process per file first (numba's cache filled). Medians of `--repeat` processes.
+`--against CHECKOUT` runs another checkout's `pipeline` in processes alternating with ours (a
+before/after on one loaded machine: read the ratios).
 """
 
 from __future__ import annotations
@@ -189,10 +191,12 @@ def measure(path: Path) -> dict:
             "tokens": len(model["vocab"]), "merges": len(model.get("merges") or [])}
 
 
-def _child(path: Path, cache: str | None) -> dict:
+def _child(path: Path, cache: str | None, checkout: Path | None = None) -> dict:
     env = dict(os.environ)
     if cache is not None:
         env["MASKBEAM_CACHE"] = cache
+    if checkout is not None:
+        env["PYTHONPATH"] = str(checkout)
     done = subprocess.run([sys.executable, "-P", __file__, "--one", str(path)], capture_output=True, text=True,
                           env=env, check=False)
     if done.returncode:
@@ -200,20 +204,37 @@ def _child(path: Path, cache: str | None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(files: list[tuple[str, Path]], repeat: int) -> list[dict]:
+def run(files: list[tuple[str, Path]], repeat: int, against: Path | None = None) -> list[dict]:
     """Each file: one process with an empty probe cache (the first on a machine), then `repeat`
-    with the cache the first filled; medians of those."""
+    with the cache the first filled; medians of those. With `against` (another checkout), its
+    processes alternate with ours, each with a probe cache of its own."""
     rows = []
+    checkouts = [None] if against is None else [None, against]
     for name, path in files:
-        with tempfile.TemporaryDirectory(prefix="table-build-cache-") as cache:
-            _child(path, None)  # numba's kernels compiled and cached (the project's cache, untimed)
-            first = _child(path, cache)
-            runs = [_child(path, cache) for _ in range(repeat)]
-        row = {"name": name, **{k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "backend"},
-               "backend": runs[0]["backend"], "probes_first_s": first["probes_s"],
-               "launcher_first_s": first["launcher_s"], "worker_first_s": first["worker_s"]}
-        rows.append(row)
-        print(_line(row), flush=True)
+        caches = [tempfile.TemporaryDirectory(prefix="table-build-cache-") for _ in checkouts]
+        try:
+            firsts, runs = [], [[] for _ in checkouts]
+            for checkout, cache in zip(checkouts, caches):
+                _child(path, None, checkout)  # numba's kernels compiled and cached (the checkout's cache, untimed)
+                firsts.append(_child(path, cache.name, checkout))
+            for _ in range(repeat):
+                for k, (checkout, cache) in enumerate(zip(checkouts, caches)):
+                    runs[k].append(_child(path, cache.name, checkout))
+        finally:
+            for cache in caches:
+                cache.cleanup()
+        for checkout, first, done in zip(checkouts, firsts, runs):
+            row = {"name": name if checkout is None else f"{name} @{checkout.name}",
+                   **{k: statistics.median(r[k] for r in done) for k in done[0] if k != "backend"},
+                   "backend": done[0]["backend"], "probes_first_s": first["probes_s"],
+                   "launcher_first_s": first["launcher_s"], "worker_first_s": first["worker_s"]}
+            rows.append(row)
+            print(_line(row), flush=True)
+        if against is not None:
+            ours, theirs = rows[-2], rows[-1]
+            print(f"{'':<34} ours / {against.name}: launcher {ours['launcher_s'] / theirs['launcher_s']:.2f}x, worker "
+                  f"{ours['worker_s'] / theirs['worker_s']:.2f}x, tables "
+                  f"{ours['tables_s'] / max(theirs['tables_s'], 1e-9):.2f}x", flush=True)
     return rows
 
 
@@ -228,7 +249,7 @@ def _line(row: dict) -> str:
 def _ratios(rows: list[dict]) -> None:
     """The table build per doubling of the vocabulary (2.0x is linear), per synthetic family."""
     for family in FAMILIES:
-        curve = [r for r in rows if r["name"].startswith(family + "-")]
+        curve = [r for r in rows if r["name"].startswith(family + "-") and "@" not in r["name"]]
         for small, large in zip(curve, curve[1:]):
             print(f"{family}: {int(small['tokens']):,} -> {int(large['tokens']):,} tokens: tables "
                   f"{large['tables_s'] / max(small['tables_s'], 1e-9):.2f}x, worker "
@@ -242,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"synthetic families ({','.join(FAMILIES)})")
     parser.add_argument("--tokenizer", type=Path, nargs="*", default=[], help="real tokenizer.json files")
     parser.add_argument("--repeat", type=int, default=3, help="processes per file (medians)")
+    parser.add_argument("--against", type=Path, help="another checkout, measured in alternate processes")
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # a child process: one measurement
     args = parser.parse_args(argv)
@@ -262,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         files += [(path.parent.name if path.name == "tokenizer.json" else path.stem, path) for path in args.tokenizer]
         print(f"{len(files)} tokenizers, {args.repeat} processes each after one with an empty probe cache; "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
-        rows = run(files, args.repeat)
+        rows = run(files, args.repeat, args.against)
     _ratios(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
