@@ -58,6 +58,8 @@ def content_tokenizer_json(raw: str, special_ids: set[int]) -> str:
 
 @lru_cache(maxsize=4)
 def _content_json(raw: str, special_ids: frozenset[int]) -> str:
+    if "Unigram" not in raw and "\\u" not in raw:  # no Unigram model, not even spelt with escapes: no parse
+        return raw
     model = parsed(raw).get("model") or {}  # shared: read only
     if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
         return raw

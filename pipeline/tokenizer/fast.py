@@ -19,7 +19,7 @@ from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
 from pipeline.tokenizer.families import family_cuts, support
-from pipeline.tokenizer.parsed import parsed
+from pipeline.tokenizer.parsed import parsed, release_parses
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
@@ -84,6 +84,7 @@ class FastTokenizer:
             self._impl = family.make(inner, content)
         else:
             self._impl = family.make(tokenizer, content)
+        release_parses()  # built: the tables hold what the JSON said
 
     @property
     def tables(self):

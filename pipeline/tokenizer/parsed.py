@@ -3,8 +3,11 @@
 A 250,000-token tokenizer.json is about 15 MB of JSON: one parse costs 0.3-0.4 CPU-seconds, and the
 launcher and each worker read the same text in several places (the file's checks, the backend choice,
 the cut rule, the family's encoder and tables), 4-5 parses a process before this. `parsed` keeps
-the parses of the last few texts. The dict it returns is shared: read it, never change it; code that
-changes a tokenizer's JSON parses a copy of its own (`content.content_tokenizer_json`).
+the parses of the last few texts until `release_parses`: a parse of 250,000 tokens and 500,000
+merges is about 170 MB of Python objects, so a load that is done lets them go (the fast encoder once
+it is built, the job's launcher once its checks are done). The dict `parsed` returns is shared:
+read it, never change it; code that changes a tokenizer's JSON parses a copy of its own
+(`content.content_tokenizer_json`).
 """
 
 from __future__ import annotations
@@ -25,3 +28,8 @@ def parsed(tokenizer_json: str) -> dict:
             _PARSES.pop(next(iter(_PARSES)))
         _PARSES[tokenizer_json] = found
     return found
+
+
+def release_parses() -> None:
+    """Let the kept parses go (the next `parsed` of a text parses it again)."""
+    _PARSES.clear()

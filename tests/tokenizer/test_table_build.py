@@ -173,8 +173,11 @@ def test_a_process_parses_a_tokenizer_json_once_and_never_changes_the_parse(name
         assert choose_backend("auto", spec.json)[0] == "fast"
         no_cut_reason(spec.json)
         assert len(spec.fingerprint) == 64
+        kept = dict(shared._PARSES)  # the launcher's checks read one parse
+        assert [loads(text) for text in kept] == list(kept.values())  # and none of them changed it
         FastTokenizer(build_tokenizer(spec), spec.json).encode("Once upon a time, [MASK] <s> new york.")
     finally:
         json.loads = loads
     assert calls.count(len(raw)) == 1 + name.endswith("unigram")  # a Unigram's content JSON: a changed copy
+    assert shared._PARSES == {}  # the encoder built, the parse (170 MB at 250k tokens) is let go
     assert shared.parsed(raw) == json.loads(raw)
