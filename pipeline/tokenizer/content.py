@@ -19,6 +19,7 @@ tokenizer that would produce one stops the job naming the token rather than writ
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 
 import numpy as np
@@ -56,9 +57,19 @@ def content_tokenizer_json(raw: str, special_ids: set[int]) -> str:
     return _content_json(raw, frozenset(special_ids))
 
 
-@lru_cache(maxsize=4)
+# A JSON escape of one of the letters of "Unigram" (\u0055 U, \u0061 a, \u0067 g, \u0069 i, \u006d m,
+# \u006e n, \u0072 r): without "Unigram" or one of these, no model of the file can be a Unigram.
+_UNIGRAM_ESCAPES = re.compile(r"\\u00(?:55|6[179dDeE]|72)")
+
+
+def may_be_unigram(raw: str) -> bool:
+    """False where no model in the tokenizer.json text can be of type Unigram (no parse needed)."""
+    return "Unigram" in raw or _UNIGRAM_ESCAPES.search(raw) is not None
+
+
+@lru_cache(maxsize=2)
 def _content_json(raw: str, special_ids: frozenset[int]) -> str:
-    if "Unigram" not in raw and "\\u" not in raw:  # no Unigram model, not even spelt with escapes: no parse
+    if not may_be_unigram(raw):
         return raw
     model = parsed(raw).get("model") or {}  # shared: read only
     if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):

@@ -165,19 +165,36 @@ def test_a_process_parses_a_tokenizer_json_once_and_never_changes_the_parse(name
     raw = ((TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8") if name == "bert"
            else _with_added("llama3", None) if name.endswith("added tokens") else tokenizer_json(name))
     raw = json.dumps(json.loads(raw), ensure_ascii=False, indent=1)  # a text no earlier test parsed
-    calls = []
+    calls: list[int] = []
     loads = json.loads
     try:
         json.loads = lambda text, *a, **k: (calls.append(len(text)), loads(text, *a, **k))[1]
-        spec = TokenizerSpec.from_json(raw)
+        spec = TokenizerSpec.from_json(raw)  # the launcher
         assert choose_backend("auto", spec.json)[0] == "fast"
         no_cut_reason(spec.json)
         assert len(spec.fingerprint) == 64
-        kept = dict(shared._PARSES)  # the launcher's checks read one parse
-        assert [loads(text) for text in kept] == list(kept.values())  # and none of them changed it
-        FastTokenizer(build_tokenizer(spec), spec.json).encode("Once upon a time, [MASK] <s> new york.")
+        launcher, kept = calls.count(len(raw)), dict(shared._PARSES)
+        shared.release_parses()  # as the job's launcher does once its checks are done
+        calls.clear()
+        FastTokenizer(build_tokenizer(spec), spec.json).encode("Once upon a time, [MASK] <s> new york.")  # a worker
     finally:
         json.loads = loads
-    assert calls.count(len(raw)) == 1 + name.endswith("unigram")  # a Unigram's content JSON: a changed copy
+    unigram = name.endswith("unigram")  # its content JSON is a changed copy, checked in build_tokenizer
+    assert launcher == 1 and calls.count(len(raw)) == (3 if unigram else 1)
+    assert [loads(text) for text in kept] == list(kept.values())  # no reader changed the shared parse
     assert shared._PARSES == {}  # the encoder built, the parse (170 MB at 250k tokens) is let go
     assert shared.parsed(raw) == json.loads(raw)
+
+
+def test_a_unigram_spelt_with_escapes_still_has_its_special_pieces_emptied():
+    """The content check parses nothing where no model can be a Unigram, and a file that spells
+    `Unigram` with JSON escapes is still one (tokenizers reads it so)."""
+    from pipeline.tokenizer.content import content_tokenizer_json, may_be_unigram
+
+    raw = tokenizer_json("xlmr_unigram")
+    escaped = raw.replace('"type":"Unigram"', '"type":"\\u0055ni\\u0067ram"')
+    assert escaped != raw and not may_be_unigram(escaped.replace("\\u0055", "U").replace("\\u0067", "x"))
+    assert Tokenizer.from_str(escaped).to_str() == Tokenizer.from_str(raw).to_str()
+    content = json.loads(content_tokenizer_json(escaped, {0, 1, 2, 3}))
+    assert [piece for piece, _ in content["model"]["vocab"][:4]] == ["", "", "", ""]
+    assert not may_be_unigram(tokenizer_json("roberta")) and may_be_unigram(raw)
