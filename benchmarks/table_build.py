@@ -12,7 +12,8 @@ another checkout), each doing what a job does per process: the launcher's `Token
 `choose_backend` and `no_cut_reason`; a worker's `build_tokenizer` and `FastTokenizer`, then one
 short line encoded (numba's kernels loaded from its cache). Split by CPU time (`time.process_time`):
 
-- `parse`: `json.loads` of the whole tokenizer.json (each call counted: `parses`), in either process;
+- `parse`: `json.loads` of the whole tokenizer.json (each call counted: `parses`; the launcher's and the
+  worker's together, one process doing both);
 - `tables`: the family's table build (its `_tables`) less the probes;
 - `probes`: what the on-disk probe cache (`table_cache.cached_arrays`) had to build: once per machine
   and `tokenizers` version (the first process, run with an empty cache: `probes, first process`),

@@ -19,7 +19,7 @@ from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
 from pipeline.tokenizer.families import family_cuts, support
-from pipeline.tokenizer.parsed import parsed, release_parses
+from pipeline.tokenizer.parsed import parsed, release_parses, remember
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
@@ -77,8 +77,8 @@ class FastTokenizer:
         self._added = None
         if plain_added(config):
             self._added = AddedTokenSplitter(config)
-            content = json.dumps(without_plain_added(config if content is tokenizer_json else parsed(content)),
-                                 ensure_ascii=False)
+            without = without_plain_added(config if content is tokenizer_json else parsed(content))
+            content = remember(json.dumps(without, ensure_ascii=False), without)  # the family reads it unparsed
             inner = Tokenizer.from_str(content)  # the family's own fallbacks must not match added tokens
             inner.encode_special_tokens = True
             self._impl = family.make(inner, content)

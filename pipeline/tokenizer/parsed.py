@@ -30,6 +30,15 @@ def parsed(tokenizer_json: str) -> dict:
     return found
 
 
+def remember(tokenizer_json: str, config: dict) -> str:
+    """Keep `config` as the parse of `tokenizer_json` (its `json.dumps`, made by the caller), so that
+    the next `parsed` of that text does not parse it; returns the text."""
+    if len(_PARSES) >= _KEPT:
+        _PARSES.pop(next(iter(_PARSES)))
+    _PARSES[tokenizer_json] = config
+    return tokenizer_json
+
+
 def release_parses() -> None:
     """Let the kept parses go (the next `parsed` of a text parses it again)."""
     _PARSES.clear()
