@@ -19,8 +19,12 @@ tokenizer that would produce one stops the job naming the token rather than writ
 from __future__ import annotations
 
 import json
+import re
+from functools import lru_cache
 
 import numpy as np
+
+from pipeline.tokenizer.parsed import parsed
 
 
 class SpecialIdFromText(ValueError):
@@ -48,19 +52,35 @@ def special_ids_of(config: dict, roles: dict[str, tuple[str, ...]]) -> set[int]:
 
 def content_tokenizer_json(raw: str, special_ids: set[int]) -> str:
     """The tokenizer.json the job encodes content with: Unigram special pieces emptied (see the
-    module docstring); any other model unchanged (the same text is returned)."""
-    config = json.loads(raw)
-    model = config.get("model") or {}
+    module docstring); any other model unchanged (the same text is returned). Made once a process
+    (the launcher's checks, `build_tokenizer` and the fast encoder all ask)."""
+    return _content_json(raw, frozenset(special_ids))
+
+
+# A JSON escape of one of the letters of "Unigram" (\u0055 U, \u0061 a, \u0067 g, \u0069 i, \u006d m,
+# \u006e n, \u0072 r): without "Unigram" or one of these, no model of the file can be a Unigram.
+_UNIGRAM_ESCAPES = re.compile(r"\\u00(?:55|6[179dDeE]|72)")
+
+
+def may_be_unigram(raw: str) -> bool:
+    """False where no model in the tokenizer.json text can be of type Unigram (no parse needed)."""
+    return "Unigram" in raw or _UNIGRAM_ESCAPES.search(raw) is not None
+
+
+@lru_cache(maxsize=2)
+def _content_json(raw: str, special_ids: frozenset[int]) -> str:
+    if not may_be_unigram(raw):
+        return raw
+    model = parsed(raw).get("model") or {}  # shared: read only
     if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
         return raw
-    vocab = model["vocab"]
-    changed = False
-    for token_id in special_ids:
-        if 0 <= token_id < len(vocab) and vocab[token_id][0] != "":
-            vocab[token_id] = ["", vocab[token_id][1]]
-            changed = True
-    if not changed:
+    emptied = [i for i in special_ids if 0 <= i < len(model["vocab"]) and model["vocab"][i][0] != ""]
+    if not emptied:
         return raw
+    config = json.loads(raw)  # a copy of our own to change
+    vocab = config["model"]["vocab"]
+    for token_id in emptied:
+        vocab[token_id] = ["", vocab[token_id][1]]
     # An added token whose string is not in the vocabulary gets the next free id when the file is
     # read: the special ones emptied above go last, so that the non-special ones keep theirs.
     added = config.get("added_tokens") or []

@@ -38,6 +38,7 @@ from pipeline.tokenizer.components import invisible_characters as _invisible
 from pipeline.tokenizer.components import normalizer_function as _normalize
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, REGEX_CUTS, SPACE_CUTS, WHITESPACE_CUTS, CutRule
 from pipeline.tokenizer.families import covered_family_cuts
+from pipeline.tokenizer.parsed import parsed
 
 _PER_CHARACTER = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Nmt", "BertNormalizer", "ByteLevel"}
 _WHITESPACE_SPLITTERS = {"BertPreTokenizer", "WhitespaceSplit", "Whitespace"}
@@ -197,5 +198,5 @@ def cut_rule(config: dict, tokenizer_json: str | None = None) -> CutRule:
 @lru_cache(maxsize=4)
 def no_cut_reason(tokenizer_json: str) -> str | None:
     """Why no cut of this tokenizer's text is proven (each document is then encoded whole), or None."""
-    rule, reason = cut_rule_and_reason(json.loads(tokenizer_json), tokenizer_json)
+    rule, reason = cut_rule_and_reason(parsed(tokenizer_json), tokenizer_json)
     return None if rule.before else reason

@@ -19,6 +19,7 @@ from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
 from pipeline.tokenizer.families import family_cuts, support
+from pipeline.tokenizer.parsed import parsed, release_parses, remember
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
@@ -41,7 +42,7 @@ def choose_backend(requested: str, tokenizer_json: str) -> tuple[str, list[str]]
         raise ValueError(f"--tokenizer_backend must be one of {TOKENIZER_BACKENDS}, got {requested!r}")
     if requested == BACKEND_HF:
         return BACKEND_HF, ["--tokenizer_backend hf"]
-    family, problems = support(json.loads(tokenizer_json))
+    family, problems = support(parsed(tokenizer_json))
     if not problems:
         return BACKEND_FAST, []
     name = None if family is None else family.name
@@ -63,7 +64,7 @@ class FastTokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        config = json.loads(tokenizer_json)
+        config = parsed(tokenizer_json)  # shared: read only
         family, problems = support(config)
         if problems:
             raise UnsupportedTokenizer(problems, None if family is None else family.name)
@@ -76,13 +77,14 @@ class FastTokenizer:
         self._added = None
         if plain_added(config):
             self._added = AddedTokenSplitter(config)
-            content = json.dumps(without_plain_added(config if content is tokenizer_json else json.loads(content)),
-                                 ensure_ascii=False)
+            without = without_plain_added(config if content is tokenizer_json else parsed(content))
+            content = remember(json.dumps(without, ensure_ascii=False), without)  # the family reads it unparsed
             inner = Tokenizer.from_str(content)  # the family's own fallbacks must not match added tokens
             inner.encode_special_tokens = True
             self._impl = family.make(inner, content)
         else:
             self._impl = family.make(tokenizer, content)
+        release_parses()  # built: the tables hold what the JSON said
 
     @property
     def tables(self):

@@ -16,6 +16,7 @@ from pipeline.kernels.rows.masking import MaskingRule
 from pipeline.tokenizer.content import check_added_ids, content_tokenizer_json
 from pipeline.tokenizer.errors import TokenizerError, is_panic, panic_error
 from pipeline.tokenizer.families import continues_word
+from pipeline.tokenizer.parsed import parsed, release_parses
 from pipeline.tokenizer.safety.normalizer_growth import NormalizerGrowth, check_growth
 from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
@@ -147,7 +148,7 @@ def check_tokenizer_json(raw: str) -> dict:
     if len(raw) > MAX_TOKENIZER_BYTES:
         raise TokenizerError(f"tokenizer file is {len(raw):,} bytes, over the {MAX_TOKENIZER_BYTES:,} accepted")
     try:
-        config = json.loads(raw)
+        config = parsed(raw)
     except (ValueError, RecursionError) as error:
         raise TokenizerError(f"not a valid tokenizer.json: not JSON ({str(error)[:200]})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
@@ -285,7 +286,7 @@ class TokenizerSpec:
     @cached_property
     def fingerprint(self) -> str:
         """sha256 of the canonical tokenizer JSON (after truncation and padding were switched off)."""
-        canonical = json.dumps(json.loads(self.json), sort_keys=True, separators=(",", ":"))
+        canonical = json.dumps(parsed(self.json), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def layout(self, seq_len: int, min_tokens: int) -> RowLayout:
@@ -308,6 +309,7 @@ def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     content = content_tokenizer_json(spec.json, set(spec.special_ids))
     tokenizer = Tokenizer.from_str(content)
     if content is not spec.json:
-        check_added_ids(tokenizer, json.loads(spec.json))
+        check_added_ids(tokenizer, parsed(spec.json))
+    release_parses()  # a Unigram's parse, kept by the content check, is not kept for the process's life
     tokenizer.encode_special_tokens = True
     return tokenizer

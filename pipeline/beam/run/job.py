@@ -53,6 +53,7 @@ from pipeline.console.logs import WorkerOutput
 from pipeline.tokenizer.derived_cuts import no_cut_reason
 from pipeline.tokenizer.encode import MAX_CARRY_CHARS
 from pipeline.tokenizer.fast import choose_backend
+from pipeline.tokenizer.parsed import release_parses
 from pipeline.tokenizer.resolve import resolve_tokenizer_json
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
@@ -101,6 +102,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
         units += hf_units(config.hf_dataset, config.hf_split, config.text_column, config.hf_revision)
     record = run_record(config, spec.fingerprint)
+    release_parses()  # the launcher's checks are done: let the parsed tokenizer.json go
     if resume:
         if prepare_resume(config.output, record, units) == "complete":
             return None

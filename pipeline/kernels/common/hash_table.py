@@ -113,6 +113,22 @@ class ByteTable:
         _fill_slots(blob, starts, lengths, slots)
         return cls(blob=blob, starts=starts, lengths=lengths, ids=ids, slots=slots)
 
+    @classmethod
+    def of_arrays(cls, blob: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> ByteTable:
+        """The table of keys blob[starts[i]:starts[i] + lengths[i]] -> ids[i] (distinct keys; `blob`
+        uint8, may hold bytes no key covers), in the order given: a vocabulary's keys without a
+        Python object a key. Raises ValueError where the arrays disagree in length."""
+        if not starts.shape[0] == lengths.shape[0] == ids.shape[0]:
+            raise ValueError(f"starts, lengths and ids must have one length, got {starts.shape[0]}, "
+                             f"{lengths.shape[0]} and {ids.shape[0]}")
+        blob = np.ascontiguousarray(blob, dtype=np.uint8) if blob.shape[0] else np.zeros(1, np.uint8)
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        slots = np.zeros(table_size(starts.shape[0]), dtype=np.int32)
+        _fill_slots(blob, starts, lengths, slots)
+        return cls(blob=blob, starts=starts, lengths=lengths, ids=np.ascontiguousarray(ids, dtype=np.int32),
+                   slots=slots)
+
     def get(self, key: bytes) -> int:
         """The id of `key`, or -1 (for tests and table building; kernels call `lookup`)."""
         return int(find(np.frombuffer(key, dtype=np.uint8), 0, len(key), self.blob, self.starts, self.lengths,

@@ -18,6 +18,7 @@ point, once per `tokenizers` version (cached on disk like the WordPiece table).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 from functools import lru_cache
 
@@ -27,6 +28,7 @@ from tokenizers import Regex, Tokenizer
 from tokenizers.pre_tokenizers import Split
 
 from pipeline.kernels.common.hash_table import ByteTable
+from pipeline.kernels.common.string_arrays import StringArrays
 from pipeline.kernels.tokenizer.bytelevel.encode import (
     GPT2_PATTERN,
     LETTER,
@@ -40,15 +42,17 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
     ByteLevelTables,
     byte_pair_table,
     encode_bytes,
-    merge_table,
+    merge_table_of,
 )
 from pipeline.kernels.tokenizer.bytelevel.pretokenize import MARK_LETTERS
 from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM
-from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table
+from pipeline.kernels.tokenizer.bytelevel.tables import merge_ids, merge_parts, one_token_words
+from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table_of
 from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
 from pipeline.tokenizer.bytelevel.split_program import SplitProgram, Unsupported, compile_chain
 from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 FAMILY = "byte-level BPE"
@@ -233,56 +237,116 @@ def probe_fold(pattern: str) -> np.ndarray:
     return fold
 
 
-def _one_token_words(real, vocab: dict[str, int], suffix: str) -> dict[bytes, int]:
-    """Every word of up to 8 bytes that the real model (`real`) makes one token, with that token's
-    id: each token's text (less the end-of-word suffix) is tried as a word, and the model itself says."""
-    words: dict[bytes, int] = {}
-    for token in vocab:
-        word = token[:-len(suffix)] if suffix and token.endswith(suffix) else token
-        if not word or len(word) > 8 or not all(c in CHAR_BYTES for c in word):
-            continue
-        found = real.tokenize(word)
-        if len(found) == 1:
-            words[bytes(CHAR_BYTES[c] for c in word)] = found[0].id
-    return words
+_BYTE_OF_CHAR = np.full(max(map(ord, CHAR_BYTES)) + 1, 256, dtype=np.int16)
+_BYTE_OF_CHAR[[ord(c) for c in CHAR_BYTES]] = list(CHAR_BYTES.values())
+"""The byte each character of the ByteLevel alphabet stands for, 256 for a character outside it."""
 
 
-@lru_cache(maxsize=4)
-def _tables(tokenizer_json: str) -> ByteLevelTables:
-    """The kernel's tables of a tokenizer, built once per process."""
-    config = json.loads(tokenizer_json)
+def _merge_arrays(merges: list, strings: StringArrays, ids: np.ndarray, prefix: str) -> tuple[np.ndarray, ...]:
+    """(a, b, rank, new) int64 arrays of the model's merges (`"a b"` strings or [a, b] pairs) as ids
+    of the vocabulary `strings` (ids: each string's id), new the id of a + b less its prefix.
+
+    Raises:
+        UnsupportedTokenizer: a merge with a part or result outside the vocabulary, or a string
+            without exactly one space (`tokenizers` refuses both files)."""
+    if merges and isinstance(merges[0], str):
+        texts = StringArrays.of(merges)
+        parts = merge_parts(texts.utf8, texts.utf8_starts[:-1], texts.utf8_starts[1:])
+    else:
+        texts = StringArrays.of(list(itertools.chain.from_iterable(merges)))
+        parts = np.stack((texts.utf8_starts[:-1:2], texts.utf8_starts[1::2],
+                          texts.utf8_starts[1::2], texts.utf8_starts[2::2]), axis=1) if merges \
+            else np.zeros((0, 4), dtype=np.int64)
+    vocab = ByteTable.of_arrays(strings.utf8, strings.utf8_starts[:-1], np.diff(strings.utf8_starts), ids)
+    found = merge_ids(texts.utf8, np.ascontiguousarray(parts), len(prefix.encode()), vocab.blob, vocab.starts,
+                      vocab.lengths, vocab.ids, vocab.slots)
+    bad = np.flatnonzero((found < 0).any(axis=1))
+    if bad.shape[0]:
+        raise UnsupportedTokenizer([f"merge {int(bad[0]) + 1} ({merges[int(bad[0])]!r}) is not two tokens of the "
+                                    "vocabulary whose join is one"], FAMILY)
+    return found[:, 0], found[:, 1], np.arange(found.shape[0], dtype=np.int64), found[:, 2]
+
+
+def _raw_bytes(strings: StringArrays, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the strings' characters as the bytes they stand for in the ByteLevel alphabet (uint8, one a
+    character; 0 for one outside it), whether string i's characters before char index stops[i] are
+    all in the alphabet)."""
+    points = strings.code_points
+    byte = _BYTE_OF_CHAR[np.minimum(points, _BYTE_OF_CHAR.shape[0] - 1)]
+    outside = (byte == 256) | (points >= _BYTE_OF_CHAR.shape[0])
+    inside = strings.none_in_range(outside, strings.char_starts[:-1], stops)
+    return np.where(outside, 0, byte).astype(np.uint8), inside
+
+
+def _one_token_words(strings: StringArrays, raw: np.ndarray, suffix: str, ignore_merges: bool, initial: np.ndarray,
+                     merges: np.ndarray, byte_pairs: np.ndarray, by_bytes: ByteTable) -> tuple[np.ndarray, ...]:
+    """(keys, lengths, ids) of every word of up to 8 bytes that is one token (`word_cache.single_table_of`'s
+    arrays): each token's text (less the end-of-word suffix) is tried as a word, and the kernel's own
+    BPE says (`tables.one_token_words`), so the table of them never changes an id."""
+    starts, stops = strings.char_starts[:-1], strings.char_starts[1:].copy()
+    if suffix:  # a token that ends with the suffix is tried without it
+        stops[strings.ending_with(suffix)] -= len(suffix)
+    _, inside = _raw_bytes(strings, stops)
+    lengths = stops - starts
+    words = np.flatnonzero(inside & (lengths >= 1) & (lengths <= 8))
+    keys, sizes, found = one_token_words(raw, starts[words], lengths[words], ignore_merges, initial, merges,
+                                         byte_pairs, by_bytes.blob, by_bytes.starts, by_bytes.lengths, by_bytes.ids,
+                                         by_bytes.slots)
+    if not suffix:  # distinct tokens, distinct words
+        return keys, sizes, found
+    order = np.lexsort((sizes, keys))  # "ab" and "ab</w>" are one word: the same ids, kept once
+    again = np.zeros(order.shape[0], dtype=bool)
+    again[1:] = (keys[order][1:] == keys[order][:-1]) & (sizes[order][1:] == sizes[order][:-1])
+    kept = np.sort(order[~again])
+    return keys[kept], sizes[kept], found[kept]
+
+
+_TABLES: dict[str, ByteLevelTables] = {}
+
+
+def _tables(tokenizer_json: str, config: dict | None = None) -> ByteLevelTables:
+    """The kernel's tables of a tokenizer, built once per process (`config`: its parsed JSON, where
+    the caller has it)."""
+    found = _TABLES.get(tokenizer_json)
+    if found is None:
+        if len(_TABLES) >= 4:
+            _TABLES.pop(next(iter(_TABLES)))
+        found = _TABLES[tokenizer_json] = _build_tables(parsed(tokenizer_json) if config is None else config)
+    return found
+
+
+def _build_tables(config: dict) -> ByteLevelTables:
+    """The tables, each built in linear passes over arrays (`kernels.tokenizer.bytelevel.tables`)."""
     model = config["model"]
     pattern = pre_tokenizer_shape(config)[0]
     chain = split_chain(config)
     vocab: dict[str, int] = model["vocab"]
     prefix = model.get("continuing_subword_prefix") or ""
     suffix = model.get("end_of_word_suffix") or ""
-    plen = len(prefix.encode())
-    pairs: dict[tuple[int, int], tuple[int, int]] = {}
-    for rank, merge in enumerate(model.get("merges") or []):
-        a, b = merge.split(" ") if isinstance(merge, str) else merge
-        new = (a.encode() + b.encode()[plen:]).decode("utf-8", "surrogatepass")
-        pairs[(vocab[a], vocab[b])] = (rank, vocab[new])
+    ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    strings = StringArrays.of(list(vocab))
+    merges = merge_table_of(*_merge_arrays(model.get("merges") or [], strings, ids, prefix))
     initial = np.full((4, 256), -1, dtype=np.int32)
     for byte, char in BYTE_CHARS.items():
         for variant, token in enumerate((char, prefix + char, prefix + char + suffix, char + suffix)):
             initial[variant, byte] = vocab.get(token, -1)
-    by_bytes = {}
-    for token, token_id in vocab.items():
-        if token and all(c in CHAR_BYTES for c in token):
-            by_bytes[bytes(CHAR_BYTES[c] for c in token)] = token_id
-    words = ByteTable.build(by_bytes)
-    singles = single_table(_one_token_words(Tokenizer.from_str(tokenizer_json).model, vocab, suffix))
+    raw, inside = _raw_bytes(strings, strings.char_starts[1:])
+    keyed = np.flatnonzero(inside & (np.diff(strings.char_starts) > 0))  # the tokens that are bytes
+    lengths = np.diff(strings.char_starts)[keyed]
+    words = ByteTable.of_arrays(raw, strings.char_starts[keyed], lengths, ids[keyed])
+    byte_pairs = byte_pair_table(merges, initial)
+    ignore_merges = bool(model.get("ignore_merges"))
+    singles = single_table_of(*_one_token_words(strings, raw, suffix, ignore_merges, initial, merges,
+                                                byte_pairs, words))
     classes = pattern_classes(pattern)
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
-    merges = merge_table(pairs)
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
                            ascii_masks=bool((classes[:128] == MASK_CLASSES).all()),
                            fold=probe_fold(pattern), pattern=PROGRAM if chain else PATTERNS[pattern],
-                           ignore_merges=bool(model.get("ignore_merges")), initial=initial,
-                           merges=merges, byte_pairs=byte_pair_table(merges, initial), vocab_blob=words.blob,
+                           ignore_merges=ignore_merges, initial=initial,
+                           merges=merges, byte_pairs=byte_pairs, vocab_blob=words.blob,
                            vocab_starts=words.starts, vocab_lengths=words.lengths, vocab_ids=words.ids,
-                           vocab_slots=words.slots, max_key=max((len(k) for k in by_bytes), default=1),
+                           vocab_slots=words.slots, max_key=int(lengths.max()) if lengths.shape[0] else 1,
                            singles=singles, program=NO_PROGRAM if chain is None else chain.arrays)
 
 
@@ -292,12 +356,12 @@ class ByteLevelFastTokenizer:
     model for the others, the real tokenizer for text that is not valid UTF-8."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        config = json.loads(tokenizer_json)
+        config = parsed(tokenizer_json)  # shared: read only
         problems = bytelevel_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = tokenizer
-        self.tables = _tables(tokenizer_json)
+        self.tables = _tables(tokenizer_json, config)
         self.prefix_space = pre_tokenizer_shape(config)[1]
         form = normal_form(config.get("normalizer"))[0]
         self.normal_form = None if form is None else NormalForm(form)  # NFC / NFKC: normal_forms.py

@@ -59,6 +59,7 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
 )
 from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramArrays, UnigramTables
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
 from pipeline.tokenizer.table_cache import cached_arrays
@@ -375,7 +376,7 @@ class SentencePieceFastTokenizer:
     tokenizer for the rest."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        config = json.loads(tokenizer_json)
+        config = parsed(tokenizer_json)  # shared: read only
         problems = sentencepiece_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
@@ -554,7 +555,7 @@ def sentencepiece_cut_chars(tokenizer_json: str, config: dict | None = None) -> 
     on its vocabulary, so they are found without building the model's tables: the job asks for the
     cuts of the tokenizer.json and encodes with another JSON (`content.content_tokenizer_json`: its
     special pieces emptied), whose tables alone are built, once."""
-    config = json.loads(tokenizer_json) if config is None else config
+    config = parsed(tokenizer_json) if config is None else config
     if (config.get("model") or {}).get("type") == "Unigram":
         plan = _plan(config)
         flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
@@ -626,7 +627,7 @@ def _tables(tokenizer_json: str, tokenizer: Tokenizer | None = None, config: dic
 
 
 def _build_tables(tokenizer_json: str, tokenizer: Tokenizer | None, config: dict | None) -> _Tables:
-    config = json.loads(tokenizer_json) if config is None else config
+    config = parsed(tokenizer_json) if config is None else config
     plan = _plan(config)
     flags, cp_start, cp_len, cp_blob = _code_points(plan.per_character)
     model = _model(plan, tokenizer_json, tokenizer)

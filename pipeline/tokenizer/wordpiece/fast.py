@@ -7,9 +7,7 @@ tokenizer with nothing on that list gets the fast path.
 
 from __future__ import annotations
 
-import json
 import unicodedata
-from functools import lru_cache
 
 import numpy as np
 import tokenizers
@@ -29,6 +27,7 @@ from pipeline.kernels.tokenizer.wordpiece.encode import (
     encode_bytes,
 )
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
@@ -144,13 +143,15 @@ def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
 _TABLE_FORMAT = 1
 
 
-def _code_points(tokenizer: Tokenizer, tokenizer_json: str) -> CodePointTable:
+def _code_points(tokenizer_json: str) -> CodePointTable:
     """The probed table, from the on-disk cache when an earlier process made it (probing takes
     about a second, once per worker process otherwise): keyed by the tokenizer JSON and the
-    `tokenizers` version that answered the probes."""
+    `tokenizers` version that answered the probes. Only a probe builds the real tokenizer."""
     names = tuple(CodePointTable.__dataclass_fields__)
 
     def probe() -> dict[str, np.ndarray]:
+        tokenizer = Tokenizer.from_str(tokenizer_json)
+        tokenizer.encode_special_tokens = True
         table = probe_code_points(tokenizer)
         return {name: getattr(table, name) for name in names}
 
@@ -158,19 +159,33 @@ def _code_points(tokenizer: Tokenizer, tokenizer_json: str) -> CodePointTable:
     return CodePointTable(**cached_arrays("wordpiece", key, names, probe))
 
 
-@lru_cache(maxsize=4)
-def _tables(tokenizer_json: str) -> WordPieceTables:
-    """The kernel's tables of a tokenizer, built once per process."""
-    tokenizer = Tokenizer.from_str(tokenizer_json)
-    tokenizer.encode_special_tokens = True
-    model = json.loads(tokenizer_json)["model"]
-    unk = tokenizer.token_to_id(model.get("unk_token") or "[UNK]")
-    vocab = tokenizer.get_vocab(with_added_tokens=False)
-    unk_id = -1 if unk is None else unk
-    max_chars = max_chars_per_word(model)
-    prefix = model.get("continuing_subword_prefix")
-    return WordPieceTables.build(vocab, "##" if prefix is None else prefix, unk_id, max_chars,
-                                 _code_points(tokenizer, tokenizer_json))
+def _unk_id(config: dict) -> int:
+    """The id `Tokenizer.token_to_id` gives the model's unknown token (an added token's first, then
+    the vocabulary's), -1 for none: read from the parsed JSON, without building the tokenizer."""
+    model = config["model"]
+    name = model.get("unk_token") or "[UNK]"
+    added = {t.get("content"): t.get("id") for t in config.get("added_tokens") or [] if isinstance(t, dict)}
+    found = added.get(name, model["vocab"].get(name))
+    return -1 if found is None else int(found)
+
+
+_TABLES: dict[str, WordPieceTables] = {}
+
+
+def _tables(tokenizer_json: str, config: dict | None = None) -> WordPieceTables:
+    """The kernel's tables of a tokenizer, built once per process (`config`: its parsed JSON, where
+    the caller has it)."""
+    found = _TABLES.get(tokenizer_json)
+    if found is None:
+        if len(_TABLES) >= 4:
+            _TABLES.pop(next(iter(_TABLES)))
+        config = parsed(tokenizer_json) if config is None else config
+        model = config["model"]
+        prefix = model.get("continuing_subword_prefix")
+        found = _TABLES[tokenizer_json] = WordPieceTables.build(
+            model["vocab"], "##" if prefix is None else prefix, _unk_id(config), max_chars_per_word(model),
+            _code_points(tokenizer_json))
+    return found
 
 
 class WordPieceFastTokenizer:
@@ -179,11 +194,12 @@ class WordPieceFastTokenizer:
     rest."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
-        problems = wordpiece_support(json.loads(tokenizer_json))
+        config = parsed(tokenizer_json)  # shared: read only
+        problems = wordpiece_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
         self.tokenizer = tokenizer
-        self.tables = _tables(tokenizer_json)
+        self.tables = _tables(tokenizer_json, config)
         self.cache = WordCache.empty()
 
     def encode(self, text: str) -> np.ndarray:

@@ -13,7 +13,7 @@ The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed b
 A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
 word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
 until none is in the merges. A word of up to 8 bytes that the model makes one token (most words)
-is found in a small table of such words built by asking the model (`word_cache.single_table`); other
+is found in a small table of such words (`word_cache.single_table`, built by `tables.one_token_words`); other
 words of up to WORD_BYTES bytes are kept in the word cache (`pipeline.kernels.tokenizer.bytelevel.word_cache`: the
 word's bytes are its key, a hit reads one cache line), so a repeated word costs a packed load and a
 compare. A word the tables cannot vouch for (a byte without
@@ -326,7 +326,7 @@ class ByteLevelTables:
             of bytes a and b at a * 256 + b (rank NO_MERGE when none), so a word's first lookups
             read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
-        singles: the words of up to 8 bytes that the model makes one token (`word_cache.single_table`).
+        singles: the words of up to 8 bytes that BPE makes one token (`word_cache.single_table`).
         program: (code, cp_class, table) of a compiled Split chain (`regex_program`: the program
             packed in one array, its class table, its automata), NO_PROGRAM for GPT2 and LLAMA3.
     """
@@ -352,11 +352,21 @@ class ByteLevelTables:
 
 def merge_table(pairs: dict[tuple[int, int], tuple[int, int]]) -> np.ndarray:
     """The merges {(a, b): (rank, new id)} as an open-addressing table: uint64, shape (slots, 2)."""
-    size = 1 << max(4, (2 * max(len(pairs), 1) - 1).bit_length())
+    if not pairs:
+        return merge_table_of(*(np.zeros(0, dtype=np.int64),) * 4)
+    a, b = np.array(list(pairs), dtype=np.int64).T
+    ranks, news = np.array(list(pairs.values()), dtype=np.int64).T
+    return merge_table_of(a, b, ranks, news)
+
+
+def merge_table_of(a: np.ndarray, b: np.ndarray, ranks: np.ndarray, news: np.ndarray) -> np.ndarray:
+    """The merges (a[i], b[i]) -> (ranks[i], news[i]) as `merge_table` lays them out (int64 arrays, in
+    merge order): a pair listed twice keeps its last rank and result, as `tokenizers`' BPE does."""
+    size = 1 << max(4, (2 * max(a.shape[0], 1) - 1).bit_length())
     table = np.zeros((size, 2), dtype=np.uint64)
-    pair_keys = np.array([(a << 32) | b for a, b in pairs], dtype=np.uint64)
-    pair_values = np.array([rank | (new << 32) for rank, new in pairs.values()], dtype=np.uint64)
-    _fill_merges(pair_keys, pair_values, table)
+    keys = (a.astype(np.uint64) << np.uint64(32)) | b.astype(np.uint64)
+    values = ranks.astype(np.uint64) | (news.astype(np.uint64) << np.uint64(32))
+    _fill_merges(keys, values, table)
     return table
 
 
@@ -366,7 +376,7 @@ def _fill_merges(pair_keys, pair_values, table):
     for i in range(pair_keys.shape[0]):
         key = pair_keys[i] + np.uint64(1)
         slot = np.int64((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) & mask
-        while table[slot, 0] != 0:
+        while table[slot, 0] != 0 and table[slot, 0] != key:
             slot = (slot + 1) & mask
         table[slot, 0] = key
         table[slot, 1] = pair_values[i]

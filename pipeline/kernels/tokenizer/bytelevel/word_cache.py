@@ -152,18 +152,35 @@ def single_table(words: dict[bytes, int]) -> np.ndarray:
     """The words (1 to 8 bytes) that are one token, as an open-addressing table for `single_id`:
     uint64, shape (power of two >= 2 x len(words), 2): packed bytes, then length | id << 32 (length
     0: empty). A hit reads one small, hot table instead of a record of the large cache."""
-    size = 1 << max(4, (2 * max(len(words), 1) - 1).bit_length())
-    table = np.zeros((size, 2), dtype=np.uint64)
-    shift = 64 - (size - 1).bit_length()
-    for word in sorted(words):
+    for word in words:
         if not 1 <= len(word) <= 8:
             raise ValueError(f"a single-token word has 1 to 8 bytes, got {word!r}")
-        key = int.from_bytes(word, "little")
-        slot = (((key ^ len(word)) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF) >> shift
-        while table[slot, 1]:
-            slot = (slot + 1) & (size - 1)
-        table[slot] = (key, len(word) | (words[word] << 32))
+    keys = np.array([int.from_bytes(word, "little") for word in words], dtype=np.uint64)
+    lengths = np.array([len(word) for word in words], dtype=np.int64)
+    return single_table_of(keys, lengths, np.array(list(words.values()), dtype=np.int64))
+
+
+def single_table_of(keys: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """`single_table` of distinct words given as arrays: keys (uint64, the bytes packed little-endian),
+    lengths (1 to 8) and ids; laid out as `single_table` lays out the same words (in the words' byte
+    order), in one jitted pass."""
+    order = np.lexsort((lengths, keys.byteswap()))  # big-endian keys, then length: the bytes' order
+    size = 1 << max(4, (2 * max(keys.shape[0], 1) - 1).bit_length())
+    table = np.zeros((size, 2), dtype=np.uint64)
+    _fill_singles(keys[order], lengths[order].astype(np.uint64), ids[order].astype(np.uint64), table,
+                  np.uint64(64 - (size - 1).bit_length()))
     return table
+
+
+@kernel()
+def _fill_singles(keys, lengths, ids, table, shift):
+    mask = table.shape[0] - 1
+    for i in range(keys.shape[0]):
+        slot = np.int64(((keys[i] ^ lengths[i]) * _GOLDEN) >> shift)
+        while table[slot, 1] != 0:
+            slot = (slot + 1) & mask
+        table[slot, 0] = keys[i]
+        table[slot, 1] = lengths[i] | (ids[i] << np.uint64(32))
 
 
 @kernel(inline="always")

@@ -35,6 +35,7 @@ import numpy as np
 from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.spans import add_span
+from pipeline.kernels.common.string_arrays import StringArrays
 from pipeline.kernels.common.utf8 import decode_bmp
 
 CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE, OTHER = 0, 1, 2, 3, 4
@@ -241,18 +242,26 @@ class WordPieceTables:
     @classmethod
     def build(cls, vocab: dict[str, int], prefix: str, unk_id: int, max_chars: int,
               code_points: CodePointTable) -> WordPieceTables:
-        words: dict[bytes, int] = {}
-        continuations: dict[bytes, int] = {}
-        for token, token_id in vocab.items():
-            # A word start is looked up as itself and a continuation as prefix + piece (the prefix
-            # may be "" or non-ASCII): keys that are not ASCII never equal a normalised ASCII word.
-            if token.isascii() and token:
-                words[token.encode()] = token_id
-            if token.startswith(prefix) and len(token) > len(prefix) and token[len(prefix):].isascii():
-                continuations[token[len(prefix):].encode()] = token_id
-        longest = max((len(k) for k in (*words, *continuations)), default=1)
-        return cls(ByteTable.build(words), ByteTable.build(continuations), code_points, unk_id, max_chars, longest,
-                   _ascii_letters(code_points))
+        """The tables of a vocabulary, in linear passes over its tokens as arrays (`StringArrays`).
+
+        A word start is looked up as itself and a continuation as prefix + piece (the prefix may be
+        "" or non-ASCII): keys that are not ASCII never equal a normalised ASCII word, so they are
+        left out."""
+        strings = StringArrays.of(list(vocab))
+        ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+        starts, stops, lengths = strings.char_starts[:-1], strings.char_starts[1:], strings.char_lengths()
+        not_ascii = strings.code_points >= 0x80
+        words = np.flatnonzero((lengths > 0) & strings.none_in_range(not_ascii, starts, stops))
+        head = len(prefix)
+        pieces = np.flatnonzero(strings.starting_with(prefix) & (lengths > head))
+        pieces = pieces[strings.none_in_range(not_ascii, starts[pieces] + head, stops[pieces])]
+        skip = len(prefix.encode("utf-8", "surrogatepass"))
+        piece_starts = strings.utf8_starts[pieces] + skip
+        piece_lengths = strings.utf8_starts[pieces + 1] - piece_starts
+        longest = int(max(lengths[words].max(initial=1), piece_lengths.max(initial=1)))
+        return cls(ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], lengths[words], ids[words]),
+                   ByteTable.of_arrays(strings.utf8, piece_starts, piece_lengths, ids[pieces]), code_points, unk_id,
+                   max_chars, longest, _ascii_letters(code_points))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,44 @@
+"""One `json.loads` of a tokenizer.json a process, shared by everything that reads it.
+
+A 250,000-token tokenizer.json is about 15 MB of JSON: one parse costs 0.3-0.4 CPU-seconds, and the
+launcher and each worker read the same text in several places (the file's checks, the backend choice,
+the cut rule, the family's encoder and tables), 4-5 parses a process before this. `parsed` keeps
+the parses of the last few texts until `release_parses`: a parse of 250,000 tokens and 500,000
+merges is about 170 MB of Python objects, so a load that is done lets them go (the fast encoder once
+it is built, the job's launcher once its checks are done). The dict `parsed` returns is shared:
+read it, never change it; code that changes a tokenizer's JSON parses a copy of its own
+(`content.content_tokenizer_json`).
+"""
+
+from __future__ import annotations
+
+import json
+
+_KEPT = 3  # the tokenizer.json, its content tokenizer's JSON, and one more (tests load many)
+_PARSES: dict[str, dict] = {}
+
+
+def parsed(tokenizer_json: str) -> dict:
+    """`json.loads(tokenizer_json)`, parsed once a process while it stays among the last few texts:
+    shared, read only. Raises what json.loads raises (ValueError, RecursionError)."""
+    found = _PARSES.get(tokenizer_json)
+    if found is None:
+        found = json.loads(tokenizer_json)
+        if len(_PARSES) >= _KEPT:
+            _PARSES.pop(next(iter(_PARSES)))
+        _PARSES[tokenizer_json] = found
+    return found
+
+
+def remember(tokenizer_json: str, config: dict) -> str:
+    """Keep `config` as the parse of `tokenizer_json` (its `json.dumps`, made by the caller), so that
+    the next `parsed` of that text does not parse it; returns the text."""
+    if len(_PARSES) >= _KEPT:
+        _PARSES.pop(next(iter(_PARSES)))
+    _PARSES[tokenizer_json] = config
+    return tokenizer_json
+
+
+def release_parses() -> None:
+    """Let the kept parses go (the next `parsed` of a text parses it again)."""
+    _PARSES.clear()
