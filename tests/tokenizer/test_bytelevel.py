@@ -277,6 +277,32 @@ def test_words_of_many_ids_are_cached_whole_across_both_ways_of_a_set():
     assert (counts > 9).any()
 
 
+def test_a_word_found_again_stays_cached_while_new_words_take_turns_in_its_set():
+    """Three words of one set, in turn (A, B, C, A, ...): a new word takes way 1 and a hit in way 1
+    moves to way 0, so the word found again is kept (a new word that pushed way 0 into way 1 dropped
+    the word to come next: every lookup a miss). Each hit copies the ids that word was given."""
+    from pipeline.kernels.tokenizer.bytelevel.word_cache import cached_ids, remember
+
+    records = ByteLevelCache.empty(2).records
+    ids = {word: np.arange(10 * word, 10 * word + count, dtype=np.int32) for word, count in ((1, 3), (2, 1), (3, 9))}
+
+    def find(word):
+        out = np.zeros(16, dtype=np.int32)
+        done = cached_ids(records, 0, np.uint64(word), np.uint64(0), np.uint64(0), 5, out, 0)
+        return None if done < 0 else out[:done].tolist()
+
+    def keep(word):
+        remember(records, 0, np.uint64(word), np.uint64(0), np.uint64(0), 5, ids[word], 0, ids[word].shape[0])
+
+    keep(1)
+    keep(2)
+    keep(3)  # A is in way 0, B (way 1) gives way to C
+    assert find(1) == ids[1].tolist() and find(2) is None and find(3) == ids[3].tolist()
+    keep(2)  # C was hit in way 1, so it is in way 0 now: B takes way 1 from A
+    assert find(3) == ids[3].tolist() and find(2) == ids[2].tolist() and find(1) is None
+    assert records[2:].sum() == 0  # the other set is never touched
+
+
 def test_a_word_at_the_very_end_of_the_text_reads_no_byte_past_it():
     """The kernel reads 8 bytes at a time but never past the text: each text (ending in a word of
     1 to 30 bytes, letters or not) is placed right before a page the process may not read, so a

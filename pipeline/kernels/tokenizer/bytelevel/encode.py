@@ -174,10 +174,10 @@ def _bpe(text, start, stop, initial, merges, byte_pairs, symbols, ranks, news, o
     return n_out + count
 
 
-@kernel()
+@kernel(_nrt=False)  # no reference counting: it cost a third of a warm pass (see `_work_buffers`)
 def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
                    byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, program, records,
-                   out,
+                   out, work,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -190,14 +190,12 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered. The words are
     found AHEAD words before they are looked up, and the cache sets of those not in `singles`
     prefetched when found, so that several lookups' memory fetches overlap instead of following
-    one another (the pre-tokenizer does not depend on the cache, so the order changes nothing else)."""
-    symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
-    ranks = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
-    news = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
-    ahead_stops = np.empty(AHEAD, dtype=np.int64)
-    ahead_kind = np.empty(AHEAD, dtype=np.int64)  # _SHORT, _CACHED or _LONG
-    ahead_where = np.empty(AHEAD, dtype=np.int64)  # a short word's slot in `singles`, a cached word's set
-    ahead_keys = np.empty((AHEAD, 3), dtype=np.uint64)
+    one another (the pre-tokenizer does not depend on the cache, so the order changes nothing else).
+
+    Compiled without numba's reference counting (NRT), so it allocates nothing (its buffers are
+    `work`): with it, every array an inlined helper takes was counted in and out around the call,
+    atomic increments and decrements the optimizer could not remove from the branchy word loop."""
+    symbols, ranks, news, ahead_stops, ahead_kind, ahead_where, ahead_keys = work  # `_work_buffers`
     n_out = 0
     n_fallback = 0
     size = text.shape[0]
@@ -405,6 +403,15 @@ def _fill_byte_pairs(merges, ids):
     return table
 
 
+def _work_buffers() -> tuple[np.ndarray, ...]:
+    """The kernel's scratch arrays (it allocates none): a word's symbols, pair ranks and merged ids
+    (`_bpe`), then the words found ahead: their ends, kinds (_SHORT, _CACHED or _LONG), table slots
+    (a short word's in `singles`, a cached word's set) and keys."""
+    return (np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32), np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32),
+            np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32), np.empty(AHEAD, dtype=np.int64),
+            np.empty(AHEAD, dtype=np.int64), np.empty(AHEAD, dtype=np.int64), np.empty((AHEAD, 3), dtype=np.uint64))
+
+
 ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
 
 
@@ -438,7 +445,7 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
             tables.ignore_merges, tables.initial, tables.merges, tables.byte_pairs, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
-            tables.singles, tables.program + (state,), cache.records, out)
+            tables.singles, tables.program + (state,), cache.records, out, _work_buffers())
     id_parts, fallback_parts = [], []
     begin, n_ids = 0, 0
     while begin < size or not id_parts:

@@ -4,8 +4,8 @@ A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian 
 (`word_key`: one unaligned 8-byte load each (`load8`), a mask, no loop, no byte compare). A record
 is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
 then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
-associative; a new word goes to way 0 and pushes the old way 0 to way 1), the set chosen by the
-top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
+associative: a new word goes to way 1 unless way 0 is free, a hit in way 1 moves to way 0), the
+set chosen by the top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
 up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
 running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
 
@@ -43,13 +43,23 @@ def _low_bytes(key, n):
     return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
 
 
-@kernel()
+@kernel(inline="always")
 def _tail_key(text, start, n):
-    """word_key of a word near the end of `text`, reading its bytes one at a time (rare: not inlined)."""
-    key = np.zeros(3, dtype=np.uint64)
+    """word_key of a word near the end of `text`, reading its bytes one at a time (rare). Scalars,
+    no array: a call that allocates (or is not inlined) in the kernel's word loop made every word
+    of the loop about 10 ns slower, the loop's values no longer kept in registers across it."""
+    k0 = np.uint64(0)
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
     for q in range(n):
-        key[q // 8] |= np.uint64(text[start + q]) << np.uint64(8 * (q % 8))
-    return key[0], key[1], key[2]
+        byte = np.uint64(text[start + q]) << np.uint64(8 * (q & 7))
+        if q < 8:
+            k0 |= byte
+        elif q < 16:
+            k1 |= byte
+        else:
+            k2 |= byte
+    return k0, k1, k2
 
 
 @kernel(inline="always")
@@ -101,21 +111,35 @@ def _hit(records, row, k0, k1, k2, n, out, n_out):
 
 @kernel(inline="always")
 def cached_ids(records, row, k0, k1, k2, n, out, n_out):
-    """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss."""
+    """Copies the cached ids of the word to out[n_out:]; returns the new n_out, or -1 on a miss.
+    A hit in way 1 swaps the set's two records, so that the word last found is in way 0."""
     done = _hit(records, row, k0, k1, k2, n, out, n_out)
     if done < 0 and (records[row, 3] >> np.uint64(8)) & _LOW_BYTE <= np.uint64(RECORD_IDS):
         done = _hit(records, row + 1, k0, k1, k2, n, out, n_out)  # way 1, unless way 0 spills into it
+        if done >= 0:
+            for q in range(RECORD_WORDS):
+                word = records[row, q]
+                records[row, q] = records[row + 1, q]
+                records[row + 1, q] = word
     return done
 
 
 @kernel(inline="always")
 def remember(records, row, k0, k1, k2, n, ids, start, count):
-    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word, in way 0
-    (the old way 0 moves to way 1), or in both ways when they are more than RECORD_IDS. A wide entry
-    is never moved to way 1 (it would spill into the next set): a word that takes its way 0 drops it."""
-    wide_before = (records[row, 3] >> np.uint64(8)) & _LOW_BYTE > np.uint64(RECORD_IDS)
+    """Caches ids[start:start + count] (1 <= count <= MAX_IDS) as the ids of the word: in way 0 when
+    it is empty or wide (which is dropped), else in way 1 (its word dropped); in both ways when they
+    are more than RECORD_IDS (a wide entry, only ever in way 0). A new word takes way 1 so that the
+    word in way 0 (found again since it came: `cached_ids` moves a hit in way 1 there) stays: three
+    words that take turns in one set would otherwise each push out the one to come next, every one
+    a miss (about 10,000 words a pass over the books were, with a 50,000-token vocabulary)."""
+    meta = records[row, 3]
+    wide_before = (meta >> np.uint64(8)) & _LOW_BYTE > np.uint64(RECORD_IDS)
+    if count > RECORD_IDS or wide_before:
+        for q in range(RECORD_WORDS):
+            records[row + 1, q] = 0
+    elif meta != 0:
+        row += 1
     for q in range(RECORD_WORDS):
-        records[row + 1, q] = np.uint64(0) if wide_before or count > RECORD_IDS else records[row, q]
         records[row, q] = 0
     records[row, 0] = k0
     records[row, 1] = k1
