@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("pandas", "torch", "transformers", "datasets", "scipy.linalg")
+HEAVY = ("pandas", "bson", "pymongo", "torch", "transformers", "datasets", "scipy.linalg")
 _LAUNCHER = f"""
 import sys
 import jobs.preprocess
@@ -20,15 +20,15 @@ from pipeline.beam.run import job
 from pipeline.beam import transforms
 import apache_beam
 loaded = sorted(name for name in {HEAVY!r} if name in sys.modules)
-import pandas  # still importable once Beam is in
-print(loaded, pandas.DataFrame({{"a": [1]}}).shape)
+import pandas, pymongo  # still importable once Beam is in
+print(loaded, pandas.DataFrame({{"a": [1]}}).shape, pymongo.ASCENDING)
 """
 
 
 def test_the_launcher_imports_beam_without_pandas_and_no_heavy_library():
     done = subprocess.run([sys.executable, "-c", _LAUNCHER], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "[] (1, 1)", done.stdout
+    assert done.stdout.split("\n")[0] == "[] (1, 1) 1", done.stdout
 
 
 _ENTRY_POINT = """
