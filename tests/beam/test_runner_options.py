@@ -42,7 +42,7 @@ def test_tokenizer_threads_per_sdk_process(args, expected):
 
 @pytest.mark.parametrize("given, prefer_threads, workers, mode", [
     ([], True, 1, "in_memory"),  # no worker flag: one worker in this process
-    ([], False, 1, "in_memory"),  # the hf backend and sentence packing too: no worker process started
+    ([], False, 1, "in_memory"),  # as asked (the job asks only where threads would be the default)
     (["--direct_num_workers=2"], True, 2, "multi_threading"),  # a worker flag given: the parallel default
     (["--direct_num_workers=2"], False, 2, "multi_processing"),
     (["--direct_running_mode=multi_threading"], True, os.cpu_count() or 1, "multi_threading"),

@@ -11,11 +11,19 @@ wants it (datasets, a user's code). Beam's other imports are unchanged.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 
 _lock = threading.Lock()
 HIDDEN = ("pandas", "bson", "pymongo")  # Beam imports each only where it is installed, for what MaskBeam never uses
+# What Beam's MongoDB connector logs when it finds no pymongo: true, and of no concern to a job.
+_NO_MONGO = ("apache_beam.io.mongodbio", "Could not find a compatible bson package.")
+
+
+class _DropNoMongo(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != _NO_MONGO[1]
 
 
 def import_beam() -> None:
@@ -27,9 +35,12 @@ def import_beam() -> None:
         hidden = [name for name in HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # the import system raises ImportError for a None entry
+        quiet = _DropNoMongo()
+        logging.getLogger(_NO_MONGO[0]).addFilter(quiet)
         try:
             import apache_beam  # noqa: F401
         finally:
+            logging.getLogger(_NO_MONGO[0]).removeFilter(quiet)
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]

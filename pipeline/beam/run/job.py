@@ -221,8 +221,11 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
             whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
+        # One in-process worker only where threads would be the default (the fast backend without
+        # sentence packing): the `tokenizers` backend and sentence packing keep their worker
+        # processes, which tests/jobs/test_console.py watches (Ctrl-C as they start, their logs).
         options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit,
-                                                        one_worker=fits_one_worker(run.units)))
+                                                        one_worker=threads_suit and fits_one_worker(run.units)))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
