@@ -2,7 +2,7 @@
 runs of `jobs.preprocess` on several sizes of distinct generated text.
 
     python -m benchmarks.job_cost [--sizes 5,15,45] [--repeat 2] [--tokenizer PATH ...] [--corpus DIR]
-        [--books ../shared/corpus/books] [--seed 0] [--limit] [--json FILE] [--markdown FILE]
+        [--books ../shared/corpus/books] [--seed 0] [--limit] [--job_args="FLAGS"] [--json FILE] [--markdown FILE]
 
 One corpus of the largest size comes from `benchmarks.generate_corpus` (or `--corpus`, a folder of
 distinct text); each smaller size is its first files (hard links), so no run reads any text twice.
@@ -15,6 +15,10 @@ imports: the runs get `PYTHONPYCACHEPREFIX` in the scratch folder and never `PYT
 which would compile ~130 modules from source in every run, ~0.5 CPU-s an installed package never
 pays). A least-squares line through the medians
 per size gives `fixed` (s, the intercept) and `rate` (MB/s, one over the slope), for both clocks.
+The job's default runner is one in-process worker up to `ONE_WORKER_BYTES` (16 MiB) and a worker
+thread per core above, so the default sizes straddle it: `--sizes 0.1,1,4` fits the small-job mode
+alone, and `--job_args="--direct_num_workers 2 --direct_running_mode multi_threading"` (flags added to
+every run) the two-thread mode at any size.
 `--limit` adds the bare `tokenizers.encode_batch` on all cores over the largest corpus' paragraphs
 (the encode loop alone timed) and the job's throughput at that size against it; and the same by CPU
 seconds (the bare run's whole process against the job's tree: what a loaded machine still compares).
@@ -98,12 +102,12 @@ def job_environment(bytecode: Path) -> dict[str, str]:
     return env
 
 
-def run_job(corpus: Path, tokenizer: str, out: Path) -> dict:
+def run_job(corpus: Path, tokenizer: str, out: Path, job_args: tuple[str, ...] = ()) -> dict:
     """One `jobs.preprocess` run: wall s, CPU s of its process tree, peak RSS, rows written."""
     shutil.rmtree(out, ignore_errors=True)
     cpu = _children_cpu()
     measured = run_measured([sys.executable, "-m", "jobs.preprocess", "--input", str(corpus), "--output", str(out),
-                             "--tokenizer", tokenizer, "--tokenizer_backend", "fast"],
+                             "--tokenizer", tokenizer, "--tokenizer_backend", "fast", *job_args],
                             env=job_environment(out.parent / "bytecode"))
     cpu = _children_cpu() - cpu
     manifest = json.loads((out / "manifest.json").read_text())
@@ -112,7 +116,8 @@ def run_job(corpus: Path, tokenizer: str, out: Path) -> dict:
             "tokens": manifest["counts"]["tokens"]}
 
 
-def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit: bool) -> dict:
+def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit: bool,
+            job_args: tuple[str, ...] = ()) -> dict:
     """The job on every size, `repeat` rounds interleaved; the two fits."""
     sizes = [corpus_bytes(c) / 1e6 for c in corpora]
     # untimed: a checkout's first run of a tokenizer family compiles its numba kernels into the cache
@@ -121,11 +126,11 @@ def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit:
     warm_up.mkdir()
     first = corpus_files(corpora[0])[0]
     os.link(first, warm_up / first.name)
-    run_job(warm_up, tokenizer, work / "out")
+    run_job(warm_up, tokenizer, work / "out", job_args)
     runs: list[list[dict]] = [[] for _ in corpora]
     for _ in range(repeat):
         for i, corpus in enumerate(corpora):
-            runs[i].append(run_job(corpus, tokenizer, work / "out"))
+            runs[i].append(run_job(corpus, tokenizer, work / "out", job_args))
     wall = [statistics.median(r["wall_s"] for r in rs) for rs in runs]
     cpu = [statistics.median(r["cpu_s"] for r in rs) for rs in runs]
     result = {"tokenizer": tokenizer, "sizes_mb": sizes, "wall_s": wall, "cpu_s": cpu, "runs": runs,
@@ -172,6 +177,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--books", help="real books for the generator's fit (default ../shared/corpus/books)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit", action="store_true", help="also the bare encode_batch on the largest size")
+    parser.add_argument("--job_args", default="", help="flags added to every job run, in one string")
     parser.add_argument("--json")
     parser.add_argument("--markdown")
     args = parser.parse_args(argv)
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             generate(learn(books), source, sizes[-1], seed=args.seed)
         corpora = nested_corpora(source, sizes, work / "sizes")
         for tokenizer in args.tokenizer or DEFAULT_TOKENIZERS:
-            r = measure(tokenizer, corpora, args.repeat, work, args.limit)
+            r = measure(tokenizer, corpora, args.repeat, work, args.limit, tuple(args.job_args.split()))
             results.append(r)
             print(f"{Path(tokenizer).name:20} " + ", ".join(f"{s:.1f} MB {w:.1f} s wall {c:.1f} s CPU" for s, w, c in
                                                            zip(r["sizes_mb"], r["wall_s"], r["cpu_s"]))

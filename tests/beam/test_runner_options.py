@@ -1,14 +1,27 @@
-"""How many `tokenizers` threads each SDK worker process gets, on each kind of runner."""
+"""The local runner each job gets (one in-process worker for a small job), and how many `tokenizers`
+threads each SDK worker process gets, on each kind of runner."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import shutil
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
+from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.run.runner_options import DASK_RUNNER, local_runner_defaults, tokenizer_threads
+from pipeline.beam.run.job import fits_one_worker
+from pipeline.beam.run.runner_options import (
+    DASK_RUNNER,
+    ONE_WORKER_BYTES,
+    local_runner_defaults,
+    local_worker_count,
+    tokenizer_threads,
+)
 from pipeline.beam.run.spec_file import ship_spec
 from pipeline.beam.transforms import _ProcessUnitFn
 from pipeline.beam.units import UnitContext
@@ -25,6 +38,71 @@ def test_tokenizer_threads_per_sdk_process(args, expected):
     options = PipelineOptions(args)
     assert tokenizer_threads(options) == expected
     assert tokenizer_threads(options, requested=3) == 3  # --tokenizer_threads wins
+
+
+@pytest.mark.parametrize("given, prefer_threads, workers, mode", [
+    ([], True, 1, "in_memory"),  # no worker flag: one worker in this process
+    ([], False, 1, "in_memory"),  # as asked (the job asks only where threads would be the default)
+    (["--direct_num_workers=2"], True, 2, "multi_threading"),  # a worker flag given: the parallel default
+    (["--direct_num_workers=2"], False, 2, "multi_processing"),
+    (["--direct_running_mode=multi_threading"], True, os.cpu_count() or 1, "multi_threading"),
+])
+def test_a_small_job_gets_one_in_process_worker_unless_a_worker_flag_is_given(given, prefer_threads, workers, mode):
+    options = PipelineOptions(local_runner_defaults(given, prefer_threads=prefer_threads, one_worker=True))
+    assert (local_worker_count(options), options.view_as(DirectOptions).direct_running_mode) == (workers, mode)
+    large = PipelineOptions(local_runner_defaults(given, prefer_threads=prefer_threads))
+    assert large.view_as(DirectOptions).direct_running_mode != "in_memory"
+    assert local_worker_count(large) == (2 if given == ["--direct_num_workers=2"] else os.cpu_count() or 1)
+    assert local_runner_defaults(["--runner=DirectRunner"], one_worker=True) == [
+        "--runner=DirectRunner", "--default_sdk_harness_log_level=WARNING"]  # a runner chosen: untouched
+
+
+def _unit(name: str, size: int, fmt: str = "text") -> WorkUnit:
+    return WorkUnit(source=f"/books/{name}", format=fmt, size=size)
+
+
+def test_one_worker_fits_small_uncompressed_text_only():
+    half = ONE_WORKER_BYTES // 2
+    assert fits_one_worker([_unit("a.txt", half), _unit("b.jsonl", ONE_WORKER_BYTES - half, "jsonl")])
+    assert not fits_one_worker([_unit("a.txt", half), _unit("b.txt", ONE_WORKER_BYTES - half + 1)])
+    assert fits_one_worker([])
+    # what may hold many times the bytes it is listed with
+    assert not fits_one_worker([_unit("a.txt", 10), _unit("b.txt.gz", 10)])
+    assert not fits_one_worker([_unit("a.parquet", 10, "parquet")])
+    assert not fits_one_worker([WorkUnit(source="hf://d?split=train&rows=0-10", format=FORMAT_HF)])
+
+
+def _output_digests(folder) -> dict[str, str]:
+    digests = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == "manifest.json":
+                manifest = json.loads(data)
+                manifest["config"]["output"] = "OUT"
+                data = json.dumps(manifest, sort_keys=True).encode()
+            digests[str(path.relative_to(folder))] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+def test_the_one_in_process_worker_writes_the_bytes_two_worker_threads_write(tmp_path, caplog):
+    """The small-job default (Beam's in_memory mode) against two worker threads: every file the same."""
+    from tests.conftest import excerpt, run_preprocess
+
+    books = tmp_path / "books"
+    books.mkdir()
+    for name in ("classics__great_gatsby.txt", "poetry__beowulf.txt", "drama__hamlet.txt"):
+        shutil.copy(excerpt(name), books / name)
+    common = ["--tokenizer_backend", "fast", "--min_tokens", "8", "--validation_fraction", "0.2", "--seed", "5"]
+    with caplog.at_level(logging.INFO, logger="maskbeam"):
+        run_preprocess([books], tmp_path / "one", *common)
+        run_preprocess([books], tmp_path / "threads", *common, "--direct_num_workers", "2",
+                       "--direct_running_mode", "multi_threading")
+    runners = [r.getMessage() for r in caplog.records if r.getMessage().startswith("runner: ")]
+    assert ["1 worker, in_memory" in runners[0], "2 workers, multi_threading" in runners[1]] == [True, True], runners
+    one, threads = _output_digests(tmp_path / "one"), _output_digests(tmp_path / "threads")
+    assert len([name for name in one if name.endswith(".arrow")]) == 2
+    assert one == threads
 
 
 def test_worker_setup_caps_the_pool_before_the_tokenizer_starts(spec, monkeypatch, tmp_path):

@@ -15,6 +15,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.beam.reading.compression import is_compressed
+from pipeline.beam.reading.formats.registry import FORMAT_JSONL, FORMAT_TEXT
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
     DEFAULT_GROUP_INPUTS,
@@ -34,6 +36,7 @@ from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn
 from pipeline.beam.run.progress import UnitProgress, input_name
 from pipeline.beam.run.resume import prepare_resume, reuse_line, run_record, start_run
 from pipeline.beam.run.runner_options import (
+    ONE_WORKER_BYTES,
     close_dask_client,
     dask_cluster,
     dask_defaults,
@@ -175,6 +178,18 @@ def _read_run_manifest(output: str) -> tuple[dict, str]:
     return json.loads(read_text(path)), folder
 
 
+def fits_one_worker(units: list[WorkUnit]) -> bool:
+    """Whether a job is small enough for one in-process local worker: at most ONE_WORKER_BYTES of
+    uncompressed text and .jsonl files (never a compressed input, a Parquet file or a dataset range,
+    whose text may be many times the size it is listed with)."""
+    total = 0
+    for unit in units:
+        if unit.format not in (FORMAT_TEXT, FORMAT_JSONL) or is_compressed(unit.file):
+            return False
+        total += unit.size
+    return total <= ONE_WORKER_BYTES
+
+
 def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
                  progress: UnitProgress, workers: WorkerOutput | None):
     """The Beam run with its progress thread, and what an interrupt or a failure reports."""
@@ -208,7 +223,11 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
             whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
         threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
-        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit))
+        # One in-process worker only where threads would be the default (the fast backend without
+        # sentence packing): the `tokenizers` backend and sentence packing keep their worker
+        # processes, which tests/jobs/test_console.py watches (Ctrl-C as they start, their logs).
+        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit,
+                                                        one_worker=threads_suit and fits_one_worker(run.units)))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
