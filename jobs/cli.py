@@ -47,5 +47,15 @@ def main(argv: list[str] | None = None) -> None:
     job.main(args[1:])  # the job's own entry point: its logging, exit code and Ctrl-C handling
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The `maskbeam` console script: `main()`, and for `preprocess` without the interpreter's
+    teardown, as `python -m jobs.preprocess` ends (`jobs.preprocess.exit_without_teardown`)."""
+    if sys.argv[1:2] == ["preprocess"]:
+        from jobs.preprocess import exit_without_teardown
+
+        exit_without_teardown(main)
     main()
+
+
+if __name__ == "__main__":
+    console()

@@ -354,5 +354,10 @@ def exit_without_teardown(entry: Callable[[], object]) -> NoReturn:
     os._exit(status)
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The `maskbeam-preprocess` console script: `main()` without the interpreter's teardown."""
     exit_without_teardown(main)
+
+
+if __name__ == "__main__":
+    console()

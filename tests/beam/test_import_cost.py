@@ -68,3 +68,35 @@ def test_the_command_line_ends_as_sys_exit_does_without_the_teardown(code, statu
     done = subprocess.run([sys.executable, "-c", _ENTRY_POINT, code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (status, "buffered\nthread\natexit\n", stderr)
+
+
+_CONSOLE = """
+import sys
+from jobs.cli import console
+
+
+class Teardown:
+    def __del__(self):  # run by the interpreter's teardown, never by exit_without_teardown
+        sys.stdout.write("teardown\\n")
+
+
+kept = Teardown()
+sys.argv = ["maskbeam", *sys.argv[1:]]
+console()
+"""
+
+
+@pytest.mark.parametrize("job, torn_down", [("preprocess", False), ("validate", True)])
+def test_the_console_script_ends_preprocess_without_the_teardown(job, torn_down):
+    """`maskbeam preprocess` (the console script `jobs.cli:console`) skips the teardown as `python -m
+    jobs.preprocess` does; the other jobs end the ordinary way."""
+    import configparser
+
+    scripts = configparser.ConfigParser()
+    scripts.read(REPO / "setup.cfg")
+    assert "jobs.cli:console" in scripts["options.entry_points"]["console_scripts"]
+    done = subprocess.run([sys.executable, "-c", _CONSOLE, job, "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--output" in done.stdout or "usage" in done.stdout
+    assert done.stdout.endswith("teardown\n") == torn_down, done.stdout[-200:]
