@@ -54,19 +54,23 @@ def _local_files(folder) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+# The dynamic mode's local run is the `windowed` fixture's output (the same options): one run less.
 MODES = {"static-threads": ["--num_shards", "2", "--split_bytes", "65536"],  # books over 64 KB: tokenized in ranges
-         "dynamic-processes": ["--masking", "dynamic", "--tokenizer_backend", "hf"]}
+         "dynamic-processes": ["--masking", "dynamic", "--tokenizer_backend", "hf", "--num_shards", "6"]}
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode):
+def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode, request):
     import datasets
 
     from jobs.validate import run as validate
 
     endpoint, client = s3
-    local = tmp_path / "local"
-    run_preprocess([small_books], local, *MODES[mode], "--validation_fraction", "0.1")
+    if mode.startswith("dynamic"):
+        local = request.getfixturevalue("windowed")[0]
+    else:
+        local = tmp_path / "local"
+        run_preprocess([small_books], local, *MODES[mode], "--validation_fraction", "0.1")
     out = f"s3://{BUCKET}/out-{mode}"
     args = (*MODES[mode], "--validation_fraction", "0.1", *_flags(endpoint))
     if mode.startswith("dynamic"):  # killed part-way on S3, then --resume: the same bytes as one clean run
@@ -214,10 +218,11 @@ def test_unreachable_s3_input_names_the_pattern(s3, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def windowed(s3, small_books, tmp_path_factory):
     """A dynamic output of 6 train shards, locally and on S3, and a cache limit of about half its
-    train split (at least three shards)."""
+    train split (at least three shards). Made with the dynamic mode's options of
+    test_s3_in_s3_out_equals_the_local_run, whose local run it is."""
     endpoint, client = s3
     local = tmp_path_factory.mktemp("windowed") / "local"
-    run_preprocess([small_books], local, "--masking", "dynamic", "--num_shards", "6", "--validation_fraction", "0.05")
+    run_preprocess([small_books], local, *MODES["dynamic-processes"], "--validation_fraction", "0.1")
     for path in sorted(local.rglob("*")):
         if path.is_file():
             client.upload_file(str(path), BUCKET, f"windowed/{path.relative_to(local).as_posix()}")

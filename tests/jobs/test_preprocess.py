@@ -16,10 +16,10 @@ from pipeline.consumers.inspection import read_split_rows
 from pipeline.consumers.outputs import manifest_with_inputs
 from pipeline.kernels.common.hashing import content_digest
 from pipeline.kernels.text.cleaning import clean_bytes
+from pipeline.sample import SAMPLE_BOOKS
 from schemas import manifest as m
 from schemas.shard import ATTENTION_MASK, IGNORE_INDEX, INPUT_IDS, LABELS, MASK_SEED
 from tests.conftest import (
-    BOOKS,
     HAVE_CORPUS,
     HTML_PAGES,
     TOKENIZER_DIR,
@@ -69,6 +69,9 @@ def test_full_corpus_static_loads_and_reports(static_full, spec):
             assert hashlib.sha256(data).hexdigest() == shard[m.KEY_SHA256] and len(data) == shard[m.KEY_BYTES]
     assert not (static_full / m.TEMP_DIR).exists()
     assert manifest[m.KEY_TOKENIZER]["sha256"] == spec.fingerprint
+    # the default --tokenizer_backend auto picks the fast backend for BERT's tokenizer (whose bytes equal
+    # the hf backend's: test_fast_and_hf_backends_write_the_same_bytes)
+    assert manifest[m.KEY_CONFIG]["tokenizer_backend"] == "fast"
 
 
 def test_every_row_layout_and_static_ratios(static_full, spec, rule):
@@ -350,17 +353,17 @@ def test_large_jsonl_is_read_in_byte_ranges(tmp_path):
     rng = random.Random(0)
     words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dogs", "while", "seven", "wizards", "quietly", "hum"]
     records = [{"text": f"Record {i}. " + " ".join(rng.choice(words) for _ in range(rng.randint(60, 300)))}
-               for i in range(3000)]
+               for i in range(1200)]
     path = tmp_path / "big.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    assert path.stat().st_size > 3_000_000
+    assert 1_200_000 < path.stat().st_size < 1_400_000
     split, whole = tmp_path / "split", tmp_path / "whole"
-    run_preprocess([path], split, "--masking", "dynamic", "--split_bytes", "500000", "--validation_fraction", "0")
+    run_preprocess([path], split, "--masking", "dynamic", "--split_bytes", "200000", "--validation_fraction", "0")
     run_preprocess([path], whole, "--masking", "dynamic", "--validation_fraction", "0")
     ranges = manifest_with_inputs(str(split))[m.KEY_INPUTS]
     assert len(ranges) == 7 and all("@" in e[m.KEY_PATH] for e in ranges)
     counts = manifest_with_inputs(str(split))[m.KEY_COUNTS]
-    assert counts[m.DOCUMENTS] == 3000
+    assert counts[m.DOCUMENTS] == 1200
     assert counts[m.FILES_READ] == 1 and counts[m.FILES_SKIPPED] == 0  # ranges are not files
     a = _split_arrays(split, m.TRAIN, [INPUT_IDS, MASK_SEED])
     b = _split_arrays(whole, m.TRAIN, [INPUT_IDS, MASK_SEED])
@@ -396,7 +399,7 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
     import logging
 
     caplog.set_level(logging.INFO, logger="maskbeam")
-    books = sorted(BOOKS.glob("*.txt"))[:3]
+    books = sorted(SAMPLE_BOOKS.glob("*.txt"))  # 0.34 MB: the ranges' count, not the books' size, is the case
     inputs = tmp_path / "in"
     inputs.mkdir()
     (inputs / "three_books.txt").write_bytes(b"\n".join(p.read_bytes() for p in books))
@@ -404,7 +407,7 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
     # UTF-16 cannot be cut at byte ranges: marked for splitting by size, then tokenized whole
     (inputs / "utf16.txt").write_bytes(b"\xff\xfe" + books[1].read_text(encoding="utf-8", errors="replace")
                                        .encode("utf-16-le"))
-    # about 16 ranges whatever the books (1.1 MB of the shared corpus, 0.34 MB of the package's sample)
+    # about 16 ranges of the package's three sample books
     range_bytes = (inputs / "three_books.txt").stat().st_size // 16 // 1024 * 1024
     assert (inputs / "book.txt.gz").stat().st_size > range_bytes >= 16 * 1024
     manifests = {}
@@ -424,40 +427,42 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
 
 
 def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
-    """The fast tokenizer is used by default and changes nothing but the recorded backend, on real
-    books plus a file of every Unicode trap (tests/tokenizer/test_fast.py)."""
+    """The fast tokenizer changes nothing but the recorded backend, on real books plus a file of every
+    Unicode trap (tests/tokenizer/test_fast.py); it runs in worker processes as well as threads. (The
+    default, auto, picks it for BERT: test_full_corpus_static_loads_and_reports.)"""
     from tests.tokenizer.test_fast import HOSTILE
 
     inputs = tmp_path / "in"
     shutil.copytree(small_books, inputs)
     (inputs / "hostile.txt").write_text(HOSTILE.replace("\x00", "") * 40, encoding="utf-8")  # NUL: binary
     outputs = {}
-    for backend, extra in (("fast", ["--direct_running_mode", "multi_processing"]), ("hf", []), ("auto", [])):
+    for backend, extra in (("fast", ["--direct_running_mode", "multi_processing"]), ("hf", [])):
         outputs[backend] = tmp_path / backend
         run_preprocess([inputs], outputs[backend], "--tokenizer_backend", backend, "--num_shards", "2", *extra)
     manifests = {name: manifest_with_inputs(str(out)) for name, out in outputs.items()}
-    assert manifests["auto"][m.KEY_CONFIG]["tokenizer_backend"] == "fast"  # auto picks fast for BERT
+    assert manifests["fast"][m.KEY_CONFIG]["tokenizer_backend"] == "fast"
     assert manifests["hf"][m.KEY_CONFIG]["tokenizer_backend"] == "hf"
     hashes = {name: {k: v for k, v in _file_hashes(out).items() if k != m.MANIFEST_FILE}
               for name, out in outputs.items()}
-    assert hashes["fast"] == hashes["hf"] == hashes["auto"]
+    assert hashes["fast"] == hashes["hf"]
     for manifest in manifests.values():
         manifest[m.KEY_CONFIG].pop("tokenizer_backend")
         manifest[m.KEY_CONFIG]["output"] = ""
-    assert manifests["fast"] == manifests["hf"] == manifests["auto"]
+    assert manifests["fast"] == manifests["hf"]
     assert not any(s[m.KEY_PATH].endswith("hostile.txt") for s in manifests["hf"][m.KEY_SKIPPED])
     assert manifests["hf"][m.KEY_COUNTS][m.UNK_TOKENS] > 0  # the traps reached the tokenizers
 
 
-def test_fast_backend_on_an_unsupported_tokenizer_is_refused_and_auto_falls_back(small_books, tmp_path, capsys):
+def test_fast_backend_on_an_unsupported_tokenizer_is_refused_and_auto_falls_back(tmp_path, capsys):
     config = json.loads((TOKENIZER_DIR / "tokenizer.json").read_text())
     config["pre_tokenizer"] = {"type": "Whitespace"}
     tok = tmp_path / "whitespace.json"
     tok.write_text(json.dumps(config))
+    book = SAMPLE_BOOKS / "classics__yellow_wallpaper.txt"  # one short book: what is checked is the backend
     with pytest.raises(SystemExit) as exit_info:
-        run_preprocess([small_books], tmp_path / "refused", "--tokenizer_backend", "fast", tokenizer=tok)
+        run_preprocess([book], tmp_path / "refused", "--tokenizer_backend", "fast", tokenizer=tok)
     assert exit_info.value.code == 2
     assert "pre-tokenizer Whitespace" in capsys.readouterr().err
     assert not (tmp_path / "refused").exists()
-    run_preprocess([small_books], tmp_path / "auto", tokenizer=tok)
+    run_preprocess([book], tmp_path / "auto", tokenizer=tok)
     assert json.loads((tmp_path / "auto" / m.MANIFEST_FILE).read_text())[m.KEY_CONFIG]["tokenizer_backend"] == "hf"

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.sample import SAMPLE_BOOKS
 from schemas import manifest as m
 from tests.conftest import REPO, binomial_tolerance, run_preprocess
 
@@ -105,7 +106,7 @@ def _stop_when(proc: subprocess.Popen, folder, min_step: int, sig: int, pids=Non
 
 @pytest.fixture(scope="module")
 def full_run(data128, tmp_path_factory):
-    """An uninterrupted 40-step run (in this process), shared by the interrupt and the refusal tests."""
+    """An uninterrupted 20-step run (in this process), shared by the interrupt and the refusal tests."""
     from jobs.train import run
 
     out = tmp_path_factory.mktemp("full") / "run"
@@ -113,7 +114,7 @@ def full_run(data128, tmp_path_factory):
     return out
 
 
-_KILL_ARGS = ["--config", "tiny", "--max_steps", "40", "--batch_size", "8", "--save_every", "10", "--warmup_steps",
+_KILL_ARGS = ["--config", "tiny", "--max_steps", "20", "--batch_size", "8", "--save_every", "10", "--warmup_steps",
               "10", "--eval_rows", "16"]
 
 
@@ -139,24 +140,24 @@ def test_ctrl_c_saves_at_the_step_boundary_and_resumes_to_the_same_losses(data12
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     stopped = [line for line in err.splitlines() if "stopped by" in line]
     assert len(stopped) == 1, err
-    step = int(re.search(r"stopped by SIGINT at step (\d+) of 40, checkpoint saved; continue with: python -m "
+    step = int(re.search(r"stopped by SIGINT at step (\d+) of 20, checkpoint saved; continue with: python -m "
                          r"jobs.train .* --resume$", stopped[0]).group(1))
     acknowledged = re.findall(r"^jobs.train: SIGINT: stopping after step (\d+) \(then exit 130; another SIGINT "
                               r"stops at once without saving\)$", err, re.M)
     assert acknowledged == [str(step)], err  # at once, naming the step it stops after
-    assert 13 <= step < 40 and step % 10, step  # a boundary past the last --save_every checkpoint
+    assert 13 <= step < 20 and step % 10, step  # a boundary past the last --save_every checkpoint
     assert load_checkpoint(str(killed / "checkpoint.pt"))["step"] == step
     assert sorted(os.listdir(killed)) == ["checkpoint.pt", "metrics.jsonl", "train.log", "train_config.json"]
     with caplog.at_level(logging.INFO, logger="maskbeam"):
         run(["--data", str(data128), *_KILL_ARGS, "--output", str(killed), "--resume"])
     assert f"resumed at step {step} (epoch 0, sample {8 * step}) from 1 ranks onto 1" in caplog.text
     # not a terminal: progress goes to the log every --log_every (10) steps, and each evaluation
-    progress = re.findall(r"step (\d+)/40  loss \d+\.\d+  lr \S+  tokens/s [\d,]+  ETA \d+:\d\d", caplog.text)
-    assert [int(s) for s in progress] == [s for s in range(10, 41, 10) if s > step]
-    assert "eval at step 40: " in caplog.text and f"saved the model and its tokenizer to {killed}" in caplog.text
+    progress = re.findall(r"step (\d+)/20  loss \d+\.\d+  lr \S+  tokens/s [\d,]+  ETA \d+:\d\d", caplog.text)
+    assert [int(s) for s in progress] == [s for s in range(10, 21, 10) if s > step]
+    assert "eval at step 20: " in caplog.text and f"saved the model and its tokenizer to {killed}" in caplog.text
     losses = lambda rows: [(r["step"], r["loss"]) for r in rows if "loss" in r]  # noqa: E731
     a, b = losses(_metrics(full_run)), losses(_metrics(killed))
-    assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 41))
+    assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 21))
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-5)
 
 
@@ -183,12 +184,12 @@ def test_kill_9_with_the_defaults_then_resume_continues(data128, full_run, tmp_p
         _stop_when(proc, out, kill_at, signal.SIGKILL)
         proc.wait(timeout=300)
         saved = load_checkpoint(str(out / "checkpoint.pt"))["step"] if (out / "checkpoint.pt").exists() else 0
-        assert (saved == 0) if not extra else (1 <= saved <= 40), saved
+        assert (saved == 0) if not extra else (1 <= saved <= 20), saved
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="maskbeam"):
             run([*argv, "--resume"])
         assert ("saved no checkpoint" if not extra else f"resumed at step {saved} ") in caplog.text
-        assert [s for s, _ in losses(_metrics(out))] == list(range(1, 41))
+        assert [s for s, _ in losses(_metrics(out))] == list(range(1, 21))
         np.testing.assert_allclose([v for _, v in losses(_metrics(out))], [v for _, v in expected], rtol=1e-5)
 
 
@@ -317,7 +318,7 @@ def test_run_folders_are_never_replaced_or_faked(data128, full_run, tmp_path, ca
     before = digest()
     with pytest.raises(SystemExit, match="already holds a jobs.train run: pass --resume to continue it, --overwrite"):
         run([*base, "--output", str(full_run), "--max_steps", "2"])
-    assert digest() == before and len(_metrics(full_run)) > 40
+    assert digest() == before and len(_metrics(full_run)) > 20
     with pytest.raises(SystemExit, match="has no checkpoint.pt, there is nothing to resume"):
         run([*base, "--output", str(tmp_path / "new"), "--resume"])
     assert not (tmp_path / "new").exists()
@@ -357,13 +358,21 @@ def _tiny_bert(vocab_size):
                                       num_attention_heads=2, intermediate_size=128))
 
 
-def test_hf_trainer_static_with_default_collator(small_books, tmp_path):
+def _hf_rows(data, n: int):
+    """The first `n` training rows of an output as a `datasets.Dataset` (HF Trainer's full MLM head
+    projects every position onto the 30,522 ids: 32-token rows keep its steps short on a CPU)."""
     import datasets
+
+    return datasets.load_from_disk(str(data))[m.TRAIN].select(range(n))
+
+
+def test_hf_trainer_static_with_default_collator(tmp_path):
     from transformers import Trainer, TrainingArguments, default_data_collator
 
     data = tmp_path / "static"
-    run_preprocess([small_books], data, "--max_seq_length", "128")
-    train = datasets.load_from_disk(str(data))[m.TRAIN].select(range(64))
+    run_preprocess([SAMPLE_BOOKS / "classics__yellow_wallpaper.txt"], data, "--max_seq_length", "32", "--min_tokens",
+                   "8")
+    train = _hf_rows(data, 64)
     args = TrainingArguments(output_dir=str(tmp_path / "run"), per_device_train_batch_size=8, max_steps=6,
                              report_to=[], use_cpu=True, logging_steps=1, save_strategy="no")
     trainer = Trainer(model=_tiny_bert(30522), args=args, train_dataset=train, data_collator=default_data_collator)
@@ -371,14 +380,13 @@ def test_hf_trainer_static_with_default_collator(small_books, tmp_path):
     assert np.isfinite(result.training_loss) and result.global_step == 6
 
 
-def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(data128, tmp_path):
-    import datasets
+def test_hf_trainer_dynamic_with_our_collator_is_epoch_aware(one_book, tmp_path):
     from transformers import Trainer, TrainingArguments
 
     from pipeline.consumers.loading import MlmCollator, epoch_callback
 
-    train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
-    collator = MlmCollator.for_output(str(data128))
+    train = _hf_rows(one_book, 32)
+    collator = MlmCollator.for_output(str(one_book))
     seen = []
 
     class Recording(MlmCollator):
@@ -459,24 +467,24 @@ def test_every_flag_has_help_with_its_default():
 
 
 @pytest.mark.parametrize("persistent", [False, True])
-def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resume(data128, tmp_path, persistent):
+def test_hf_trainer_dynamic_masks_follow_the_epoch_in_workers_and_across_a_resume(one_book, tmp_path, persistent):
     """2 DataLoader workers (the collate runs in them), persistent or not; 2 epochs of 4 steps; then a
     resume from the checkpoint at step 6 (epoch 1.5: `round` made it epoch 2). Every batch the model sees must be masked with
     (mask_seed, epoch of that step)."""
-    import datasets
     from transformers import Trainer, TrainingArguments
 
     from pipeline.consumers.loading import MlmCollator, epoch_callback
     from pipeline.kernels.rows.masking import mask_rows
 
-    train = datasets.load_from_disk(str(data128))[m.TRAIN].select(range(32))
+    train = _hf_rows(one_book, 32)
     ids = np.asarray(train["input_ids"], dtype=np.int32)
     seeds = np.asarray(train["mask_seed"], dtype=np.uint64)
-    rule = MlmCollator.for_output(str(data128)).rule
+    rule = MlmCollator.for_output(str(one_book)).rule
     row_of = {row.tobytes(): i for i, row in enumerate(ids)}
+    assert len(row_of) == len(ids)  # a row names itself by its ids
 
     def run(resume_from=None):
-        collator = MlmCollator.for_output(str(data128))
+        collator = MlmCollator.for_output(str(one_book))
         model = _tiny_bert(30522)
         seen = []
         model.register_forward_pre_hook(
