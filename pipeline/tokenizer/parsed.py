@@ -13,7 +13,10 @@ read it, never change it; code that changes a tokenizer's JSON parses a copy of 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
+T = TypeVar("T")
 _KEPT = 3  # the tokenizer.json, its content tokenizer's JSON, and one more (tests load many)
 _PARSES: dict[str, dict] = {}
 
@@ -21,12 +24,17 @@ _PARSES: dict[str, dict] = {}
 def parsed(tokenizer_json: str) -> dict:
     """`json.loads(tokenizer_json)`, parsed once a process while it stays among the last few texts:
     shared, read only. Raises what json.loads raises (ValueError, RecursionError)."""
-    found = _PARSES.get(tokenizer_json)
+    return kept(_PARSES, tokenizer_json, lambda: json.loads(tokenizer_json), _KEPT)
+
+
+def kept(cache: dict[str, T], key: str, make: Callable[[], T], most: int) -> T:
+    """`cache[key]`, made by `make()` where it is missing; the oldest entry goes first once the cache
+    holds `most` (a process's few tokenizers: their parses, a family's kernel tables)."""
+    found = cache.get(key)
     if found is None:
-        found = json.loads(tokenizer_json)
-        if len(_PARSES) >= _KEPT:
-            _PARSES.pop(next(iter(_PARSES)))
-        _PARSES[tokenizer_json] = found
+        if len(cache) >= most:
+            cache.pop(next(iter(cache)))
+        found = cache[key] = make()
     return found
 
 

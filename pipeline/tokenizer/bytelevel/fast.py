@@ -52,7 +52,7 @@ from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
 from pipeline.tokenizer.bytelevel.split_program import SplitProgram, Unsupported, compile_chain
 from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
 from pipeline.tokenizer.errors import UnsupportedTokenizer
-from pipeline.tokenizer.parsed import parsed
+from pipeline.tokenizer.parsed import kept, parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 FAMILY = "byte-level BPE"
@@ -307,12 +307,8 @@ _TABLES: dict[str, ByteLevelTables] = {}
 def _tables(tokenizer_json: str, config: dict | None = None) -> ByteLevelTables:
     """The kernel's tables of a tokenizer, built once per process (`config`: its parsed JSON, where
     the caller has it)."""
-    found = _TABLES.get(tokenizer_json)
-    if found is None:
-        if len(_TABLES) >= 4:
-            _TABLES.pop(next(iter(_TABLES)))
-        found = _TABLES[tokenizer_json] = _build_tables(parsed(tokenizer_json) if config is None else config)
-    return found
+    return kept(_TABLES, tokenizer_json,
+                lambda: _build_tables(parsed(tokenizer_json) if config is None else config), 4)
 
 
 def _build_tables(config: dict) -> ByteLevelTables:

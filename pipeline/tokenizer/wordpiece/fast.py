@@ -27,7 +27,7 @@ from pipeline.kernels.tokenizer.wordpiece.encode import (
     encode_bytes,
 )
 from pipeline.tokenizer.errors import UnsupportedTokenizer
-from pipeline.tokenizer.parsed import parsed
+from pipeline.tokenizer.parsed import kept, parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
@@ -175,17 +175,15 @@ _TABLES: dict[str, WordPieceTables] = {}
 def _tables(tokenizer_json: str, config: dict | None = None) -> WordPieceTables:
     """The kernel's tables of a tokenizer, built once per process (`config`: its parsed JSON, where
     the caller has it)."""
-    found = _TABLES.get(tokenizer_json)
-    if found is None:
-        if len(_TABLES) >= 4:
-            _TABLES.pop(next(iter(_TABLES)))
-        config = parsed(tokenizer_json) if config is None else config
-        model = config["model"]
-        prefix = model.get("continuing_subword_prefix")
-        found = _TABLES[tokenizer_json] = WordPieceTables.build(
-            model["vocab"], "##" if prefix is None else prefix, _unk_id(config), max_chars_per_word(model),
-            _code_points(tokenizer_json))
-    return found
+    return kept(_TABLES, tokenizer_json, lambda: _build(parsed(tokenizer_json) if config is None else config,
+                                                         tokenizer_json), 4)
+
+
+def _build(config: dict, tokenizer_json: str) -> WordPieceTables:
+    model = config["model"]
+    prefix = model.get("continuing_subword_prefix")
+    return WordPieceTables.build(model["vocab"], "##" if prefix is None else prefix, _unk_id(config),
+                                 max_chars_per_word(model), _code_points(tokenizer_json))
 
 
 class WordPieceFastTokenizer:
