@@ -27,3 +27,15 @@ def test_progress_counts_finished_units_rows_and_shards_from_the_temp_folder(tmp
     progress.refresh()
     assert (progress.done, progress.done_bytes) == (2, 300)
     assert progress._extra() == "12 rows, 1 shard written"
+
+
+def test_a_finished_run_closes_at_every_input_done_with_the_manifests_rows_after_its_temp_folder_is_gone(
+        tmp_path, caplog):
+    """A run faster than a poll (one in-process worker on a small job) deletes its temp folder before the
+    thread has seen a record: the closing line comes from the manifest's figures, at 100%."""
+    units = [WorkUnit(source=str(tmp_path / f"book{i}.txt"), format="text", size=100 * (i + 1)) for i in range(3)]
+    progress = UnitProgress(units, str(tmp_path / m.TEMP_DIR), every=0, terminal=False)  # the folder never exists
+    with caplog.at_level("INFO", logger="maskbeam.progress"):
+        progress.finish(shards=2, rows=137)
+    last = caplog.records[-1].getMessage()
+    assert "3/3" in last and "137 rows, 2 shards written" in last, last

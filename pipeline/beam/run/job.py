@@ -154,7 +154,8 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
         result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
         wall = time.perf_counter() - started
         manifest, folder = _read_run_manifest(config.output)
-        progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()))
+        progress.finish(shards=sum(len(info[m.KEY_SHARDS]) for info in manifest[m.KEY_SPLITS].values()),
+                        rows=sum(int(info.get(m.KEY_ROWS, 0)) for info in manifest[m.KEY_SPLITS].values()))
         if workers is not None:
             workers.report(_log, failed=False)
     stages = stage_seconds(result)

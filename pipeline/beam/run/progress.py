@@ -91,8 +91,8 @@ class UnitProgress:
         # The temp folder is deleted when the run finishes: never count down.
         self._shards = max(self._shards, len(fnmatch.filter(names, m.shard_record_name("*", "*"))))
 
-    def _extra(self) -> str:
-        rows = plural(sum(self._rows.values()), "row")
+    def _extra(self, rows_made: int | None = None) -> str:
+        rows = plural(sum(self._rows.values()) if rows_made is None else rows_made, "row")
         return f"{rows}, {plural(self._shards, 'shard')} written" if self._shards else rows
 
     def _loop(self) -> None:
@@ -120,11 +120,15 @@ class UnitProgress:
         if final:
             self.finish()
 
-    def finish(self, shards: int | None = None) -> None:
-        """The closing line, once, with the shard count of the manifest when given (shards of no rows
-        leave no record to count in the temp folder)."""
+    def finish(self, shards: int | None = None, rows: int | None = None) -> None:
+        """The closing line, once. After a finished run, the manifest's `shards` and `rows` (the
+        finished run deletes the temp folder, so a run faster than a poll leaves no record to count):
+        every input is then done, processed or skipped with its reason."""
         self._poll()
         if shards is not None:
             self._shards = shards
-        self.reporter.update(self.done, self.done_bytes, self._extra())
+        if rows is None:
+            self.reporter.update(self.done, self.done_bytes, self._extra())
+        else:
+            self.reporter.update(self.total, sum(u.size for u in self._units.values()), self._extra(rows))
         self.reporter.close()
