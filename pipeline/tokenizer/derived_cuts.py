@@ -33,11 +33,12 @@ from functools import lru_cache
 
 from pipeline.kernels.tokenizer.bytelevel.encode import GPT2_PATTERN, PATTERNS
 from pipeline.tokenizer.added_tokens import cuts_without_straddled as _added_token_filter
+from pipeline.tokenizer.added_tokens import plain_added
 from pipeline.tokenizer.components import BYTE_CHARS, is_no_op_normalizer
 from pipeline.tokenizer.components import invisible_characters as _invisible
 from pipeline.tokenizer.components import normalizer_function as _normalize
 from pipeline.tokenizer.cut_rule import LLAMA3_CUTS, NO_CUTS, REGEX_CUTS, SPACE_CUTS, WHITESPACE_CUTS, CutRule
-from pipeline.tokenizer.families import covered_family_cuts
+from pipeline.tokenizer.families import covered_family_cuts, describe, family_of
 from pipeline.tokenizer.parsed import parsed
 
 _PER_CHARACTER = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "StripAccents", "Nmt", "BertNormalizer", "ByteLevel"}
@@ -186,8 +187,23 @@ def cut_rule_and_reason(config: dict, tokenizer_json: str | None = None) -> tupl
     the text `config` was parsed from, where the caller has it."""
     covered = covered_family_cuts(config, tokenizer_json)
     if covered is not None:
-        return covered, "its fast family's pre-tokenizer"
+        return covered, ("its fast family's pre-tokenizer" if covered.before else
+                         _why_no_family_cut(config, tokenizer_json))
     return derived_cuts(config)
+
+
+def _why_no_family_cut(config: dict, tokenizer_json: str | None) -> str:
+    """Why the fast family that covers a tokenizer cuts its text nowhere (for the job's log line):
+    its pre-tokenizer proves no cut, or non-special added tokens hold every cut character."""
+    family = family_of(config)
+    own = family.cuts(config, json.dumps(config, ensure_ascii=False) if tokenizer_json is None else tokenizer_json)
+    if not own.before:
+        return f"the {family.name} family proves no cut for a {describe(config)}"
+    holding = [t.get("content") for t in plain_added(config)
+               if t.get("lstrip") or t.get("rstrip") or any(c in (t.get("content") or "") for c in own.before)]
+    examples = ", ".join(repr(c) for c in holding[:2]) or "their normalized forms"
+    return (f"the {family.name} family cuts before {own.before!r}, but non-special added tokens may straddle "
+            f"those characters ({examples})")
 
 
 def cut_rule(config: dict, tokenizer_json: str | None = None) -> CutRule:

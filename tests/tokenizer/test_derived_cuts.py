@@ -119,6 +119,18 @@ def test_the_rules_are_those_proven():
                                )[0].before == " \t\n\r"
 
 
+def test_the_reason_for_no_cut_names_what_removed_the_cuts():
+    """The job's log line says why no cut is proven: the added token holding the space, or the family
+    and the pre-tokenizer that cut nowhere (it said "its fast family's pre-tokenizer" for both)."""
+    rule, why = cut_rule_and_reason(json.loads(_bert_with_new_york()))
+    assert rule.before == "" and "'new york'" in why and "WordPiece" in why
+    config = json.loads(tokenizer_json("xlmr_unigram"))
+    config["pre_tokenizer"]["split"] = False  # what transformers' converter wrote: the whole text one piece
+    rule, why = cut_rule_and_reason(config)
+    assert rule.before == "" and "SentencePiece" in why and "Metaspace" in why
+    assert no_cut_reason(json.dumps(config)) == why
+
+
 def test_without_a_proven_cut_text_inputs_are_not_split_into_ranges():
     raw = _bert_with_new_york()
     assert no_cut_reason(raw) is not None
