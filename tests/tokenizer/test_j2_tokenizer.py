@@ -8,6 +8,7 @@ hostile text and seeded strings of J2's traps."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -32,6 +33,23 @@ def j2() -> tuple[str, TokenizerSpec]:
 
     tokenizer_json = j2_mlm_json()
     return tokenizer_json, TokenizerSpec.from_json(tokenizer_json)
+
+
+@functools.lru_cache(maxsize=1)
+def _hf(spec: TokenizerSpec) -> Tokenizer:
+    return build_tokenizer(spec)
+
+
+@functools.lru_cache(maxsize=1)
+def _fast(spec: TokenizerSpec) -> FastTokenizer:
+    return FastTokenizer(_hf(spec), spec.json)
+
+
+@functools.lru_cache(maxsize=1)
+def _real(tokenizer_json: str) -> Tokenizer:
+    real = Tokenizer.from_str(tokenizer_json)
+    real.encode_special_tokens = True  # special-token strings in the text are text
+    return real
 
 
 def _texts() -> dict[str, str]:
@@ -60,9 +78,8 @@ def test_j2_runs_fast_with_the_real_ids_of_the_whole_document(j2):
     assert config["pre_tokenizer"]["pretokenizers"][0]["pattern"] == {"Regex": ",|\\(|\\)"}
     assert len(config["model"]["vocab"]) == 262_144 and config["model"]["byte_fallback"]
     assert choose_backend("auto", tokenizer_json) == ("fast", [])
-    fast = FastTokenizer(build_tokenizer(spec), tokenizer_json)
-    real = Tokenizer.from_str(tokenizer_json)
-    real.encode_special_tokens = True  # special-token strings in the text are text
+    fast = _fast(spec)
+    real = _real(tokenizer_json)
     bad = []
     texts = _texts()
     for name, text in texts.items():
@@ -71,3 +88,25 @@ def test_j2_runs_fast_with_the_real_ids_of_the_whole_document(j2):
         if not np.array_equal(got, expected):
             bad.append(f"{name}: {len(got)} ids, the real tokenizer {len(expected)}")
     assert bad == [] and len(texts) > 200
+
+
+def test_j2_job_writes_the_real_ids_of_the_whole_document_on_both_backends(j2, tmp_path, monkeypatch):
+    """The job's unit of work (reading in pieces of 1 KiB, cleaning, the document encoder, rows) on hf
+    and on fast against the real tokenizer's `encode(whole cleaned document)`, special-token strings
+    in the text (`test_job_backends_real_ids`; J2's vocabulary holds no special piece of the spec)."""
+    from tests.tokenizer.test_job_backends_real_ids import assert_same_ids, job_ids
+    from tests.tokenizer.test_special_strings import _special_text
+
+    tokenizer_json, spec = j2
+    real = _real(tokenizer_json)
+    assert min(spec.special_ids) >= real.get_vocab_size(with_added_tokens=False)  # none in the lattice
+    texts = _texts()
+    specials = _special_text({"added_tokens": [{"content": t.content, "special": t.special}
+                                               for t in real.get_added_tokens_decoder().values()]})
+    text = "\n".join([specials, texts["classics__great_gatsby.txt"], HOSTILE[:6000],
+                      *(texts[f"generated-{i}"] for i in range(40))])
+    text = text.replace("\x00", "")  # a NUL makes an input binary (skipped): J2's traps hold one
+    document, got = job_ids(tmp_path, monkeypatch, tokenizer_json, spec, text, _hf(spec), _fast(spec))
+    expected = np.asarray(real.encode(document, add_special_tokens=False).ids, dtype=np.int64)
+    assert expected.shape[0] > 3000 and not set(expected.tolist()) & (set(spec.special_ids) - {spec.unk_id})
+    assert_same_ids(got, expected)

@@ -84,26 +84,26 @@ def _document_text() -> str:
     return book[:6000] + "\n\n" + HOSTILE[:5000].replace("\x00", "") + "\n\n" + book[6000:]
 
 
-def job_ids(tmp_path, monkeypatch, raw: str, spec: TokenizerSpec, text: str,
-            hf: Tokenizer | None = None) -> tuple[str, dict[str, np.ndarray]]:
+def job_ids(tmp_path, monkeypatch, raw: str, spec: TokenizerSpec, text: str, hf: Tokenizer | None = None,
+            fast: FastTokenizer | None = None) -> tuple[str, dict[str, np.ndarray]]:
     """(the cleaned document, {backend: the content ids of its rows}): `text` as one input read in
     pieces of 1 KiB, through the job's unit of work (`process_unit`: reading, cleaning, the document
-    encoder, rows of SEQ) on the hf backend (`hf`: the tokenizer `build_tokenizer` makes, where the
-    caller has it) and on the fast one."""
+    encoder, rows of SEQ) on the hf backend and on the fast one (`hf`: the tokenizer `build_tokenizer`
+    makes, `fast`: the FastTokenizer over it, where the caller has them built)."""
     monkeypatch.setattr(streams, "ReadSizes", functools.partial(streams.ReadSizes, piece_bytes=1024))
     monkeypatch.setattr(streams, "CACHE_CHARS", 0)
     path = tmp_path / "book.txt"
     path.write_text(text, encoding="utf-8")
     unit = expand_inputs([str(path)])[0]
     reader = UnitReader(unit, "text", False)
-    reader.scan()
+    assert reader.scan().skip_reason is None
     (_, pieces), = list(reader.documents())
     config = PreprocessConfig(inputs=(str(path),), output=str(tmp_path / "out"), tokenizer="t",
                               validation_fraction=0.0, max_seq_length=SEQ, min_tokens=1, max_unk_fraction=1.0)
     layout, dtype = spec.layout(SEQ, 1), id_dtype_for_vocab(spec.vocab_size)
     hf = hf or build_tokenizer(spec)
     got = {}
-    for backend, tokenizer in (("hf", hf), ("fast", FastTokenizer(hf, raw))):
+    for backend, tokenizer in (("hf", hf), ("fast", fast or FastTokenizer(hf, raw))):
         result = process_unit(unit, UnitContext(layout, dtype, config, str(tmp_path / backend), tokenizer))
         assert result.skip_reason is None, (backend, result.skip_reason)
         rows = read_part(result.parts[m.SPLITS[0]][0], SEQ)

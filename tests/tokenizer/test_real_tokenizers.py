@@ -15,6 +15,7 @@ tokenizers' traps. A backend that refuses a tokenizer names why."""
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -54,6 +55,26 @@ def real(request) -> tuple[str, str, TokenizerSpec]:
     return request.param, tokenizer_json, TokenizerSpec.from_json(tokenizer_json)
 
 
+_BUILT: dict[str, Tokenizer | FastTokenizer] = {}
+
+
+def _hf(spec: TokenizerSpec) -> Tokenizer:
+    """`build_tokenizer(spec)`, made once for the tests of one tokenizer (a 248k one takes seconds)."""
+    if spec.fingerprint not in _BUILT:
+        _BUILT.clear()  # one at a time: the fixture's parameters run one after the other
+        _BUILT[spec.fingerprint] = build_tokenizer(spec)
+    return _BUILT[spec.fingerprint]
+
+
+def _fast(spec: TokenizerSpec) -> FastTokenizer:
+    """The FastTokenizer over `_hf(spec)`, made once for the tests of one tokenizer."""
+    key = "fast " + spec.fingerprint
+    if key not in _BUILT:
+        _BUILT[key] = FastTokenizer(_hf(spec), spec.json)
+    return _BUILT[key]
+
+
+@functools.lru_cache(maxsize=1)
 def _texts(tokenizer_json: str) -> dict[str, str]:
     """The excerpts, the hostile text, and 300 seeded strings of this tokenizer's traps: digit runs
     (its `\\p{N}{1,3}` split), CJK and kana (its second split), punctuation before letters, marks,
@@ -78,6 +99,7 @@ def _texts(tokenizer_json: str) -> dict[str, str]:
     return texts
 
 
+@functools.lru_cache(maxsize=1)
 def _reference(tokenizer_json: str) -> Tokenizer:
     real = Tokenizer.from_str(tokenizer_json)
     real.encode_special_tokens = True  # special-token strings in the text are text (README, spec.build_tokenizer)
@@ -111,7 +133,7 @@ def test_auto_gives_the_real_ids_of_the_whole_document(real):
     name, tokenizer_json, spec = real
     backend, why = choose_backend("auto", tokenizer_json)
     assert _reasons(why) == FAST_REFUSES[name]
-    tokenizer = FastTokenizer(build_tokenizer(spec), tokenizer_json) if backend == "fast" else build_tokenizer(spec)
+    tokenizer = _fast(spec) if backend == "fast" else _hf(spec)
     texts = _texts(tokenizer_json)
     assert _mismatches(lambda text: tokenize_text(tokenizer, text), _reference(tokenizer_json), texts) == []
     assert len(texts) > 300
@@ -120,18 +142,26 @@ def test_auto_gives_the_real_ids_of_the_whole_document(real):
         assert tokenizer.encode(texts["added tokens in a book"]).tolist().count(plain_added[0]) > 10
 
 
-@pytest.mark.parametrize("real", ["deepseek_v4"], indirect=True)  # its three-Split chain and added tokens
-def test_hf_gives_the_real_ids_of_the_whole_document(real):
-    """The `hf` backend too: the real tokenizer on the pieces the job cuts (where its own rules prove
-    a cut), against the real tokenizer on the whole document. (On DeepSeek V4 only: the 248k Qwen3.6
-    takes half a minute here, and session 11's test ran all three on `hf`.)"""
+def test_the_job_writes_the_real_ids_of_the_whole_document_on_both_backends(real, tmp_path, monkeypatch):
+    """The job's unit of work (reading in pieces of 1 KiB, cleaning, the document encoder, rows) on
+    hf and on fast, against the real tokenizer's `encode(whole cleaned document)`: every special-token
+    string, the non-special added tokens in a book, the hostile text, 40 of the trap strings and a
+    line longer than a piece (1.8-3 CPU-s each, most of it the document encoder's set-up on a 129k-248k
+    vocabulary). It replaces the hf test of session 12, which ran DeepSeek V4 alone on four texts."""
+    from tests.tokenizer.test_job_backends_real_ids import assert_same_ids, job_ids
+    from tests.tokenizer.test_special_strings import _special_text
+
     _, tokenizer_json, spec = real
-    # where the job cuts: the texts longer than a piece (the short generated ones are encoded whole)
-    texts = {name: text for name, text in _texts(tokenizer_json).items()
-             if name in ("hostile", "long line", "added tokens in a book", "classics__great_gatsby.txt")}
-    assert len(texts) == 4
-    tokenizer = build_tokenizer(spec)
-    assert _mismatches(lambda text: tokenize_text(tokenizer, text), _reference(tokenizer_json), texts) == []
+    texts, reference = _texts(tokenizer_json), _reference(tokenizer_json)
+    specials = _special_text({"added_tokens": [{"content": t.content, "special": t.special}
+                                               for t in reference.get_added_tokens_decoder().values()]})
+    text = "\n".join([texts["added tokens in a book"], specials, HOSTILE[:6000].replace("\x00", ""),
+                      *(texts[f"generated-{i}"] for i in range(40)), texts["long line"]])
+    document, got = job_ids(tmp_path, monkeypatch, tokenizer_json, spec, text, _hf(spec), _fast(spec))
+    expected = np.asarray(reference.encode(document, add_special_tokens=False).ids, dtype=np.int64)
+    assert expected.shape[0] > 10_000 and "word " * 4000 in document
+    assert not set(expected.tolist()) & (set(spec.special_ids) - {spec.unk_id})
+    assert_same_ids(got, expected)
 
 
 def test_fast_claims_every_real_tokenizer(real):
