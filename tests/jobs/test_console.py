@@ -219,7 +219,9 @@ def test_ctrl_c_while_the_workers_start_prints_one_line(tmp_path):
         seen["ignoring"] = [_ignores_sigint(p) for p in seen["workers"]]
         os.killpg(proc.pid, signal.SIGINT)
 
-    argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf"]
+    # worker processes asked for: a job this small otherwise runs on one in-process worker
+    argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf",
+            "--direct_running_mode", "multi_processing"]
     temp = tmp_path / "temp"  # the run's own temp folder: other tests' runs (other workers) use the shared one
     temp.mkdir()
     code, screen = _on_a_terminal(argv, until="runner: ", then=interrupt, env={"TMPDIR": str(temp)})
