@@ -91,7 +91,8 @@ def test_progress_and_summary_without_beam_logs(tmp_path, capsys):
 
 def test_log_level_info_shows_beam_logs(tmp_path):
     book = sorted(SAMPLE_BOOKS.glob("*.txt"))[0]  # one small book: only the logs matter here
-    done = _preprocess(book, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO")
+    done = _preprocess(book, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO",
+                       "--direct_running_mode", "multi_processing")  # worker processes' logs too (not one in-process)
     assert done.returncode == 0, done.stderr
     assert "apache_beam" in done.stderr and "apitools" in done.stderr
 

@@ -12,6 +12,13 @@ boto3 (with botocore and s3transfer, ~0.09 CPU-s) is hidden the same way, but Be
 kept: Beam's boto3 wrapper (`apache_beam.io.aws.clients.s3.boto3_client`) guards its own `import
 boto3` and holds None for it; where boto3 is installed, it gets a stand-in that imports boto3 the
 first time an S3 client is built. A job that touches no `s3://` path never imports boto3.
+
+beartype (~0.1 CPU-s) is imported by Beam's `typehints.typehints` for two names only, `is_subhint`
+(called by `is_consistent_with` where Beam's own rules do not decide: never in a preprocess job) and
+the `BeartypeDoorException` it raises. While Beam imports, `beartype`, `beartype.door` and
+`beartype.roar` are stand-ins that give Beam a `is_subhint` that imports beartype on its first call
+and an exception class that call raises in place of beartype's (`_BEARTYPE`); afterwards the real
+packages import as usual. Any other Beam module left holding a stand-in is given the real objects.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import importlib.util
 import logging
 import sys
 import threading
+import types
 
 _lock = threading.Lock()
 HIDDEN = ("pandas", "bson", "pymongo", "boto3")  # Beam imports each only where installed (boto3: see LazyBoto3)
@@ -43,6 +51,7 @@ def import_beam() -> None:
         hidden = [name for name in HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # the import system raises ImportError for a None entry
+        stand_ins = _beartype_stand_ins()
         quiet = _DropNoMongo()
         logging.getLogger(_NO_MONGO[0]).addFilter(quiet)
         try:
@@ -52,8 +61,67 @@ def import_beam() -> None:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
+            for name, module in stand_ins.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
         if "boto3" in hidden:
             _defer_boto3()
+        if stand_ins:
+            _no_stand_in_left_but_typehints(stand_ins)
+
+
+class BeartypeDoorException(Exception):
+    """Raised by the stand-in `is_subhint` where beartype's raises its own `BeartypeDoorException`
+    (Beam's `is_consistent_with` catches it by the name it imported: this class)."""
+
+
+def _is_subhint(sub, base) -> bool:
+    """beartype's `is_subhint`, imported on the first call; its exceptions as BeartypeDoorException."""
+    from beartype.door import is_subhint
+    from beartype.roar import BeartypeDoorException as Raised
+
+    try:
+        return is_subhint(sub, base)
+    except Raised as error:
+        raise BeartypeDoorException(str(error)) from error
+
+
+_BEARTYPE = {"beartype.door": {"is_subhint": _is_subhint}, "beartype.roar": {"BeartypeDoorException":
+                                                                           BeartypeDoorException}}
+
+
+def _beartype_stand_ins() -> dict[str, types.ModuleType]:
+    """`beartype` and the two submodules Beam imports from, as stand-in modules in sys.modules (none
+    where beartype is imported already or not installed)."""
+    if any(name in sys.modules for name in ("beartype", *_BEARTYPE)) or importlib.util.find_spec("beartype") is None:
+        return {}
+    package = types.ModuleType("beartype")
+    package.__path__ = []  # a package: its submodules are the stand-ins below
+    stand_ins = {"beartype": package}
+    for name, names in _BEARTYPE.items():
+        module = stand_ins[name] = types.ModuleType(name)
+        module.__dict__.update(names)
+        setattr(package, name.rsplit(".", 1)[1], module)
+    sys.modules.update(stand_ins)
+    return stand_ins
+
+
+def _no_stand_in_left_but_typehints(stand_ins: dict[str, types.ModuleType]) -> None:
+    """Where a Beam module other than `typehints.typehints`' two names holds a stand-in (a Beam that
+    imports beartype elsewhere), give it the real object."""
+    fakes = {id(module): name for name, module in stand_ins.items()}
+    fakes.update({id(value): f"{name}.{attr}" for name, names in _BEARTYPE.items() for attr, value in names.items()})
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "apache_beam" or module_name.startswith("apache_beam.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            fake = fakes.get(id(value))
+            if fake is None or (module_name == "apache_beam.typehints.typehints" and fake in (
+                    "beartype.door.is_subhint", "beartype.roar.BeartypeDoorException")):
+                continue
+            home, _, name = fake.rpartition(".") if fake not in stand_ins else (fake, "", "")
+            real = importlib.import_module(home)
+            setattr(module, attr, getattr(real, name) if name else real)
 
 
 class LazyBoto3:
