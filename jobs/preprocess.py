@@ -247,8 +247,14 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
     from pipeline.beam.run.job import prepare_run, run_pipeline
     from pipeline.beam.run.runner_options import use_filesystem_options
     from pipeline.beam.transforms import failure_message
-    from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
     from pipeline.tokenizer.spec import TokenizerError
+
+    # The Hub client and pyarrow.compute (~0.13 CPU-s) only where the run publishes.
+    publish_errors: tuple[type[Exception], ...] = ()
+    if known.push_to_hub:
+        from pipeline.consumers.publish import PublishError, check_repo_id, publish_output
+
+        publish_errors = (PublishError,)
 
     config = PreprocessConfig(
         inputs=tuple(known.input), output=known.output.rstrip("/") or "/", tokenizer=known.tokenizer,
@@ -270,7 +276,7 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
         if known.push_to_hub:
             check_repo_id(known.push_to_hub)
         prepared = prepare_run(config, known.tokenizer_backend, resume=known.resume, overwrite=known.overwrite)
-    except (ValueError, TokenizerError, InputError, FileExistsError, PublishError) as error:
+    except (ValueError, TokenizerError, InputError, FileExistsError, *publish_errors) as error:
         parser.error(str(error))
     if prepared is None:
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)

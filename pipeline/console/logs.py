@@ -62,8 +62,9 @@ class ConsoleHandler(logging.Handler):
         try:
             message = self.format(record)
             stream = console_stream()
-            if _tqdm_write is not None:
-                _tqdm_write(message, file=stream)
+            tqdm_write = _tqdm_write()
+            if tqdm_write is not None:
+                tqdm_write(message, file=stream)
             else:
                 stream.write(message + "\n")
             stream.flush()
@@ -78,15 +79,14 @@ class ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
-def _find_tqdm_write():
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm.write
+def _tqdm_write():
+    """tqdm's `write` once tqdm is imported (a bar can exist only then: the progress bar imports it),
+    else None: importing tqdm (~0.03 CPU-s, importlib.metadata and email with it) for a job that
+    shows no bar is a cost of every run's start."""
+    tqdm = sys.modules.get("tqdm")
+    return getattr(getattr(tqdm, "tqdm", None), "write", None)
 
 
-_tqdm_write = _find_tqdm_write()
 _console_gone = False
 
 

@@ -100,3 +100,78 @@ def test_the_console_script_ends_preprocess_without_the_teardown(job, torn_down)
     assert done.returncode == 0, done.stderr
     assert "--output" in done.stdout or "usage" in done.stdout
     assert done.stdout.endswith("teardown\n") == torn_down, done.stdout[-200:]
+
+
+LAZY = ("pyarrow.compute", "tqdm", "boto3", "botocore", "beartype", "huggingface_hub")
+# Beam's type checks, where its own rules do not decide calling beartype's is_subhint (raising for a
+# non-hint: False), as a job's process answers them after its run and as plain Beam does.
+_CONSISTENT = """
+import typing
+from apache_beam.typehints.typehints import is_consistent_with
+pairs = [(bool, int), (int, str), (1, int), (typing.List[int], typing.Sequence[int]), (str, typing.Any),
+         (typing.Dict[str, int], typing.Mapping[str, int]), (bytes, str), ("not a hint", int)]
+print([is_consistent_with(sub, base) for sub, base in pairs], "beartype" in sys.modules)
+"""
+_SMALL_JOB = f"""
+import sys
+from jobs import preprocess
+preprocess.run(sys.argv[1:])
+print(sorted(name for name in {LAZY!r} if name in sys.modules))
+{_CONSISTENT}
+"""
+
+
+def test_a_small_job_imports_no_library_it_does_not_use(tmp_path):
+    """Each is a few hundredths to a tenth of a CPU-second of every job's start, for what a job on
+    local files with no bar and no --push_to_hub never uses: pyarrow.compute (`FixedSizeListArray.
+    flatten` imports it), tqdm (the console's log lines, without a bar), boto3 (Beam's S3 wrapper),
+    beartype (Beam's type checks beyond its own rules) and huggingface_hub (publishing)."""
+    book = tmp_path / "book.txt"
+    book.write_text("It was a bright cold day in April, and the clocks were striking thirteen. " * 400)
+    done = subprocess.run([sys.executable, "-c", _SMALL_JOB, "--input", str(book), "--output", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)  # the embedded bert-base-uncased
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded, consistent = done.stdout.strip().splitlines()[-2:]
+    assert loaded == "[]", done.stdout
+    assert (tmp_path / "out" / "manifest.json").exists()
+    # beartype is a stand-in while Beam imports (beam_import): the same answers as plain Beam's, the
+    # hints beartype refuses (its exception) included, beartype imported by the first that needs it
+    beam = subprocess.run([sys.executable, "-c", "import sys\n" + _CONSISTENT], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert beam.returncode == 0, beam.stderr[-2000:]
+    assert consistent == beam.stdout.strip().splitlines()[-1] and consistent.endswith("True"), (consistent, beam.stdout)
+
+
+_S3_AFTER_DEFERRED_BOTO3 = """
+import sys
+import pipeline.beam
+from apache_beam.io.aws.clients.s3 import boto3_client
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+before = "boto3" in sys.modules
+FileSystems.set_options(PipelineOptions(["--s3_endpoint_url", sys.argv[1], "--s3_access_key_id", "testing",
+                                         "--s3_secret_access_key", "testing", "--s3_region_name", "us-east-1"]))
+with FileSystems.create(sys.argv[2] + "/written.txt") as handle:
+    handle.write(b"through Beam's S3 wrapper")
+with FileSystems.open(sys.argv[2] + "/written.txt") as handle:
+    data = handle.read()
+print(before, "boto3" in sys.modules, data.decode(), hasattr(boto3_client.Client.__init__, "__wrapped__"))
+"""
+
+
+def test_beams_s3_filesystem_imports_boto3_on_its_first_client(moto_endpoint):
+    """boto3 is hidden while Beam imports (see beam_import): Beam's S3 support must still work, boto3
+    coming in with the first client, and the clients still shared (s3_clients)."""
+    import boto3
+
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket="maskbeam-deferred-boto3")
+    done = subprocess.run([sys.executable, "-c", _S3_AFTER_DEFERRED_BOTO3, moto_endpoint,
+                           "s3://maskbeam-deferred-boto3"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "False True through Beam's S3 wrapper True", done.stdout
+

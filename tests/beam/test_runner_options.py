@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
 from pipeline.beam.run.config import PreprocessConfig
-from pipeline.beam.run.job import fits_one_worker
+from pipeline.beam.run.job import fits_one_worker, job_runner_flags
 from pipeline.beam.run.runner_options import (
     DASK_RUNNER,
     ONE_WORKER_BYTES,
@@ -160,3 +160,18 @@ def test_beams_probe_is_a_reviewed_one():
     from pipeline.beam.run.runner_options import REVIEWED_IPYTHON_PROBES, probe_digest
 
     assert probe_digest(interactive_utils.is_in_ipython) in REVIEWED_IPYTHON_PROBES
+
+
+@pytest.mark.parametrize("backend, packing, large_mode", [
+    ("fast", "doc", "multi_threading"), ("hf", "doc", "multi_processing"), ("fast", "sentences", "multi_processing"),
+])
+def test_a_small_job_runs_in_process_whatever_its_backend_and_packing(backend, packing, large_mode, tmp_path):
+    """The `tokenizers` backend and sentence packing too (they kept two worker processes, ~1.5 CPU-s
+    each, for a one-book job); a larger job keeps its worker per core, and a worker flag its choice."""
+    config = PreprocessConfig(inputs=("/books",), output=str(tmp_path / "out"), tokenizer="t",
+                              tokenizer_backend=backend, packing=packing)
+    small, large = [_unit("a.txt", 1000)], [_unit("a.txt", ONE_WORKER_BYTES + 1)]
+    modes = {name: PipelineOptions(job_runner_flags(config, units, given)).view_as(DirectOptions).direct_running_mode
+             for name, units, given in (("small", small, []), ("large", large, []),
+                                        ("asked", small, ["--direct_running_mode=multi_processing"]))}
+    assert modes == {"small": "in_memory", "large": large_mode, "asked": "multi_processing"}

@@ -91,7 +91,8 @@ def test_progress_and_summary_without_beam_logs(tmp_path, capsys):
 
 def test_log_level_info_shows_beam_logs(tmp_path):
     book = sorted(SAMPLE_BOOKS.glob("*.txt"))[0]  # one small book: only the logs matter here
-    done = _preprocess(book, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO")
+    done = _preprocess(book, tmp_path / "out", "--tokenizer_backend", "hf", "--log_level", "INFO",
+                       "--direct_running_mode", "multi_processing")  # worker processes' logs too (not one in-process)
     assert done.returncode == 0, done.stderr
     assert "apache_beam" in done.stderr and "apitools" in done.stderr
 
@@ -219,7 +220,9 @@ def test_ctrl_c_while_the_workers_start_prints_one_line(tmp_path):
         seen["ignoring"] = [_ignores_sigint(p) for p in seen["workers"]]
         os.killpg(proc.pid, signal.SIGINT)
 
-    argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf"]
+    # worker processes asked for: a job this small otherwise runs on one in-process worker
+    argv = [sys.executable, "-m", "jobs.preprocess", "--output", str(tmp_path / "out"), "--tokenizer_backend", "hf",
+            "--direct_running_mode", "multi_processing"]
     temp = tmp_path / "temp"  # the run's own temp folder: other tests' runs (other workers) use the shared one
     temp.mkdir()
     code, screen = _on_a_terminal(argv, until="runner: ", then=interrupt, env={"TMPDIR": str(temp)})

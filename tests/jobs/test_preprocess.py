@@ -428,7 +428,8 @@ def test_large_text_file_is_tokenized_in_byte_ranges_with_the_rows_of_the_whole(
 
 def test_fast_and_hf_backends_write_the_same_bytes(small_books, tmp_path):
     """The fast tokenizer changes nothing but the recorded backend, on real books plus a file of every
-    Unicode trap (tests/tokenizer/test_fast.py); it runs in worker processes as well as threads. (The
+    Unicode trap (tests/tokenizer/test_fast.py); it runs in worker processes as well as on the one
+    in-process worker of a small job (the hf run here). (The
     default, auto, picks it for BERT: test_full_corpus_static_loads_and_reports.)"""
     from tests.tokenizer.test_fast import HOSTILE
 

@@ -19,6 +19,7 @@ from pipeline.kernels.text.quality import (
     script_letter_counts,
     script_table,
 )
+from schemas.options import SCRIPT_NAMES
 from tests.conftest import BOOKS
 
 M64 = (1 << 64) - 1
@@ -116,6 +117,17 @@ def reference_signature(data: bytes, total_bytes: int, seed: int = 0, num_perm: 
 
 
 _SCRIPTS = script_table()
+
+
+def test_the_script_table_marks_the_letters_unicodedata_names():
+    """Every code point of category L* (surrogates excepted) is a letter, of a listed script or Other;
+    every other code point has no script (the table is built at once by numpy, checked here one code
+    point at a time)."""
+    letters = np.array([not 0xD800 <= cp < 0xE000 and unicodedata.category(chr(cp)).startswith("L")
+                        for cp in range(_SCRIPTS.shape[0])])
+    no_script = int(_SCRIPTS.max())
+    assert (np.not_equal(_SCRIPTS, no_script) == letters).all()
+    assert _SCRIPTS[ord("a")] == SCRIPT_NAMES.index("Latin") and _SCRIPTS[ord("\u65e5")] == SCRIPT_NAMES.index("Han")
 
 
 def reference_letter_counts(data: bytes) -> list[int]:

@@ -7,16 +7,32 @@ Likewise `apache_beam.io` imports pymongo and its bson (~0.04 CPU-s) for its Mon
 MaskBeam never uses. While Beam is imported, importing either raises ImportError, which Beam takes
 as "not installed" (it guards both imports for that); afterwards each imports as usual for whoever
 wants it (datasets, a user's code). Beam's other imports are unchanged.
+
+boto3 (with botocore and s3transfer, ~0.09 CPU-s) is hidden the same way, but Beam's S3 support is
+kept: Beam's boto3 wrapper (`apache_beam.io.aws.clients.s3.boto3_client`) guards its own `import
+boto3` and holds None for it; where boto3 is installed, it gets a stand-in that imports boto3 the
+first time an S3 client is built. A job that touches no `s3://` path never imports boto3.
+
+beartype (~0.1 CPU-s) is imported by Beam's `typehints.typehints` for two names only, `is_subhint`
+(called by `is_consistent_with` where Beam's own rules do not decide: never in a preprocess job) and
+the `BeartypeDoorException` it raises. While Beam imports, `beartype`, `beartype.door` and
+`beartype.roar` are stand-ins that give Beam a `is_subhint` that imports beartype on its first call
+and an exception class that call raises in place of beartype's (`_BEARTYPE`); afterwards the real
+packages import as usual. Any other Beam module left holding a stand-in is given the real objects.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import sys
 import threading
+import types
 
 _lock = threading.Lock()
-HIDDEN = ("pandas", "bson", "pymongo")  # Beam imports each only where it is installed, for what MaskBeam never uses
+HIDDEN = ("pandas", "bson", "pymongo", "boto3")  # Beam imports each only where installed (boto3: see LazyBoto3)
+BOTO3_CLIENT = "apache_beam.io.aws.clients.s3.boto3_client"
 # What Beam's MongoDB connector logs when it finds no pymongo: true, and of no concern to a job.
 _NO_MONGO = ("apache_beam.io.mongodbio", "Could not find a compatible bson package.")
 
@@ -35,6 +51,7 @@ def import_beam() -> None:
         hidden = [name for name in HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # the import system raises ImportError for a None entry
+        stand_ins = _beartype_stand_ins()
         quiet = _DropNoMongo()
         logging.getLogger(_NO_MONGO[0]).addFilter(quiet)
         try:
@@ -44,3 +61,98 @@ def import_beam() -> None:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
+            for name, module in stand_ins.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+        if "boto3" in hidden:
+            _defer_boto3()
+        if stand_ins:
+            _no_stand_in_left_but_typehints(stand_ins)
+
+
+class BeartypeDoorException(Exception):
+    """Raised by the stand-in `is_subhint` where beartype's raises its own `BeartypeDoorException`
+    (Beam's `is_consistent_with` catches it by the name it imported: this class)."""
+
+
+def _is_subhint(sub, base) -> bool:
+    """beartype's `is_subhint`, imported on the first call; its exceptions as BeartypeDoorException."""
+    from beartype.door import is_subhint
+    from beartype.roar import BeartypeDoorException as Raised
+
+    try:
+        return is_subhint(sub, base)
+    except Raised as error:
+        raise BeartypeDoorException(str(error)) from error
+
+
+_BEARTYPE = {"beartype.door": {"is_subhint": _is_subhint}, "beartype.roar": {"BeartypeDoorException":
+                                                                           BeartypeDoorException}}
+
+
+def _beartype_stand_ins() -> dict[str, types.ModuleType]:
+    """`beartype` and the two submodules Beam imports from, as stand-in modules in sys.modules (none
+    where beartype is imported already or not installed)."""
+    if any(name in sys.modules for name in ("beartype", *_BEARTYPE)) or importlib.util.find_spec("beartype") is None:
+        return {}
+    package = types.ModuleType("beartype")
+    package.__path__ = []  # a package: its submodules are the stand-ins below
+    stand_ins = {"beartype": package}
+    for name, names in _BEARTYPE.items():
+        module = stand_ins[name] = types.ModuleType(name)
+        module.__dict__.update(names)
+        setattr(package, name.rsplit(".", 1)[1], module)
+    sys.modules.update(stand_ins)
+    return stand_ins
+
+
+def _no_stand_in_left_but_typehints(stand_ins: dict[str, types.ModuleType]) -> None:
+    """Where a Beam module other than `typehints.typehints`' two names holds a stand-in (a Beam that
+    imports beartype elsewhere), give it the real object."""
+    fakes = {id(module): name for name, module in stand_ins.items()}
+    fakes.update({id(value): f"{name}.{attr}" for name, names in _BEARTYPE.items() for attr, value in names.items()})
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "apache_beam" or module_name.startswith("apache_beam.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            fake = fakes.get(id(value))
+            if fake is None or (module_name == "apache_beam.typehints.typehints" and fake in (
+                    "beartype.door.is_subhint", "beartype.roar.BeartypeDoorException")):
+                continue
+            home, _, name = fake.rpartition(".") if fake not in stand_ins else (fake, "", "")
+            real = importlib.import_module(home)
+            setattr(module, attr, getattr(real, name) if name else real)
+
+
+class LazyBoto3:
+    """Stands for the `boto3` module in Beam's boto3 wrapper (`boto3_client`, which imported it as
+    None while it was hidden) until an S3 client is first built: then imports boto3, puts it in the
+    wrapper's own place and answers as it does."""
+
+    def __init__(self, wrapper) -> None:
+        self._wrapper = wrapper
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # copy, pickle and inspect probes: a stand-in has none of these
+            raise AttributeError(name)
+        with self._lock:
+            boto3 = importlib.import_module("boto3")
+            self._wrapper.boto3 = boto3
+        return getattr(boto3, name)
+
+
+def _defer_boto3() -> None:
+    """After Beam's import with boto3 hidden: where boto3 is installed, Beam's S3 wrapper as it would
+    have been, with boto3 imported on first use."""
+    wrapper = sys.modules.get(BOTO3_CLIENT)
+    if wrapper is None or getattr(wrapper, "boto3", True) is not None:
+        return
+    if importlib.util.find_spec("boto3") is None:  # not installed: Beam's own "Missing boto3" error stays
+        return
+    wrapper.boto3 = LazyBoto3(wrapper)
+
+
+def boto3_deferred() -> bool:
+    """Whether Beam's S3 wrapper still holds the stand-in (boto3 not imported for it yet)."""
+    return isinstance(getattr(sys.modules.get(BOTO3_CLIENT), "boto3", None), LazyBoto3)

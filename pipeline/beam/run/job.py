@@ -191,6 +191,15 @@ def fits_one_worker(units: list[WorkUnit]) -> bool:
     return total <= ONE_WORKER_BYTES
 
 
+def job_runner_flags(config: PreprocessConfig, units: list[WorkUnit], beam_args: list[str]) -> list[str]:
+    """`beam_args` with the local runner's defaults for this job: a small job (`fits_one_worker`) on
+    one in-process worker whatever it runs (one worker shares no GIL, and a worker process's start,
+    which imports everything again, is ~1.5 CPU-s of each); a larger one on a worker per core, threads
+    where the work releases the GIL (the fast backend without sentence packing), else processes."""
+    threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
+    return local_runner_defaults(beam_args, prefer_threads=threads_suit, one_worker=fits_one_worker(units))
+
+
 def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
                  progress: UnitProgress, workers: WorkerOutput | None):
     """The Beam run with its progress thread, and what an interrupt or a failure reports."""
@@ -223,12 +232,7 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
     with compact_native_heap(), dask_cluster(dask_local_workers) as dask_args, outside_ipython(), \
             whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
-        threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
-        # One in-process worker only where threads would be the default (the fast backend without
-        # sentence packing): the `tokenizers` backend and sentence packing keep their worker
-        # processes, which tests/jobs/test_console.py watches (Ctrl-C as they start, their logs).
-        options = PipelineOptions(local_runner_defaults(beam_args, prefer_threads=threads_suit,
-                                                        one_worker=threads_suit and fits_one_worker(run.units)))
+        options = PipelineOptions(job_runner_flags(config, run.units, beam_args))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
