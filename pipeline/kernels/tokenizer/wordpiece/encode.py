@@ -6,16 +6,17 @@ on its own (built by `pipeline.tokenizer.wordpiece.fast` by asking the real toke
 
 - CHUNK_SPACE (ASCII space, tab, CR, LF): every BERT-style normalizer and pre-tokenizer splits
   there, so the text between two of them (a *chunk*) is tokenized independently of its neighbours;
-- LETTER: joins the word around it as a fixed ASCII string (itself, lower-cased, accents
-  stripped, or nothing for characters the normalizer deletes);
+- LETTER: joins the word around it as a fixed UTF-8 string (itself, lower-cased, accents
+  stripped, a combining mark the normalizer keeps, or nothing for characters it deletes), where the
+  probe proved that string the same in every context;
 - ISOLATED: a piece of its own (punctuation, CJK ideographs), with fixed ids;
 - INNER_SPACE: splits words (NBSP, ideographic space);
-- OTHER: anything the table cannot vouch for (a kept combining mark, a letter that does not
-  normalise to ASCII, a code point beyond the BMP, invalid UTF-8).
+- OTHER: anything the table cannot vouch for (a mark or non-ASCII letter a composing normalizer
+  may join with its neighbours, a code point beyond the BMP, invalid UTF-8).
 
 Words (runs of LETTER characters, normalised) go through WordPiece: greedy longest match first,
-continuation pieces looked up with their prefix stripped, the whole word `[UNK]` when longer than
-`max_input_chars_per_word` or when some position matches nothing. A chunk holding an OTHER
+continuation pieces looked up with their prefix stripped, the whole word `[UNK]` when it has more
+characters than `max_input_chars_per_word` or when some position matches nothing. A chunk holding an OTHER
 character is not tokenized here: maximal runs of such chunks (with the whitespace between them)
 are returned as *fallback spans* for the real tokenizer, and their ids are spliced in at the
 recorded position. A span starts and ends at a split point, so encoding it alone gives exactly the
@@ -77,6 +78,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
             continue
         chunk_out = n_out
         n_word = 0
+        n_tail = 0  # UTF-8 continuation bytes in the word: it holds n_word - n_tail characters
         word_hash = FNV_OFFSET
         j = i
         fast = True
@@ -105,12 +107,14 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                         word[n_word] = letters[k]
                     word_hash = hash_step(word_hash, letters[k])
                     n_word += 1
+                    if letters[k] & 0xC0 == 0x80:
+                        n_tail += 1
                 j += width
                 continue
-            if kind == OTHER:
-                fast = False
+            if kind == OTHER or (n_word > MAX_WORD_BYTES and n_word - n_tail <= max_chars):
+                fast = False  # (a word past the buffer that is not [UNK] by its length: the real tokenizer)
                 break
-            if n_word > max_chars:
+            if n_word - n_tail > max_chars:
                 out[n_out] = unk_id
                 n_out += 1
             elif n_word > 0:
@@ -179,6 +183,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                             for k in range(n_out - first):
                                 cache_ids[slot, k + 1] = out[first + k]
             n_word = 0
+            n_tail = 0
             word_hash = FNV_OFFSET
             if kind == CHUNK_SPACE:
                 break
@@ -207,7 +212,7 @@ class CodePointTable:
         kinds: uint8, shape (BMP,): CHUNK_SPACE, LETTER, ISOLATED, INNER_SPACE or OTHER.
         starts, lengths: int32, shape (BMP,): where a LETTER's normalised bytes lie in `letters`, or
             an ISOLATED character's ids in `isolated_ids`.
-        letters: uint8: normalised ASCII of the LETTER code points, one after another.
+        letters: uint8: normalised UTF-8 of the LETTER code points, one after another.
         isolated_ids: int32: ids of the ISOLATED code points, one after another.
     """
 
@@ -229,7 +234,7 @@ def _ascii_letters(cps: CodePointTable) -> np.ndarray:
 
 @dataclass(frozen=True)
 class WordPieceTables:
-    """What the kernel needs of a WordPiece vocabulary (ASCII keys only) and its tokenizer."""
+    """What the kernel needs of a WordPiece vocabulary (its keys as UTF-8) and its tokenizer."""
 
     words: ByteTable
     continuations: ByteTable
@@ -245,21 +250,21 @@ class WordPieceTables:
         """The tables of a vocabulary, in linear passes over its tokens as arrays (`StringArrays`).
 
         A word start is looked up as itself and a continuation as prefix + piece (the prefix may be
-        "" or non-ASCII): keys that are not ASCII never equal a normalised ASCII word, so they are
-        left out."""
+        "" or non-ASCII), both by their UTF-8 bytes. A match ends at a character boundary (every key
+        is whole UTF-8), so the kernel's byte-wise longest match is the real tokenizer's character-wise
+        one."""
         strings = StringArrays.of(list(vocab))
         ids = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
-        starts, stops, lengths = strings.char_starts[:-1], strings.char_starts[1:], strings.char_lengths()
-        not_ascii = strings.code_points >= 0x80
-        words = np.flatnonzero((lengths > 0) & strings.none_in_range(not_ascii, starts, stops))
+        lengths = strings.char_lengths()
+        words = np.flatnonzero(lengths > 0)
+        byte_lengths = np.diff(strings.utf8_starts)
         head = len(prefix)
         pieces = np.flatnonzero(strings.starting_with(prefix) & (lengths > head))
-        pieces = pieces[strings.none_in_range(not_ascii, starts[pieces] + head, stops[pieces])]
         skip = len(prefix.encode("utf-8", "surrogatepass"))
         piece_starts = strings.utf8_starts[pieces] + skip
         piece_lengths = strings.utf8_starts[pieces + 1] - piece_starts
-        longest = int(max(lengths[words].max(initial=1), piece_lengths.max(initial=1)))
-        return cls(ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], lengths[words], ids[words]),
+        longest = int(max(byte_lengths[words].max(initial=1), piece_lengths.max(initial=1)))
+        return cls(ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], byte_lengths[words], ids[words]),
                    ByteTable.of_arrays(strings.utf8, piece_starts, piece_lengths, ids[pieces]), code_points, unk_id,
                    max_chars, longest, _ascii_letters(code_points))
 
