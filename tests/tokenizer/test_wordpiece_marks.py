@@ -19,7 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from pipeline.kernels.tokenizer.wordpiece.encode import LETTER, OTHER, encode_bytes
+from pipeline.kernels.tokenizer.wordpiece.encode import (
+    ISOLATED,
+    LETTER,
+    OTHER,
+    CodePointTable,
+    _ids_per_byte,
+    encode_bytes,
+)
 from pipeline.tokenizer.wordpiece.fast import COMPOSING, PER_CHARACTER, STRIPPED, WordPieceFastTokenizer, normal_forms
 
 # Latin with combining diacritics, precomposed accents, Devanagari, Thai, Arabic with harakat, Hebrew
@@ -177,3 +184,33 @@ _TEXTS = st.lists(st.tuples(_PIECES, _SEPARATORS).map("".join), max_size=30).map
 @given(text=_TEXTS)
 def test_texts_heavy_in_marks_give_the_real_ids(name, text):
     _assert_same(name, text)
+
+
+def _ids_per_byte_oracle(cps: CodePointTable) -> int:
+    most = 1
+    for cp in range(cps.kinds.shape[0]):
+        if cps.kinds[cp] == LETTER:
+            count = len(bytes(cps.letters[cps.starts[cp]:cps.starts[cp] + cps.lengths[cp]]).decode())
+        else:
+            count = int(cps.lengths[cp]) if cps.kinds[cp] == ISOLATED else 0
+        most = max(most, -(-count // len(chr(cp).encode("utf-8", "surrogatepass"))))
+    return most
+
+
+def test_the_output_buffer_holds_the_most_ids_a_byte_can_give():
+    """One id a character of a LETTER's output, an ISOLATED character's ids, for the bytes it takes."""
+    for name in ("cased", "uncased"):
+        cps = _pair(name)[1].tables.code_points
+        assert _ids_per_byte(cps) == _ids_per_byte_oracle(cps), name
+    kinds = np.full(0x800, OTHER, dtype=np.uint8)
+    starts, lengths = np.zeros(0x800, dtype=np.int32), np.zeros(0x800, dtype=np.int32)
+    letters = "xé" + "abc" * 2
+    kinds[0x41], lengths[0x41] = LETTER, 3  # "xé": two characters from one byte
+    kinds[0x42], starts[0x42], lengths[0x42] = ISOLATED, 0, 3  # three ids from one byte
+    kinds[0x100], starts[0x100], lengths[0x100] = LETTER, 3, 6  # six characters from two bytes
+    table = CodePointTable(kinds, starts, lengths, np.frombuffer(letters.encode(), dtype=np.uint8), np.zeros(3, np.int32))
+    assert _ids_per_byte(table) == _ids_per_byte_oracle(table) == 3
+    kinds[0x42] = OTHER
+    assert _ids_per_byte(table) == _ids_per_byte_oracle(table) == 3  # 6 characters / 2 bytes
+    kinds[0x100] = OTHER
+    assert _ids_per_byte(table) == _ids_per_byte_oracle(table) == 2

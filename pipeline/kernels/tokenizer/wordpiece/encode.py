@@ -223,6 +223,24 @@ class CodePointTable:
     isolated_ids: np.ndarray
 
 
+def _ids_per_byte(cps: CodePointTable) -> int:
+    """The most ids one byte of text can give, rounded up (the output buffer's size a byte): a code
+    point of w UTF-8 bytes gives its fixed ids (ISOLATED) or at most one id a character of its output
+    (LETTER: every WordPiece piece, and a word's one [UNK], holds a character at least), for w bytes
+    of text (a Hangul syllable's three jamo: one id a byte, not nine)."""
+    points = np.arange(cps.kinds.shape[0])
+    width = 1 + (points >= 0x80) + (points >= 0x800)
+    starts = cps.starts.astype(np.int64)
+    lengths = cps.lengths.astype(np.int64)
+    heads = np.zeros(cps.letters.shape[0] + 1, dtype=np.int64)  # UTF-8 lead bytes before each offset
+    np.cumsum((cps.letters & 0xC0) != 0x80, out=heads[1:])
+    letter = cps.kinds == LETTER
+    chars = np.where(letter, heads[np.minimum(starts + lengths, heads.shape[0] - 1)] - heads[np.minimum(
+        starts, heads.shape[0] - 1)], 0)
+    counts = np.where(cps.kinds == ISOLATED, lengths, chars)
+    return max(1, int(np.max(-(-counts // width))))
+
+
 def _ascii_letters(cps: CodePointTable) -> np.ndarray:
     """uint8, shape (256,): the normalised byte of each ASCII LETTER that maps to one byte, else 0."""
     out = np.zeros(256, dtype=np.uint8)
@@ -243,6 +261,7 @@ class WordPieceTables:
     max_chars: int
     max_key: int
     ascii_letters: np.ndarray  # uint8 (256,): the normalised byte of each one-byte ASCII LETTER, else 0
+    ids_per_byte: int  # the most ids a byte of text gives (`_ids_per_byte`)
 
     @classmethod
     def build(cls, vocab: dict[str, int], prefix: str, unk_id: int, max_chars: int,
@@ -266,7 +285,7 @@ class WordPieceTables:
         longest = int(max(byte_lengths[words].max(initial=1), piece_lengths.max(initial=1)))
         return cls(ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], byte_lengths[words], ids[words]),
                    ByteTable.of_arrays(strings.utf8, piece_starts, piece_lengths, ids[pieces]), code_points, unk_id,
-                   max_chars, longest, _ascii_letters(code_points))
+                   max_chars, longest, _ascii_letters(code_points), _ids_per_byte(code_points))
 
 
 @dataclass(frozen=True)
@@ -300,8 +319,7 @@ def encode_bytes(text: np.ndarray, tables: WordPieceTables, cache: WordCache) ->
     if text.dtype != np.uint8 or text.ndim != 1:
         raise TypeError(f"text must be 1-D uint8, got {text.dtype} with shape {text.shape}")
     cps = tables.code_points
-    most = max(1, int(cps.lengths.max(initial=1)))  # ids (or word bytes, hence tokens) per code point
-    out = np.empty(text.shape[0] * most + 1, dtype=np.int32)
+    out = np.empty(text.shape[0] * tables.ids_per_byte + 1, dtype=np.int32)
     spans = np.empty((text.shape[0] // 2 + 1, 3), dtype=np.int64)
     w, c = tables.words, tables.continuations
     n_out, n_spans = _encode_kernel(
