@@ -180,7 +180,7 @@ _TEXTS = st.lists(st.tuples(_PIECES, _SEPARATORS).map("".join), max_size=30).map
 
 
 @pytest.mark.parametrize("name", list(_NORMALIZERS))
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=_TEXTS)
 def test_texts_heavy_in_marks_give_the_real_ids(name, text):
     _assert_same(name, text)
