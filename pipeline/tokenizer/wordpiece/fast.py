@@ -2,7 +2,11 @@
 real tokenizer for the rest, with ids identical to the real tokenizer's.
 
 `wordpiece_support` reads the tokenizer JSON and lists what the kernel does not reproduce; only a
-tokenizer with nothing on that list gets the fast path.
+tokenizer with nothing on that list gets the fast path. `probe_code_points` then asks the real
+tokenizer about every BMP code point; a character is vouched for only where `normal_forms` proves
+its output independent of its neighbours (a cased BertNormalizer keeps Tagalog's g + U+0303 inside
+the word, on the kernel; NFC composing e + U+0301 leaves the chunk to the real tokenizer). The
+fallback is one `encode_batch_fast` call per `encode_bytes` call, for all its spans.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from pipeline.tokenizer.parsed import kept, parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
-# or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars touch only control
-# characters and CJK, which the kernel hands to the real tokenizer.
+# or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars delete control
+# characters and isolate CJK, one character at a time.
 _PER_CHARACTER = {"BertNormalizer", "Lowercase", "NFD", "NFC", "NFKD", "NFKC", "StripAccents"}
 
 _COMPOSING = {"NFC", "NFKC"}
