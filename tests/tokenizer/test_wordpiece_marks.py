@@ -19,13 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
+from pipeline.kernels.common.hash_table import ByteTable, hash_bytes
 from pipeline.kernels.tokenizer.wordpiece.encode import (
     ISOLATED,
     LETTER,
     OTHER,
     CodePointTable,
+    _find,
     _ids_per_byte,
     encode_bytes,
+    packed_records,
 )
 from pipeline.tokenizer.wordpiece.fast import COMPOSING, PER_CHARACTER, STRIPPED, WordPieceFastTokenizer, normal_forms
 
@@ -214,3 +217,42 @@ def test_the_output_buffer_holds_the_most_ids_a_byte_can_give():
     assert _ids_per_byte(table) == _ids_per_byte_oracle(table) == 3  # 6 characters / 2 bytes
     kinds[0x100] = OTHER
     assert _ids_per_byte(table) == _ids_per_byte_oracle(table) == 2
+
+
+def test_the_packed_records_find_every_key_and_nothing_else():
+    """`_find` over `packed_records` against a dict: every key (short, exactly 8 bytes, longer keys
+    sharing their first 8 bytes, non-ASCII) with its id, and near misses (a byte more or less, one byte
+    changed past the first 8) not at all."""
+    rng = random.Random(5)
+    keys = {"abcdefgh", "abcdefghi", "abcdefghj", "abcdefghij", "abcdefgh\u0303", "g\u0303", "a", "ab"}
+    keys |= {"".join(rng.choice("ab\u0303\u0915") for _ in range(rng.randint(1, 14))) for _ in range(300)}
+    vocab = {key: 7 + 3 * index for index, key in enumerate(sorted(keys))}
+    table = ByteTable.of_arrays(*_blob_of(list(vocab)), np.asarray(list(vocab.values()), dtype=np.int32))
+    records = packed_records(table)
+    probes = set(keys) | {key + "a" for key in keys} | {key[:-1] for key in keys} | {key[:9] + "z" + key[10:] for key in keys}
+    for probe in probes:
+        data = np.frombuffer(probe.encode(), dtype=np.uint8)
+        assert _find(np.uint64(hash_bytes(data, 0, data.shape[0])), data, 0, data.shape[0], records, table.blob) \
+            == vocab.get(probe, -1), probe
+
+
+def _blob_of(keys: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    encoded = [key.encode() for key in keys]
+    lengths = np.asarray([len(key) for key in encoded], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), starts, lengths
+
+
+def test_keys_whose_hashes_collide_are_told_apart_by_their_bytes():
+    """Records sharing one hash and length in consecutive slots (as a collision puts them): the first
+    8 bytes, then the bytes past them, pick the key."""
+    keys = ["abcdefghij", "abcdefghik", "abcdefgzij", "zbcdefghij"]
+    blob, starts, lengths = _blob_of(keys)
+    records = np.zeros((16, 4), dtype=np.uint64)
+    fake = np.uint64(0x1234_5678_0000_0003)  # slot 3 of 16
+    for k, key in enumerate(keys):
+        records[3 + k] = (fake, np.uint64(10) | np.uint64(100 + k) << np.uint64(32),
+                          np.frombuffer(key.encode()[:8], dtype="<u8")[0], starts[k])
+    for k, key in enumerate(keys + ["abcdefghil", "abcdefgzik"]):
+        data = np.frombuffer(key.encode(), dtype=np.uint8)
+        assert _find(fake, data, 0, 10, records, blob) == (100 + k if k < len(keys) else -1), key

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_step, lookup
+from pipeline.kernels.common.hash_table import FNV_OFFSET, ByteTable, hash_bytes, hash_step
 from pipeline.kernels.common.jit import kernel
 from pipeline.kernels.common.spans import add_span
 from pipeline.kernels.common.string_arrays import StringArrays
@@ -49,9 +49,63 @@ MAX_WORD_BYTES = 1 << 16  # a longer word is [UNK] whatever max_input_chars_per_
 
 
 @kernel()
+def _fill_records(blob, starts, lengths, ids, slots, records):
+    """records[s] = (hash, length | id << 32, the key's first 8 bytes, its start) of the key in slot s."""
+    for s in range(slots.shape[0]):
+        if slots[s] == 0:
+            continue
+        entry = slots[s] - 1
+        base = starts[entry]
+        n = lengths[entry]
+        records[s, 0] = hash_bytes(blob, base, base + n)
+        records[s, 1] = np.uint64(n) | (np.uint64(ids[entry]) << np.uint64(32))
+        head = np.uint64(0)
+        for k in range(min(n, 8)):
+            head |= np.uint64(blob[base + k]) << np.uint64(8 * k)
+        records[s, 2] = head
+        records[s, 3] = np.uint64(base)
+
+
+def packed_records(table: ByteTable) -> np.ndarray:
+    """uint64 (slots, 4): the table's keys in slot order, one 32-byte record each (`_find`)."""
+    records = np.zeros((table.slots.shape[0], 4), dtype=np.uint64)
+    _fill_records(table.blob, table.starts, table.lengths, table.ids, table.slots, records)
+    return records
+
+
+@kernel()
+def _find(h, word, start, stop, records, blob):
+    """The id of word[start:stop] (FNV-1a hash h) among `packed_records`, or -1: a key's hash, length,
+    id and first 8 bytes share its record, so a lookup reads one record (one cache line; the key's
+    bytes past 8 only when they all match), where `lookup` reads the slot, the key's length and start,
+    its bytes and its id from five arrays (1.1-1.45x the whole kernel's speed, issue 33)."""
+    mask = np.uint64(records.shape[0] - 1)
+    slot = h & mask
+    n = np.uint64(stop - start)
+    while True:
+        meta = records[slot, 1]
+        if meta == 0:
+            return -1
+        if records[slot, 0] == h and (meta & np.uint64(0xFFFFFFFF)) == n:
+            head = np.uint64(0)
+            for k in range(min(stop - start, 8)):
+                head |= np.uint64(word[start + k]) << np.uint64(8 * k)
+            if head == records[slot, 2]:
+                base = np.int64(records[slot, 3])
+                same = True
+                for k in range(8, stop - start):
+                    if blob[base + k] != word[start + k]:
+                        same = False
+                        break
+                if same:
+                    return np.int64(meta >> np.uint64(32))
+        slot = (slot + np.uint64(1)) & mask
+
+
+@kernel()
 def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isolated_ids, unk_id, max_chars,
                    max_key,
-                   w_blob, w_starts, w_lengths, w_ids, w_slots, c_blob, c_starts, c_lengths, c_ids, c_slots,
+                   w_records, w_blob, c_records, c_blob,
                    cache_keys, cache_words, cache_ids, out, spans, max_span_bytes):
     """Tokenize text; returns (n_out, n_spans). spans[k] = (byte start, byte stop, position in out).
 
@@ -123,7 +177,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                 h = word_hash  # FNV of the word, hashed as its letters arrived
                 whole = -1
                 if n_word <= max_key:
-                    whole = lookup(h, word, 0, n_word, w_blob, w_starts, w_lengths, w_ids, w_slots)
+                    whole = _find(h, word, 0, n_word, w_records, w_blob)
                 if whole >= 0:
                     out[n_out] = whole
                     n_out += 1
@@ -150,8 +204,7 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                                 h = FNV_OFFSET
                                 for k in range(position, n_word):
                                     h = hash_step(h, word[k])
-                                best_id = lookup(h, word, position, n_word, c_blob, c_starts, c_lengths, c_ids,
-                                                  c_slots)
+                                best_id = _find(h, word, position, n_word, c_records, c_blob)
                                 if best_id >= 0:
                                     best_end = n_word
                             if best_end < 0:
@@ -159,11 +212,9 @@ def _encode_kernel(text, ascii_letter, cp_class, cp_start, cp_len, letters, isol
                                 for end in range(position + 1, min(n_word - 1, position + max_key) + 1):
                                     h = hash_step(h, word[end - 1])
                                     if position == 0:
-                                        found = lookup(h, word, position, end, w_blob, w_starts, w_lengths, w_ids,
-                                                        w_slots)
+                                        found = _find(h, word, position, end, w_records, w_blob)
                                     else:
-                                        found = lookup(h, word, position, end, c_blob, c_starts, c_lengths, c_ids,
-                                                        c_slots)
+                                        found = _find(h, word, position, end, c_records, c_blob)
                                     if found >= 0:
                                         best_end = end
                                         best_id = found
@@ -262,6 +313,8 @@ class WordPieceTables:
     max_key: int
     ascii_letters: np.ndarray  # uint8 (256,): the normalised byte of each one-byte ASCII LETTER, else 0
     ids_per_byte: int  # the most ids a byte of text gives (`_ids_per_byte`)
+    word_records: np.ndarray  # `packed_records` of `words`
+    continuation_records: np.ndarray  # `packed_records` of `continuations`
 
     @classmethod
     def build(cls, vocab: dict[str, int], prefix: str, unk_id: int, max_chars: int,
@@ -283,9 +336,10 @@ class WordPieceTables:
         piece_starts = strings.utf8_starts[pieces] + skip
         piece_lengths = strings.utf8_starts[pieces + 1] - piece_starts
         longest = int(max(byte_lengths[words].max(initial=1), piece_lengths.max(initial=1)))
-        return cls(ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], byte_lengths[words], ids[words]),
-                   ByteTable.of_arrays(strings.utf8, piece_starts, piece_lengths, ids[pieces]), code_points, unk_id,
-                   max_chars, longest, _ascii_letters(code_points), _ids_per_byte(code_points))
+        word_table = ByteTable.of_arrays(strings.utf8, strings.utf8_starts[words], byte_lengths[words], ids[words])
+        piece_table = ByteTable.of_arrays(strings.utf8, piece_starts, piece_lengths, ids[pieces])
+        return cls(word_table, piece_table, code_points, unk_id, max_chars, longest, _ascii_letters(code_points),
+                   _ids_per_byte(code_points), packed_records(word_table), packed_records(piece_table))
 
 
 @dataclass(frozen=True)
@@ -324,7 +378,7 @@ def encode_bytes(text: np.ndarray, tables: WordPieceTables, cache: WordCache) ->
     w, c = tables.words, tables.continuations
     n_out, n_spans = _encode_kernel(
         np.ascontiguousarray(text), tables.ascii_letters, cps.kinds, cps.starts, cps.lengths, cps.letters,
-        cps.isolated_ids, tables.unk_id, tables.max_chars, tables.max_key, w.blob, w.starts, w.lengths, w.ids, w.slots,
-        c.blob, c.starts, c.lengths, c.ids, c.slots, cache.keys, cache.words, cache.ids, out, spans,
+        cps.isolated_ids, tables.unk_id, tables.max_chars, tables.max_key, tables.word_records, w.blob,
+        tables.continuation_records, c.blob, cache.keys, cache.words, cache.ids, out, spans,
         MAX_FALLBACK_BYTES)
     return out[:n_out], spans[:n_spans]
