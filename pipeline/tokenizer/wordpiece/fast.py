@@ -2,7 +2,11 @@
 real tokenizer for the rest, with ids identical to the real tokenizer's.
 
 `wordpiece_support` reads the tokenizer JSON and lists what the kernel does not reproduce; only a
-tokenizer with nothing on that list gets the fast path.
+tokenizer with nothing on that list gets the fast path. `probe_code_points` then asks the real
+tokenizer about every BMP code point; a character is vouched for only where `normal_forms` proves
+its output independent of its neighbours (a cased BertNormalizer keeps Tagalog's g + U+0303 inside
+the word, on the kernel; NFC composing e + U+0301 leaves the chunk to the real tokenizer). The
+fallback is one `encode_batch_fast` call per `encode_bytes` call, for all its spans.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from pipeline.tokenizer.parsed import kept, parsed
 from pipeline.tokenizer.table_cache import cached_arrays
 
 # Normalizers that leave printable ASCII unchanged (the Unicode normal forms and accent stripping)
-# or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars touch only control
-# characters and CJK, which the kernel hands to the real tokenizer.
+# or only lower-case it. BertNormalizer's clean_text and handle_chinese_chars delete control
+# characters and isolate CJK, one character at a time.
 _PER_CHARACTER = {"BertNormalizer", "Lowercase", "NFD", "NFC", "NFKD", "NFKC", "StripAccents"}
 
 _COMPOSING = {"NFC", "NFKC"}
@@ -89,14 +93,77 @@ def wordpiece_support(config: dict) -> list[str]:
 
 
 _PROBE = "x"  # a neighbour every supported normalizer keeps as it is (lower-case ASCII letter)
+_LOW_MARK = "\u0334"  # combining class 1, the lowest: a character before it that is reordered has class > 1
+
+PER_CHARACTER, STRIPPED, COMPOSING = "per character", "decomposed and stripped", "composing"
 
 
-def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
+def _steps(normalizer: dict | None) -> list[str]:
+    """The normalizer tree as a flat list of its steps: "decompose" (NFD, NFKD, the NFD of a
+    BertNormalizer that strips accents), "compose" (NFC, NFKC), "strip" (removing nonspacing marks)
+    and "map" (anything else `wordpiece_support` accepts: per-character maps and deletions)."""
+    if normalizer is None:
+        return []
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return [step for child in normalizer.get("normalizers", []) for step in _steps(child)]
+    if kind == "BertNormalizer":
+        strip = normalizer.get("strip_accents")
+        if strip is None:
+            strip = normalizer.get("lowercase", True)
+        return ["map", "decompose", "strip", "map"] if strip else ["map"]
+    return {"NFD": ["decompose"], "NFKD": ["decompose"], "NFC": ["compose"], "NFKC": ["compose"],
+            "StripAccents": ["strip"]}.get(kind, ["map"])
+
+
+def normal_forms(normalizer: dict | None) -> str:
+    """How far a normalizer acts on each character alone, for characters whose output is not ASCII:
+
+    - PER_CHARACTER: no Unicode normal form at all (a cased or accent-keeping BertNormalizer,
+      Lowercase, StripAccents alone): every character's output is the same in any context, combining
+      marks included;
+    - STRIPPED: each decomposition is followed (past per-character maps only) by removing nonspacing
+      marks, and nothing composes: a decomposition reorders only marks (combining class > 0), so a
+      character whose output holds none is unaffected by its neighbours (the marks reordered around it
+      are the ones stripped);
+    - COMPOSING: anything else (NFC / NFKC compose a letter with the mark after it; NFD / NFKD without a
+      strip reorder the marks it keeps): only ASCII outputs and deleted characters are per character."""
+    steps = _steps(normalizer)
+    if "compose" in steps:
+        return COMPOSING
+    for at, step in enumerate(steps):
+        if step == "decompose":
+            rest = [later for later in steps[at + 1:] if later != "map"]
+            if not rest or rest[0] != "strip":
+                return COMPOSING
+    return STRIPPED if "decompose" in steps else PER_CHARACTER
+
+
+def _not_reordered(middle: str) -> bool:
+    """Whether no character of `middle` has a combining class > 0, asked of Python's Unicode data and of
+    the `tokenizers` engine's own NFD (a character of class > 1 is moved behind U+0334, class 1)."""
+    decompose = tokenizers.normalizers.NFD().normalize_str
+    for char in middle:
+        if unicodedata.combining(char) or decompose(_PROBE + char + _LOW_MARK) != decompose(_PROBE + char) + _LOW_MARK:
+            return False
+    return True
+
+
+def probe_code_points(tokenizer: Tokenizer, forms: str | None = None) -> CodePointTable:
     """Ask the tokenizer how it treats each BMP code point between two letters: split there,
-    join the word as some ASCII, stand alone as its own piece (then with which ids), or something
-    else. The normalizers `wordpiece_support` accepts act on each character alone, so this is how the
-    character behaves anywhere; a character that is a combining mark the normalizer keeps, or whose
-    result is not plain ASCII inside a word, is OTHER and goes to the real tokenizer."""
+    join the word as a fixed UTF-8 string, stand alone as its own piece (then with which ids), or
+    something else (OTHER: the real tokenizer encodes the chunk).
+
+    A character that joins the word is LETTER when its output is the same in any context (`forms`,
+    from `normal_forms`): an ASCII letter or digit or nothing always; any other output (a letter that
+    stays non-ASCII, a combining mark the normalizer keeps) where the normalizer has no composition
+    (PER_CHARACTER), or only decompositions whose marks it strips and the output holds no mark
+    (STRIPPED). BertPreTokenizer splits only at whitespace and punctuation, which the probe sees as
+    more than one piece; a mark or letter it does not split at stays inside the word, as in the real
+    tokenizer, and the word is looked up by its UTF-8 bytes. `forms` defaults to what `normal_forms`
+    says of the tokenizer's own normalizer."""
+    if forms is None:
+        forms = normal_forms(parsed(tokenizer.to_str()).get("normalizer"))
     normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer else (lambda s: s)
     pre_tokenize = tokenizer.pre_tokenizer.pre_tokenize_str
     kinds = np.full(BMP, OTHER, dtype=np.uint8)
@@ -110,6 +177,15 @@ def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
     def pieces(text: str) -> list[str]:
         return [piece for piece, _ in pre_tokenize(normalize(text))]
 
+    def joins(char: str, middle: str) -> bool:
+        if middle == "":
+            return True
+        if middle.isascii():
+            return middle.isalnum() and unicodedata.combining(char) == 0
+        if forms == PER_CHARACTER:
+            return True
+        return forms == STRIPPED and _not_reordered(middle)
+
     for cp in range(BMP):
         if 0xD800 <= cp < 0xE000:
             continue
@@ -122,11 +198,11 @@ def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
             kinds[cp] = INNER_SPACE
         elif len(around) == 1 and len(around[0]) >= 2:
             middle = around[0][1:-1]
-            if around[0] == _PROBE + middle + _PROBE and middle.isascii() and (middle == "" or middle.isalnum()) \
-                    and (middle == "" or unicodedata.combining(char) == 0):
-                kinds[cp], starts[cp], lengths[cp] = LETTER, letter_bytes, len(middle)
-                letters.append(middle.encode())
-                letter_bytes += len(middle)
+            if around[0] == _PROBE + middle + _PROBE and joins(char, middle):
+                encoded = middle.encode("utf-8", "surrogatepass")
+                kinds[cp], starts[cp], lengths[cp] = LETTER, letter_bytes, len(encoded)
+                letters.append(encoded)
+                letter_bytes += len(encoded)
         elif (len(around) == 3 and around[0] == around[2] == _PROBE and unicodedata.combining(char) == 0
               and pieces(_PROBE + char + char + _PROBE) == [_PROBE, around[1], around[1], _PROBE]):
             alone.append(cp)
@@ -140,7 +216,7 @@ def probe_code_points(tokenizer: Tokenizer) -> CodePointTable:
                           isolated_ids=np.asarray(isolated or [0], dtype=np.int32))
 
 
-_TABLE_FORMAT = 1
+_TABLE_FORMAT = 2  # 2: non-ASCII letters and kept marks vouched for (issue 33)
 
 
 def _code_points(tokenizer_json: str) -> CodePointTable:
@@ -152,7 +228,7 @@ def _code_points(tokenizer_json: str) -> CodePointTable:
     def probe() -> dict[str, np.ndarray]:
         tokenizer = Tokenizer.from_str(tokenizer_json)
         tokenizer.encode_special_tokens = True
-        table = probe_code_points(tokenizer)
+        table = probe_code_points(tokenizer, normal_forms(parsed(tokenizer_json).get("normalizer")))
         return {name: getattr(table, name) for name in names}
 
     key = f"{_TABLE_FORMAT}|{tokenizers.__version__}|{tokenizer_json}"
