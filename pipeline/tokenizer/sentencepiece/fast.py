@@ -39,7 +39,7 @@ from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeArrays, BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, stream_encode
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
-from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel, work_buffers
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     BASE_COUNT,
     CUT_DROP,
@@ -385,6 +385,7 @@ class SentencePieceFastTokenizer:
         self.tables = _tables(tokenizer_json, self.tokenizer, config)
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = chunk_cache(CACHE_SLOTS)
+        self._work = work_buffers()  # the kernel's scratch; a chunk too long for it gets larger ones for its call
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
@@ -420,12 +421,15 @@ class SentencePieceFastTokenizer:
         text = np.frombuffer(data, dtype=np.uint8)
         out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
         spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
-        n_out, n_spans, position = 0, 0, 0
+        n_out, n_spans, position, work = 0, 0, 0, self._work
         while True:
-            n_out, n_spans, position = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out, n_out,
-                                                     spans, n_spans)
+            n_out, n_spans, position, need = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out,
+                                                           n_out, spans, n_spans, work)
             if position >= len(data):
                 break
+            if need > 0:  # a chunk longer than the buffers: larger ones for the rest of this call
+                work = work_buffers(int(need))
+                continue
             out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
         ids = out[:n_out]
         if n_spans == 0:

@@ -89,18 +89,35 @@ class Normalizer(NamedTuple):
     plain_cp: np.ndarray  # uint8 (BMP,)
 
 
-@helper
-def _grow(size):
-    """Scratch buffers for chunks whose normalised text and words fit in `size` bytes."""
-    src = np.empty(size, np.uint8)
-    dst = np.empty(size, np.uint8)
-    words = np.empty(size + 8, np.uint8)
-    bounds = np.empty((size + 8, 2), np.int64)
-    symbols = np.empty(3 * size + 24, np.int32)
-    best_score = np.empty(size + 8, np.float64)
-    best_start = np.empty(size + 8, np.int64)
-    parts = np.empty((size + 8, 2), np.int64)
-    return src, dst, words, bounds, symbols, best_score, best_start, parts
+class Work(NamedTuple):
+    """`encode_kernel`'s scratch arrays (it allocates none: `work_buffers`): a chunk's normalised text
+    (two buffers the tail operations alternate between), its words and their bounds, the model's
+    scratch (BPE symbols, the Viterbi's best scores and starts, BPE parts), the batch of chunks found
+    ahead (starts, stops, hashes)."""
+
+    src: np.ndarray  # uint8 (size,)
+    dst: np.ndarray  # uint8 (size,)
+    words: np.ndarray  # uint8 (size + 8,)
+    bounds: np.ndarray  # int64 (size + 8, 2)
+    symbols: np.ndarray  # int32 (3 * size + 24,)
+    best_score: np.ndarray  # float64 (size + 8,)
+    best_start: np.ndarray  # int64 (size + 8,)
+    parts: np.ndarray  # int64 (size + 8, 2)
+    chunk_start: np.ndarray  # int64 (_BATCH,)
+    chunk_stop: np.ndarray  # int64 (_BATCH,)
+    chunk_hash: np.ndarray  # uint64 (_BATCH,)
+
+
+WORK_BYTES = 256  # the chunk size `work_buffers` makes room for unless asked for more
+
+
+def work_buffers(size: int = WORK_BYTES) -> Work:
+    """Scratch for `encode_kernel`, for chunks whose normalised text and words fit in `size` bytes
+    (the kernel returns the size it needs when a chunk does not fit: call again with larger ones)."""
+    return Work(np.empty(size, np.uint8), np.empty(size, np.uint8), np.empty(size + 8, np.uint8),
+                np.empty((size + 8, 2), np.int64), np.empty(3 * size + 24, np.int32),
+                np.empty(size + 8, np.float64), np.empty(size + 8, np.int64), np.empty((size + 8, 2), np.int64),
+                np.empty(_BATCH, np.int64), np.empty(_BATCH, np.int64), np.empty(_BATCH, np.uint64))
 
 
 @helper
@@ -152,14 +169,19 @@ def _starts_after_run(text, e, n, edges):
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel()
-def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, spans, n_spans):
-    """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
-    had no room for the next chunk (call again from stop with a larger `out`).
+@kernel(_nrt=False)  # no reference counting (see the docstring)
+def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, spans, n_spans, work):
+    """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop, need): stop < len(text) when
+    `out` had no room for the next chunk (call again from stop with a larger `out`) or, with need > 0,
+    when the chunk at stop needs `work` buffers of `need` bytes (call again with `work_buffers(need)`).
 
     cuts: `Cuts`; normalizer: `Normalizer`; uni / bpe: the model tables (`unigram.UnigramArrays`,
     `bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`; spans: int64 (k, 3) fallback spans (byte start,
-    byte stop, position in out)."""
+    byte stop, position in out); work: `Work`.
+
+    Compiled without numba's reference counting (NRT), so it allocates nothing: with it, every array
+    handed to a helper (the cache's probe and insert, the normalizer, the Viterbi) was counted in and
+    out around each call, about a hundred atomic updates' worth of code in the chunk loop."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
     isolate = cuts.isolate
     by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
@@ -179,12 +201,9 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
-    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(np.int64(256))
+    src, dst, words, bounds, symbols, best_score, best_start, parts, chunk_start, chunk_stop, chunk_hash = work
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
-    chunk_start = np.empty(_BATCH, np.int64)
-    chunk_stop = np.empty(_BATCH, np.int64)
-    chunk_hash = np.empty(_BATCH, np.uint64)
     position = begin
     while position < n:
         # find the next _BATCH chunks (up to each safe cut) and prefetch their cache rows, so that the
@@ -242,7 +261,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 row = probe(cache, cache_bytes, slot, key, text, i, length)
                 if row >= 0:
                     if n_out + cached_count(cache_ints, row) > out.shape[0]:
-                        return n_out, n_spans, i
+                        return n_out, n_spans, i, np.int64(0)
                     n_out = copy_ids(cache_ints, row, out, n_out)
                     open_span = False
                     continue
@@ -266,10 +285,9 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             else:
                 peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
             if peak > src.shape[0] or need > words.shape[0]:
-                grown = _grow(max(peak, need, 2 * src.shape[0]))
-                src, dst, words, bounds, symbols, best_score, best_start, parts = grown
+                return n_out, n_spans, i, np.int64(max(peak, need, 2 * src.shape[0]))
             if n_out + need > out.shape[0]:
-                return n_out, n_spans, i
+                return n_out, n_spans, i, np.int64(0)
             first = n_out
             if plain:
                 for k in range(n_prefix):
@@ -356,4 +374,4 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     spans[n_spans, 2] = n_out
                     n_spans += 1
                     open_span = True
-    return n_out, n_spans, n
+    return n_out, n_spans, n, np.int64(0)
