@@ -220,8 +220,11 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         e = j + 1
                         while e < n and run_bytes[text[e]] != 0:
                             e += 1
-                        if e < n and _ends_before_run(text, position, j, edges) \
-                                and _starts_after_run(text, e, n, edges):
+                        # ASCII neighbours (nearly every run) read `edges` here; the rest decode in the helpers
+                        before, after = text[j - 1], text[e] if e < n else np.uint8(0)
+                        if e < n and ((edges[before] & 1) != 0 if before < 0x80
+                                      else _ends_before_run(text, position, j, edges)) \
+                                and ((edges[after] & 2) != 0 if after < 0x80 else _starts_after_run(text, e, n, edges)):
                             following = e  # the run belongs to neither side
                             break
                         while j < e:
