@@ -28,7 +28,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_bytes, hash_step
 from pipeline.kernels.common.jit import helper, kernel
 from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import decode_bmp, decode_valid, utf8_width
@@ -39,8 +38,10 @@ from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
     WORD_FLAG,
     cached_count,
     copy_ids,
-    insert,
-    probe,
+    insert_packed,
+    packed,
+    packed_hash,
+    probe_packed,
     row_key,
     set_of,
 )
@@ -198,7 +199,6 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     by_parts = is_bpe and not b_ignore  # BPE words are cached by parts (`bpe_parts`)
     plain_ok = plain_prefix[0] >= 0  # plain_prefix: (length or -1, bytes...)
     n_prefix = plain_prefix[0]
-    cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
     src, dst, words, bounds, symbols, best_score, best_start, parts, chunk_start, chunk_stop, chunk_hash = work
@@ -210,7 +210,6 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
-            h = FNV_OFFSET
             j = position
             following = n
             while j < n:
@@ -227,9 +226,7 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                                 and ((edges[after] & 2) != 0 if after < 0x80 else _starts_after_run(text, e, n, edges)):
                             following = e  # the run belongs to neither side
                             break
-                        while j < e:
-                            h = hash_step(h, text[j])
-                            j += 1
+                        j = e
                         continue
                 elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
                         and cut_right[text[j + 1]] != 0:
@@ -239,20 +236,21 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 elif isolate[c] != 0 and (j + 1 == n or text[j + 1] < 0x80) and (j == 0 or text[j - 1] < 0x80):
                     # a character an isolated Split makes a word of its own: a chunk of its own
                     if j == position:
-                        h = hash_step(h, c)
                         j += 1
                     following = j
                     break
-                h = hash_step(h, c)
                 j += 1
             chunk_start[count] = position
             chunk_stop[count] = j
-            chunk_hash[count] = h
-            count += 1
-            if j - position <= CHUNK_BYTES:
+            h = np.uint64(0)
+            if j - position <= CHUNK_BYTES:  # the cache's row: its hash from the chunk's packed bytes
+                k0, k1, k2 = packed(text, position, j - position)
+                h = packed_hash(k0, k1, k2)
                 slot = set_of(h, cache)
                 prefetch_row(cache, slot)
                 prefetch_row(cache, slot + 1)
+            chunk_hash[count] = h
+            count += 1
             position = following
         for q in range(count):
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
@@ -260,8 +258,10 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             cacheable = length <= CHUNK_BYTES
             slot = set_of(h, cache)
             key = row_key(h, length, NO_FLAGS)
+            k0 = k1 = k2 = np.uint64(0)
             if cacheable:
-                row = probe(cache, cache_bytes, slot, key, text, i, length)
+                k0, k1, k2 = packed(text, i, length)
+                row = probe_packed(cache, slot, key, k0, k1, k2)
                 if row >= 0:
                     if n_out + cached_count(cache_ints, row) > out.shape[0]:
                         return n_out, n_spans, i, np.int64(0)
@@ -321,11 +321,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 a, b = bounds[w, 0], bounds[w, 1]
                 w += 1
                 word_slot, word_key = np.int64(-1), np.uint64(0)
+                w0 = w1 = w2 = np.uint64(0)
                 if general and b - a <= CHUNK_BYTES and not by_parts:  # a word of an unknown chunk: maybe seen
-                    wh = hash_bytes(words, a, b)
+                    w0, w1, w2 = packed(words, a, b - a)
+                    wh = packed_hash(w0, w1, w2)
                     word_slot = set_of(wh, cache)
                     word_key = row_key(wh, b - a, WORD_FLAG)
-                    row = probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
+                    row = probe_packed(cache, word_slot, word_key, w0, w1, w2)
                     if row >= 0:
                         n_out = copy_ids(cache_ints, row, out, n_out)
                         continue
@@ -336,11 +338,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     for r in range(n_parts):
                         pa, pb = parts[r, 0], parts[r, 1]
                         part_slot, part_key = np.int64(-1), np.uint64(0)
+                        p0 = p1 = p2 = np.uint64(0)
                         if pb - pa <= CHUNK_BYTES:
-                            ph = hash_bytes(words, pa, pb)
+                            p0, p1, p2 = packed(words, pa, pb - pa)
+                            ph = packed_hash(p0, p1, p2)
                             part_slot = set_of(ph, cache)
                             part_key = row_key(ph, pb - pa, WORD_FLAG)
-                            row = probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
+                            row = probe_packed(cache, part_slot, part_key, p0, p1, p2)
                             if row >= 0:
                                 n_out = copy_ids(cache_ints, row, out, n_out)
                                 continue
@@ -351,8 +355,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         if n_out < 0:
                             break
                         if part_slot >= 0:
-                            insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
-                                    part_first, n_out)
+                            insert_packed(cache, cache_ints, part_slot, part_key, p0, p1, p2, out, part_first,
+                                          n_out)
                     word_slot = np.int64(-1)  # the parts are cached, not the word
                 elif is_bpe:
                     n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
@@ -362,10 +366,10 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     n_out = viterbi_ids(words, a, b, cells, u_scores, u_bytes, u_unk,
                                         unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
                 if word_slot >= 0 and n_out >= 0:
-                    insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
+                    insert_packed(cache, cache_ints, word_slot, word_key, w0, w1, w2, out, before, n_out)
             if n_words >= 0 and n_out >= 0:
                 if cacheable:
-                    insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
+                    insert_packed(cache, cache_ints, slot, key, k0, k1, k2, out, first, n_out)
                 open_span = False
             else:
                 n_out = first
