@@ -386,6 +386,8 @@ class SentencePieceFastTokenizer:
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = chunk_cache(CACHE_SLOTS)
         self._work = work_buffers()  # the kernel's scratch; a chunk too long for it gets larger ones for its call
+        self._out = np.empty(0, dtype=np.int32)  # `_buffers`
+        self._spans = np.empty((0, 3), dtype=np.int64)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
@@ -419,8 +421,7 @@ class SentencePieceFastTokenizer:
         """The ids chunk by chunk (`pipeline.kernels.tokenizer.sentencepiece.encode`), with fallback spans."""
         cuts, normalizer, uni, bpe = self._tables_args
         text = np.frombuffer(data, dtype=np.uint8)
-        out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
-        spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
+        out, spans = self._buffers(len(data))
         n_out, n_spans, position, work = 0, 0, 0, self._work
         while True:
             n_out, n_spans, position, need = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out,
@@ -431,9 +432,10 @@ class SentencePieceFastTokenizer:
                 work = work_buffers(int(need))
                 continue
             out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
+            self._out = out
         ids = out[:n_out]
         if n_spans == 0:
-            return ids.copy()
+            return ids.copy()  # never a view of the kept buffer
         pieces = [data[a:b].decode("utf-8", "surrogatepass") for a, b, _ in spans[:n_spans].tolist()]
         encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
         parts, previous = [], 0
@@ -445,6 +447,16 @@ class SentencePieceFastTokenizer:
             previous = at
         parts.append(ids[previous:])
         return np.concatenate(parts)
+
+    def _buffers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The kernel's output and fallback-span arrays for `size` bytes of text: kept between calls and
+        grown to the largest text yet (slices of at most the family's `slice_chars`), so that a call
+        does not map and fault in fresh pages for ids it then copies out."""
+        if self._out.shape[0] < size + size // 2 + 64:
+            self._out = np.empty(size + size // 2 + 64, dtype=np.int32)
+        if self._spans.shape[0] < size // 2 + 2:
+            self._spans = np.empty((size // 2 + 2, 3), dtype=np.int64)
+        return self._out, self._spans
 
     def safe_cuts(self, data: bytes) -> np.ndarray:
         """Byte positions of the spaces at which UTF-8 `data` may be cut (int64, ascending); see
