@@ -27,8 +27,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from pipeline.kernels.common.jit import helper, kernel
+from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import decode_bmp, decode_valid, utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, bpe_parts, merge_part
@@ -58,6 +60,8 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
 from pipeline.kernels.tokenizer.sentencepiece.unigram import viterbi_ids
 
 _BATCH = 32  # chunks found ahead of the one being encoded
+_LOW_21 = np.uint64(0x2121212121212121)
+_HIGH_BITS = np.uint64(0x8080808080808080)
 
 
 class Cuts(NamedTuple):
@@ -213,8 +217,19 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             j = position
             following = n
             while j < n:
-                c = text[j]
                 if by_runs:
+                    # to the next byte below 0x21 (every run byte is one) eight bytes at a time: the lowest
+                    # flagged byte of `(w - 0x21..) & ~w & 0x80..` is the first such byte of w
+                    while j + 8 <= n:
+                        w = load8(text, j)
+                        below = (w - _LOW_21) & ~w & _HIGH_BITS
+                        if below != 0:
+                            j += np.int64(trailing_zeros(below)) >> 3
+                            break
+                        j += 8
+                    if j >= n:
+                        break
+                    c = text[j]
                     if run_bytes[c] != 0 and j > position:
                         e = j + 1
                         while e < n and run_bytes[text[e]] != 0:
@@ -228,7 +243,10 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                             break
                         j = e
                         continue
-                elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
+                    j += 1
+                    continue
+                c = text[j]
+                if c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
                         and cut_right[text[j + 1]] != 0:
                     # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
                     following = j + 1 if cut_mode == CUT_DROP else j
