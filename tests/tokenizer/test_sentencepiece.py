@@ -21,7 +21,7 @@ from pipeline.kernels.text.cleaning import NotText, clean_bytes
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import CUT_AFTER, CUT_BEFORE, CUT_BEFORE_SPACE, DIRECT_BYTES
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache
-from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.encode import encode_kernel, work_buffers
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     CUT_DROP,
     CUT_KEEP,
@@ -363,7 +363,7 @@ def test_chunks_the_real_tokenizer_encoded_are_remembered():
     data = np.frombuffer(text.encode(), dtype=np.uint8)
     for round_ in range(2):
         out, spans = np.empty(256, np.int32), np.empty((64, 3), np.int64)
-        _, n_spans, _ = encode_kernel(data, 0, *fast._tables_args, fast.cache, out, 0, spans, 0)
+        _, n_spans, _, _ = encode_kernel(data, 0, *fast._tables_args, fast.cache, out, 0, spans, 0, work_buffers())
         assert (n_spans == 0) == (round_ == 1)
         assert list(fast.encode(text)) == expected
 
@@ -472,8 +472,8 @@ def test_an_isolated_split_is_taken_by_the_kernel_not_handed_on():
     cuts, normalizer, uni, bpe = fast._tables_args
     out = np.empty(4 * len(data) + 64, dtype=np.int32)
     spans = np.empty((len(data), 3), dtype=np.int64)
-    _, n_spans, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out,
-                                  0, spans, 0)
+    _, n_spans, _, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64),
+                                     out, 0, spans, 0, work_buffers())
     assert n_spans == 0
     _assert_same("nmt_nfkc_unigram:j2", text)
     # without a Metaspace each isolated character between ASCII neighbours is a chunk of its own: a
@@ -482,8 +482,8 @@ def test_an_isolated_split_is_taken_by_the_kernel_not_handed_on():
     assert not _pair("xlmr_unigram:converter_split")[1].tables.isolate.any()  # each chunk would get a `▁`
     marked = text.replace("best", "b\u0303\u0303est")
     data = marked.encode()
-    _, n_spans, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out,
-                                  0, spans, 0)
+    _, n_spans, _, _ = encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64),
+                                     out, 0, spans, 0, work_buffers())
     assert n_spans == 1 and data[spans[0, 0]:spans[0, 1]].decode() == " the b\u0303\u0303est of times"
     _assert_same("nmt_nfkc_unigram:j2", marked)
 
@@ -560,7 +560,7 @@ def test_a_mark_after_a_letter_is_taken_only_where_the_pair_stays_as_it_is():
         out = np.empty(4 * len(data) + 64, dtype=np.int32)
         found = np.empty((len(data) + 2, 3), dtype=np.int64)
         return encode_kernel(np.frombuffer(data, np.uint8), 0, cuts, normalizer, uni, bpe, chunk_cache(64), out, 0,
-                             found, 0)[1]
+                             found, 0, work_buffers())[1]
 
     assert spans("ang mg\u0303a salita ng\u0303 bayan") == 0
     assert spans("man\u0303ana") == 1 and spans("g\u0303\u0303") == 1 and spans("a \u0303b") == 1

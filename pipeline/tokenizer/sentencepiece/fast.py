@@ -39,7 +39,7 @@ from pipeline.kernels.common.utf8 import BMP
 from pipeline.kernels.tokenizer.sentencepiece.bpe import BpeArrays, BpeTables
 from pipeline.kernels.tokenizer.sentencepiece.bpe_stream import StreamTables, stream_encode
 from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import chunk_cache, remember_chunk
-from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel
+from pipeline.kernels.tokenizer.sentencepiece.encode import Cuts, Normalizer, encode_kernel, work_buffers
 from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
     BASE_COUNT,
     CUT_DROP,
@@ -385,6 +385,9 @@ class SentencePieceFastTokenizer:
         self.tables = _tables(tokenizer_json, self.tokenizer, config)
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = chunk_cache(CACHE_SLOTS)
+        self._work = work_buffers()  # the kernel's scratch; a chunk too long for it gets larger ones for its call
+        self._out = np.empty(0, dtype=np.int32)  # `_buffers`
+        self._spans = np.empty((0, 3), dtype=np.int64)
 
     def encode(self, text: str) -> np.ndarray:
         """Content ids of `text`, int32, shape (n,)."""
@@ -418,18 +421,21 @@ class SentencePieceFastTokenizer:
         """The ids chunk by chunk (`pipeline.kernels.tokenizer.sentencepiece.encode`), with fallback spans."""
         cuts, normalizer, uni, bpe = self._tables_args
         text = np.frombuffer(data, dtype=np.uint8)
-        out = np.empty(len(data) + len(data) // 2 + 64, dtype=np.int32)
-        spans = np.empty((len(data) // 2 + 2, 3), dtype=np.int64)
-        n_out, n_spans, position = 0, 0, 0
+        out, spans = self._buffers(len(data))
+        n_out, n_spans, position, work = 0, 0, 0, self._work
         while True:
-            n_out, n_spans, position = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out, n_out,
-                                                     spans, n_spans)
+            n_out, n_spans, position, need = encode_kernel(text, position, cuts, normalizer, uni, bpe, self.cache, out,
+                                                           n_out, spans, n_spans, work)
             if position >= len(data):
                 break
+            if need > 0:  # a chunk longer than the buffers: larger ones for the rest of this call
+                work = work_buffers(int(need))
+                continue
             out = np.concatenate([out, np.empty(out.shape[0] + 4 * (len(data) - position) + 64, dtype=np.int32)])
+            self._out = out
         ids = out[:n_out]
         if n_spans == 0:
-            return ids.copy()
+            return ids.copy()  # never a view of the kept buffer
         pieces = [data[a:b].decode("utf-8", "surrogatepass") for a, b, _ in spans[:n_spans].tolist()]
         encodings = self.tokenizer.encode_batch_fast(pieces, add_special_tokens=False)
         parts, previous = [], 0
@@ -441,6 +447,16 @@ class SentencePieceFastTokenizer:
             previous = at
         parts.append(ids[previous:])
         return np.concatenate(parts)
+
+    def _buffers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The kernel's output and fallback-span arrays for `size` bytes of text: kept between calls and
+        grown to the largest text yet (slices of at most the family's `slice_chars`), so that a call
+        does not map and fault in fresh pages for ids it then copies out."""
+        if self._out.shape[0] < size + size // 2 + 64:
+            self._out = np.empty(size + size // 2 + 64, dtype=np.int32)
+        if self._spans.shape[0] < size // 2 + 2:
+            self._spans = np.empty((size // 2 + 2, 3), dtype=np.int64)
+        return self._out, self._spans
 
     def safe_cuts(self, data: bytes) -> np.ndarray:
         """Byte positions of the spaces at which UTF-8 `data` may be cut (int64, ascending); see

@@ -7,14 +7,22 @@ memory line and a byte compare. Row layout, in the row's own units: uint64 0 the
 string's FNV-1a hash's high bits, flags and the length: `row_key`), bytes 8..31 the string, int32
 8 the count of ids, int32 9..15 the ids. A hit is checked byte for byte, so the cache changes the
 speed, never the ids.
+
+Two ways of keying a row share the table: `encode` packs a string into three little-endian words,
+zero beyond its length (`packed`), hashes the words (`packed_hash`) and compares a row's key and
+three words at once (`probe_packed`, `insert_packed` writing the zeros too): no loop over bytes, and
+the chunk scan no longer hashes byte by byte. `bpe_stream` hashes bytes (FNV-1a) and compares them
+one by one (`probe`, `insert`). A row one way writes is found the other way only when its hash
+happens to agree; either way a hit is the very string (its length is in the key and its bytes are
+compared), so sharing costs at most a miss.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pipeline.kernels.common.hash_table import hash_bytes
 from pipeline.kernels.common.jit import helper, kernel
+from pipeline.kernels.common.loads import load8
 
 ROW_BYTES = 64  # one cache line per row
 CHUNK_BYTES = 24  # row bytes 8..31: the string
@@ -25,6 +33,11 @@ HASH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)  # a key: the hash's high bits, flags,
 WORD_FLAG = np.uint64(0x80)  # the row holds a normalised word or part (the model's input), not raw text
 STREAM_FLAG = np.uint64(0x40)  # the row holds a stream segment without the text's prefix (`bpe_stream`)
 NO_FLAGS = np.uint64(0)
+_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
+_MIX_1 = np.uint64(0x9E3779B97F4A7C15)
+_MIX_2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX_3 = np.uint64(0x165667B19E3779F9)
+_HALF = np.uint64(32)
 
 
 def chunk_cache(slots: int) -> np.ndarray:
@@ -61,6 +74,82 @@ def copy_ids(cache_ints, row, out, n_out):
     for k in range(cache_ints[row, COUNT_AT]):
         out[n_out + k] = cache_ints[row, COUNT_AT + 1 + k]
     return n_out + cache_ints[row, COUNT_AT]
+
+
+@kernel(inline="always")
+def _low_bytes(word, n):
+    """The low n (0 <= n <= 8) bytes of word, the others zero."""
+    return word & (_ALL_BITS >> np.uint64(64 - 8 * n)) if n > 0 else np.uint64(0)
+
+
+@kernel(inline="always")
+def _packed_bytes(data, start, length):
+    """`packed` of a string near the end of `data`, one byte at a time (scalars: no array)."""
+    k0 = np.uint64(0)
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    for q in range(length):
+        byte = np.uint64(data[start + q]) << np.uint64(8 * (q & 7))
+        if q < 8:
+            k0 |= byte
+        elif q < 16:
+            k1 |= byte
+        else:
+            k2 |= byte
+    return k0, k1, k2
+
+
+@kernel(inline="always")
+def packed(data, start, length):
+    """(k0, k1, k2): data[start:start+length] (length <= CHUNK_BYTES) as three little-endian words,
+    zero beyond length: the row's bytes 8..31 as `insert_packed` writes them. Whole 8-byte loads
+    where `data` has the bytes; nothing past its end is read."""
+    if start + ((length + 7) & -8) > data.shape[0]:
+        return _packed_bytes(data, start, length)
+    if length <= 8:
+        return _low_bytes(load8(data, start), length), np.uint64(0), np.uint64(0)
+    if length <= 16:
+        return load8(data, start), _low_bytes(load8(data, start + 8), length - 8), np.uint64(0)
+    return load8(data, start), load8(data, start + 8), _low_bytes(load8(data, start + 16), length - 16)
+
+
+@kernel(inline="always")
+def packed_hash(k0, k1, k2):
+    """A 64-bit hash of a packed string (its length is in the row's key, not here): multiply and
+    fold, the high half folded down last so that the set (the low bits) depends on every byte."""
+    h = (k0 ^ _MIX_3) * _MIX_1
+    h = (h ^ (h >> _HALF) ^ k1) * _MIX_2
+    h = (h ^ (h >> _HALF) ^ k2) * _MIX_1
+    return h ^ (h >> _HALF)
+
+
+@kernel(inline="always")
+def probe_packed(cache, slot, key, k0, k1, k2):
+    """The row of the set at `slot` holding `key` and the packed string (k0, k1, k2), or -1."""
+    if cache[slot, 0] == key and cache[slot, 1] == k0 and cache[slot, 2] == k1 and cache[slot, 3] == k2:
+        return slot
+    if cache[slot + 1, 0] == key and cache[slot + 1, 1] == k0 and cache[slot + 1, 2] == k1 \
+            and cache[slot + 1, 3] == k2:
+        return slot + 1
+    return np.int64(-1)
+
+
+@helper
+def insert_packed(cache, cache_ints, slot, key, k0, k1, k2, out, first, stop):
+    """Remember the packed string (k0, k1, k2) -> out[first:stop] in the set at `slot` (when the ids
+    fit a row; the string's length, at most CHUNK_BYTES, is in `key`), the zeros beyond it too."""
+    made = stop - first
+    if made > CHUNK_IDS:
+        return
+    if cache[slot, 0] != 0 and cache[slot + 1, 0] == 0:
+        slot += 1  # keep what the first way holds while the second is free
+    cache[slot, 0] = key
+    cache[slot, 1] = k0
+    cache[slot, 2] = k1
+    cache[slot, 3] = k2
+    cache_ints[slot, COUNT_AT] = made
+    for k in range(made):
+        cache_ints[slot, COUNT_AT + 1 + k] = out[first + k]
 
 
 @helper
@@ -102,6 +191,7 @@ def remember_chunk(cache, text, start, stop, ids):
     length = stop - start
     if length > CHUNK_BYTES or ids.shape[0] > CHUNK_IDS or length == 0:
         return
-    h = hash_bytes(text, start, stop)
-    insert(cache, cache.view(np.uint8), cache.view(np.int32), set_of(h, cache), row_key(h, length, NO_FLAGS), text,
-           start, length, ids, np.int64(0), ids.shape[0])
+    k0, k1, k2 = packed(text, start, length)
+    h = packed_hash(k0, k1, k2)
+    insert_packed(cache, cache.view(np.int32), set_of(h, cache), row_key(h, length, NO_FLAGS), k0, k1, k2, ids,
+                  np.int64(0), ids.shape[0])

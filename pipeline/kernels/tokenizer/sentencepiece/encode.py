@@ -27,9 +27,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
-from pipeline.kernels.common.hash_table import FNV_OFFSET, hash_bytes, hash_step
 from pipeline.kernels.common.jit import helper, kernel
+from pipeline.kernels.common.loads import load8
 from pipeline.kernels.common.prefetch import prefetch_row
 from pipeline.kernels.common.utf8 import decode_bmp, decode_valid, utf8_width
 from pipeline.kernels.tokenizer.sentencepiece.bpe import bpe_ids, bpe_parts, merge_part
@@ -39,8 +40,10 @@ from pipeline.kernels.tokenizer.sentencepiece.chunk_cache import (
     WORD_FLAG,
     cached_count,
     copy_ids,
-    insert,
-    probe,
+    insert_packed,
+    packed,
+    packed_hash,
+    probe_packed,
     row_key,
     set_of,
 )
@@ -57,6 +60,8 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
 from pipeline.kernels.tokenizer.sentencepiece.unigram import viterbi_ids
 
 _BATCH = 32  # chunks found ahead of the one being encoded
+_LOW_21 = np.uint64(0x2121212121212121)
+_HIGH_BITS = np.uint64(0x8080808080808080)
 
 
 class Cuts(NamedTuple):
@@ -89,18 +94,35 @@ class Normalizer(NamedTuple):
     plain_cp: np.ndarray  # uint8 (BMP,)
 
 
-@helper
-def _grow(size):
-    """Scratch buffers for chunks whose normalised text and words fit in `size` bytes."""
-    src = np.empty(size, np.uint8)
-    dst = np.empty(size, np.uint8)
-    words = np.empty(size + 8, np.uint8)
-    bounds = np.empty((size + 8, 2), np.int64)
-    symbols = np.empty(3 * size + 24, np.int32)
-    best_score = np.empty(size + 8, np.float64)
-    best_start = np.empty(size + 8, np.int64)
-    parts = np.empty((size + 8, 2), np.int64)
-    return src, dst, words, bounds, symbols, best_score, best_start, parts
+class Work(NamedTuple):
+    """`encode_kernel`'s scratch arrays (it allocates none: `work_buffers`): a chunk's normalised text
+    (two buffers the tail operations alternate between), its words and their bounds, the model's
+    scratch (BPE symbols, the Viterbi's best scores and starts, BPE parts), the batch of chunks found
+    ahead (starts, stops, hashes)."""
+
+    src: np.ndarray  # uint8 (size,)
+    dst: np.ndarray  # uint8 (size,)
+    words: np.ndarray  # uint8 (size + 8,)
+    bounds: np.ndarray  # int64 (size + 8, 2)
+    symbols: np.ndarray  # int32 (3 * size + 24,)
+    best_score: np.ndarray  # float64 (size + 8,)
+    best_start: np.ndarray  # int64 (size + 8,)
+    parts: np.ndarray  # int64 (size + 8, 2)
+    chunk_start: np.ndarray  # int64 (_BATCH,)
+    chunk_stop: np.ndarray  # int64 (_BATCH,)
+    chunk_hash: np.ndarray  # uint64 (_BATCH,)
+
+
+WORK_BYTES = 256  # the chunk size `work_buffers` makes room for unless asked for more
+
+
+def work_buffers(size: int = WORK_BYTES) -> Work:
+    """Scratch for `encode_kernel`, for chunks whose normalised text and words fit in `size` bytes
+    (the kernel returns the size it needs when a chunk does not fit: call again with larger ones)."""
+    return Work(np.empty(size, np.uint8), np.empty(size, np.uint8), np.empty(size + 8, np.uint8),
+                np.empty((size + 8, 2), np.int64), np.empty(3 * size + 24, np.int32),
+                np.empty(size + 8, np.float64), np.empty(size + 8, np.int64), np.empty((size + 8, 2), np.int64),
+                np.empty(_BATCH, np.int64), np.empty(_BATCH, np.int64), np.empty(_BATCH, np.uint64))
 
 
 @helper
@@ -152,14 +174,19 @@ def _starts_after_run(text, e, n, edges):
     return cp >= 0 and (edges[cp] & 2) != 0
 
 
-@kernel()
-def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, spans, n_spans):
-    """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop): stop < len(text) when `out`
-    had no room for the next chunk (call again from stop with a larger `out`).
+@kernel(_nrt=False)  # no reference counting (see the docstring)
+def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, spans, n_spans, work):
+    """Encode text[begin:] chunk by chunk; returns (n_out, n_spans, stop, need): stop < len(text) when
+    `out` had no room for the next chunk (call again from stop with a larger `out`) or, with need > 0,
+    when the chunk at stop needs `work` buffers of `need` bytes (call again with `work_buffers(need)`).
 
     cuts: `Cuts`; normalizer: `Normalizer`; uni / bpe: the model tables (`unigram.UnigramArrays`,
     `bpe.BpeArrays`); cache: `chunk_cache.chunk_cache`; spans: int64 (k, 3) fallback spans (byte start,
-    byte stop, position in out)."""
+    byte stop, position in out); work: `Work`.
+
+    Compiled without numba's reference counting (NRT), so it allocates nothing: with it, every array
+    handed to a helper (the cache's probe and insert, the normalizer, the Viterbi) was counted in and
+    out around each call, about a hundred atomic updates' worth of code in the chunk loop."""
     cut_mode, cut_left, cut_right, run_bytes, edges = cuts.rule[0], cuts.left, cuts.right, cuts.run_bytes, cuts.edges
     isolate = cuts.isolate
     by_runs = cuts.rule[1] != 0  # cut at whitespace runs (`whitespace_cuts`) instead of single ASCII spaces
@@ -176,40 +203,50 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
     by_parts = is_bpe and not b_ignore  # BPE words are cached by parts (`bpe_parts`)
     plain_ok = plain_prefix[0] >= 0  # plain_prefix: (length or -1, bytes...)
     n_prefix = plain_prefix[0]
-    cache_bytes = cache.view(np.uint8)
     cache_ints = cache.view(np.int32)
     n = text.shape[0]
-    src, dst, words, bounds, symbols, best_score, best_start, parts = _grow(np.int64(256))
+    src, dst, words, bounds, symbols, best_score, best_start, parts, chunk_start, chunk_stop, chunk_hash = work
     open_span = n_spans > 0 and spans[n_spans - 1, 1] == begin
     cutting = cut_mode != CUT_NONE
-    chunk_start = np.empty(_BATCH, np.int64)
-    chunk_stop = np.empty(_BATCH, np.int64)
-    chunk_hash = np.empty(_BATCH, np.uint64)
     position = begin
     while position < n:
         # find the next _BATCH chunks (up to each safe cut) and prefetch their cache rows, so that the
         # memory fetches of a batch overlap instead of following one another
         count = 0
         while count < _BATCH and position < n:
-            h = FNV_OFFSET
             j = position
             following = n
             while j < n:
-                c = text[j]
                 if by_runs:
+                    # to the next byte below 0x21 (every run byte is one) eight bytes at a time: the lowest
+                    # flagged byte of `(w - 0x21..) & ~w & 0x80..` is the first such byte of w
+                    while j + 8 <= n:
+                        w = load8(text, j)
+                        below = (w - _LOW_21) & ~w & _HIGH_BITS
+                        if below != 0:
+                            j += np.int64(trailing_zeros(below)) >> 3
+                            break
+                        j += 8
+                    if j >= n:
+                        break
+                    c = text[j]
                     if run_bytes[c] != 0 and j > position:
                         e = j + 1
                         while e < n and run_bytes[text[e]] != 0:
                             e += 1
-                        if e < n and _ends_before_run(text, position, j, edges) \
-                                and _starts_after_run(text, e, n, edges):
+                        # ASCII neighbours (nearly every run) read `edges` here; the rest decode in the helpers
+                        before, after = text[j - 1], text[e] if e < n else np.uint8(0)
+                        if e < n and ((edges[before] & 1) != 0 if before < 0x80
+                                      else _ends_before_run(text, position, j, edges)) \
+                                and ((edges[after] & 2) != 0 if after < 0x80 else _starts_after_run(text, e, n, edges)):
                             following = e  # the run belongs to neither side
                             break
-                        while j < e:
-                            h = hash_step(h, text[j])
-                            j += 1
+                        j = e
                         continue
-                elif c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
+                    j += 1
+                    continue
+                c = text[j]
+                if c == 32 and cutting and j > position and j + 1 < n and cut_left[text[j - 1]] != 0 \
                         and cut_right[text[j + 1]] != 0:
                     # the next chunk starts after the space (CUT_DROP) or at it (CUT_KEEP)
                     following = j + 1 if cut_mode == CUT_DROP else j
@@ -217,20 +254,21 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 elif isolate[c] != 0 and (j + 1 == n or text[j + 1] < 0x80) and (j == 0 or text[j - 1] < 0x80):
                     # a character an isolated Split makes a word of its own: a chunk of its own
                     if j == position:
-                        h = hash_step(h, c)
                         j += 1
                     following = j
                     break
-                h = hash_step(h, c)
                 j += 1
             chunk_start[count] = position
             chunk_stop[count] = j
-            chunk_hash[count] = h
-            count += 1
-            if j - position <= CHUNK_BYTES:
+            h = np.uint64(0)
+            if j - position <= CHUNK_BYTES:  # the cache's row: its hash from the chunk's packed bytes
+                k0, k1, k2 = packed(text, position, j - position)
+                h = packed_hash(k0, k1, k2)
                 slot = set_of(h, cache)
                 prefetch_row(cache, slot)
                 prefetch_row(cache, slot + 1)
+            chunk_hash[count] = h
+            count += 1
             position = following
         for q in range(count):
             i, j, h = chunk_start[q], chunk_stop[q], chunk_hash[q]
@@ -238,11 +276,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             cacheable = length <= CHUNK_BYTES
             slot = set_of(h, cache)
             key = row_key(h, length, NO_FLAGS)
+            k0 = k1 = k2 = np.uint64(0)
             if cacheable:
-                row = probe(cache, cache_bytes, slot, key, text, i, length)
+                k0, k1, k2 = packed(text, i, length)
+                row = probe_packed(cache, slot, key, k0, k1, k2)
                 if row >= 0:
                     if n_out + cached_count(cache_ints, row) > out.shape[0]:
-                        return n_out, n_spans, i
+                        return n_out, n_spans, i, np.int64(0)
                     n_out = copy_ids(cache_ints, row, out, n_out)
                     open_span = False
                     continue
@@ -266,10 +306,9 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
             else:
                 peak, need = _bounds(text, i, j, ops, flags, cp_len, growth[0])
             if peak > src.shape[0] or need > words.shape[0]:
-                grown = _grow(max(peak, need, 2 * src.shape[0]))
-                src, dst, words, bounds, symbols, best_score, best_start, parts = grown
+                return n_out, n_spans, i, np.int64(max(peak, need, 2 * src.shape[0]))
             if n_out + need > out.shape[0]:
-                return n_out, n_spans, i
+                return n_out, n_spans, i, np.int64(0)
             first = n_out
             if plain:
                 for k in range(n_prefix):
@@ -300,11 +339,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                 a, b = bounds[w, 0], bounds[w, 1]
                 w += 1
                 word_slot, word_key = np.int64(-1), np.uint64(0)
+                w0 = w1 = w2 = np.uint64(0)
                 if general and b - a <= CHUNK_BYTES and not by_parts:  # a word of an unknown chunk: maybe seen
-                    wh = hash_bytes(words, a, b)
+                    w0, w1, w2 = packed(words, a, b - a)
+                    wh = packed_hash(w0, w1, w2)
                     word_slot = set_of(wh, cache)
                     word_key = row_key(wh, b - a, WORD_FLAG)
-                    row = probe(cache, cache_bytes, word_slot, word_key, words, a, b - a)
+                    row = probe_packed(cache, word_slot, word_key, w0, w1, w2)
                     if row >= 0:
                         n_out = copy_ids(cache_ints, row, out, n_out)
                         continue
@@ -315,11 +356,13 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     for r in range(n_parts):
                         pa, pb = parts[r, 0], parts[r, 1]
                         part_slot, part_key = np.int64(-1), np.uint64(0)
+                        p0 = p1 = p2 = np.uint64(0)
                         if pb - pa <= CHUNK_BYTES:
-                            ph = hash_bytes(words, pa, pb)
+                            p0, p1, p2 = packed(words, pa, pb - pa)
+                            ph = packed_hash(p0, p1, p2)
                             part_slot = set_of(ph, cache)
                             part_key = row_key(ph, pb - pa, WORD_FLAG)
-                            row = probe(cache, cache_bytes, part_slot, part_key, words, pa, pb - pa)
+                            row = probe_packed(cache, part_slot, part_key, p0, p1, p2)
                             if row >= 0:
                                 n_out = copy_ids(cache_ints, row, out, n_out)
                                 continue
@@ -330,8 +373,8 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                         if n_out < 0:
                             break
                         if part_slot >= 0:
-                            insert(cache, cache_bytes, cache_ints, part_slot, part_key, words, pa, pb - pa, out,
-                                    part_first, n_out)
+                            insert_packed(cache, cache_ints, part_slot, part_key, p0, p1, p2, out, part_first,
+                                          n_out)
                     word_slot = np.int64(-1)  # the parts are cached, not the word
                 elif is_bpe:
                     n_out = bpe_ids(words, a, b, b_blob, b_starts, b_lengths, b_ids, b_slots, b_chars, b_merges,
@@ -341,10 +384,10 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     n_out = viterbi_ids(words, a, b, cells, u_scores, u_bytes, u_unk,
                                         unk_score, u_fallback, best_score, best_start, symbols, out, n_out)
                 if word_slot >= 0 and n_out >= 0:
-                    insert(cache, cache_bytes, cache_ints, word_slot, word_key, words, a, b - a, out, before, n_out)
+                    insert_packed(cache, cache_ints, word_slot, word_key, w0, w1, w2, out, before, n_out)
             if n_words >= 0 and n_out >= 0:
                 if cacheable:
-                    insert(cache, cache_bytes, cache_ints, slot, key, text, i, length, out, first, n_out)
+                    insert_packed(cache, cache_ints, slot, key, k0, k1, k2, out, first, n_out)
                 open_span = False
             else:
                 n_out = first
@@ -356,4 +399,4 @@ def encode_kernel(text, begin, cuts, normalizer, uni, bpe, cache, out, n_out, sp
                     spans[n_spans, 2] = n_out
                     n_spans += 1
                     open_span = True
-    return n_out, n_spans, n
+    return n_out, n_spans, n, np.int64(0)
