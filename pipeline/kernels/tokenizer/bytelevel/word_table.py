@@ -18,10 +18,19 @@ frequent words get their set first); a word whose set is full is left out (BPE a
 cache find it). Sized to its contents: the power of two of sets at or above the seeded words, so
 the table is at most half full of them and most sets keep a way for the words a text brings
 (`front_keep`: a new word takes an empty way, else a way not seeded). A table per cache, copied
-from the tokenizer's (`ByteLevelCache`).
+from the tokenizer's (`ByteLevelCache`), which doubles it (`grown_table`) when the words the texts
+bring keep finding no room, up to MAX_SETS sets.
 
-In the books about 97% of words are one token of up to 15 bytes (92% of words have up to 8 bytes),
-so the second cache (`word_cache`, 64-byte records in a 32 MB table) serves the other few.
+Every word computed also goes to the second cache (`word_cache`, 64-byte records in a 32 MB
+table), which the kernel reads after a miss here only where the set is marked in the overflow
+bitmap (`overflowed`: the set once had no room for a word, or let one go); a miss in a set not
+marked is a new word, merged at once (its second-cache set fetched meanwhile). A read there costs
+a memory round trip: before the bitmap, the cold pass over the books made 156,000 of them, 39,000
+after.
+
+In the books 92% of words have up to 8 bytes, 8% 9 to 15; about 97% of words are one token of up
+to 15 bytes, found here with one line read (a 50k-token vocabulary: 50,000 seeds, the table 4 MB
+at first, 16 MB after the books; a warm pass misses 0.4% of its lookups).
 """
 
 from __future__ import annotations
