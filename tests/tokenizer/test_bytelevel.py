@@ -142,18 +142,20 @@ def _word_lengths_text(seed: int) -> str:
 
 @pytest.mark.parametrize("name", ["roberta", "llama3", "gpt2_affixes"])
 def test_a_tiny_word_cache_that_evicts_every_word_gives_the_real_ids(name):
-    """Four cache records for hundreds of words: every lookup collides, evicts or hits a neighbour's
-    set, and hits must still copy the right ids (1 to many per word, words of every key length)."""
+    """Four cache records and a word table of two sets for hundreds of words: every lookup collides,
+    evicts or hits a neighbour's set, and hits must still copy the right ids (1 to many per word,
+    words of every key length)."""
     real, _ = pair(name)
     fast = FastTokenizer(real, tokenizer_json(name))
-    fast._impl.cache = ByteLevelCache.empty(2)
+    fast._impl.cache = ByteLevelCache(fast._impl.tables, sets=2, front_sets=2)
     for seed in range(3):
         text = _word_lengths_text(seed)
         expected = np.asarray(real.encode(text, add_special_tokens=False).ids, dtype=np.int32)
         for _ in range(2):
             np.testing.assert_array_equal(fast.encode(text), expected)
-    with pytest.raises(ValueError, match="power of two"):
-        ByteLevelCache.empty(3)
+    for sizes in ({"sets": 3}, {"front_sets": 3}):
+        with pytest.raises(ValueError, match="power of two"):
+            ByteLevelCache(fast._impl.tables, **sizes)
 
 
 def test_the_class_table_is_the_regex_engines():
@@ -261,7 +263,7 @@ def test_words_of_many_ids_are_cached_whole_across_both_ways_of_a_set():
     way 1 must not be read as a record while a wide entry fills it). Hits give the real ids."""
     real, _ = pair("roberta")
     fast = FastTokenizer(real, tokenizer_json("roberta"))
-    fast._impl.cache = ByteLevelCache.empty(2)
+    fast._impl.cache = ByteLevelCache(fast._impl.tables, sets=2, front_sets=2)
     rng = np.random.default_rng(7)
     words = ["".join(_CJK[int(k)] for k in rng.integers(len(_CJK), size=int(rng.integers(4, 9))))
              for _ in range(40)]
@@ -281,9 +283,9 @@ def test_a_word_found_again_stays_cached_while_new_words_take_turns_in_its_set()
     """Three words of one set, in turn (A, B, C, A, ...): a new word takes way 1 and a hit in way 1
     moves to way 0, so the word found again is kept (a new word that pushed way 0 into way 1 dropped
     the word to come next: every lookup a miss). Each hit copies the ids that word was given."""
-    from pipeline.kernels.tokenizer.bytelevel.word_cache import cached_ids, remember
+    from pipeline.kernels.tokenizer.bytelevel.word_cache import PackedWordCache, cached_ids, remember
 
-    records = ByteLevelCache.empty(2).records
+    records = PackedWordCache.empty(2).records
     ids = {word: np.arange(10 * word, 10 * word + count, dtype=np.int32) for word, count in ((1, 3), (2, 1), (3, 9))}
 
     def find(word):

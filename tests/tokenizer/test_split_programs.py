@@ -202,7 +202,7 @@ def test_the_program_equals_the_written_out_scanner(name):
     scanner = fast._impl.tables
     program = _program(REAL_CHAINS[name])
     compiled = dataclasses.replace(scanner, pattern=PROGRAM, program=program.arrays)
-    cache = type(fast._impl.cache).empty()
+    cache = type(fast._impl.cache)(scanner)
     for text in _book_texts():
         data = np.frombuffer((" " + text if fast._impl.prefix_space else text).encode(), dtype=np.uint8)
         expected = encode_bytes(data, scanner, cache)

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from pipeline.kernels.common.hash_table import ByteTable
 from pipeline.kernels.common.string_arrays import StringArrays
 from pipeline.kernels.tokenizer.bytelevel.encode import merge_table, merge_table_of
-from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table, single_table_of
+from pipeline.kernels.tokenizer.bytelevel.word_table import seed_words
 from pipeline.kernels.tokenizer.wordpiece.encode import WordPieceTables
 from pipeline.tokenizer.bytelevel import fast as bytelevel
 from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
@@ -61,15 +61,23 @@ def test_a_pair_merged_twice_keeps_its_last_rank_as_tokenizers_does():
     assert (table[:, 0] != 0).sum() == 2
 
 
-def test_the_single_table_of_arrays_is_laid_out_as_the_one_of_a_dict():
+def test_the_word_tables_seeds_are_in_id_order_whatever_order_the_words_come_in():
+    """Seeds of words of 1 to 15 bytes (a key of zeros, one a prefix of another, equal ids) come out
+    in id order, then key order: the same table from the same words in any order."""
     rng = random.Random(5)
-    words = {bytes(rng.randrange(256) for _ in range(rng.randint(1, 8))): rng.randrange(1 << 20) for _ in range(3000)}
-    words[b"a"], words[b"a\x00"], words[b"\x00"] = 1, 2, 3  # a key of zeros, one a prefix of another
-    keys = np.array([int.from_bytes(w, "little") for w in words], dtype=np.uint64)
+    words = {bytes(rng.randrange(256) for _ in range(rng.randint(1, 15))): rng.randrange(1 << 10) for _ in range(3000)}
+    words[b"a"], words[b"a\x00"], words[b"\x00"] = 1, 2, 3
+    packed = [int.from_bytes(w, "little") for w in words]
+    k0 = np.array([p & (2 ** 64 - 1) for p in packed], dtype=np.uint64)
+    k1 = np.array([p >> 64 for p in packed], dtype=np.uint64)
     lengths = np.array([len(w) for w in words], dtype=np.int64)
-    order = np.random.default_rng(0).permutation(len(words))  # any order in, the words' order laid out
-    table = single_table_of(keys[order], lengths[order], np.array(list(words.values()), dtype=np.int64)[order])
-    np.testing.assert_array_equal(table, single_table(words))
+    ids = np.array(list(words.values()), dtype=np.int64)
+    seeds = seed_words(k0, k1, lengths, ids)
+    assert (np.diff(seeds[:, 2].astype(np.int64)) >= 0).all()
+    order = np.random.default_rng(0).permutation(len(words))
+    np.testing.assert_array_equal(seed_words(k0[order], k1[order], lengths[order], ids[order]), seeds)
+    with pytest.raises(ValueError, match="1 to 15 bytes"):
+        seed_words(k0[:1], k1[:1], np.array([16]), ids[:1])
 
 
 def _byte_table_entries(blob, starts, lengths, ids) -> dict[bytes, int]:
@@ -99,11 +107,11 @@ def test_the_byte_level_tables_hold_the_files_merges_vocabulary_and_one_token_wo
                                tables.vocab_ids) == expected
     assert tables.max_key == max(map(len, expected))
     real = Tokenizer.from_str(json.dumps(config)).model
-    singles = [(int(k), int(meta)) for k, meta in tables.singles if meta]
-    assert len(singles) > 500
-    for key, meta in singles:
-        word = key.to_bytes(8, "little")[:meta & 0xFF]
-        assert [t.id for t in real.tokenize("".join(BYTE_CHARS[b] for b in word))] == [meta >> 32]
+    seeds = [(int(k0), int(k1), int(token)) for k0, k1, token in tables.seeds]
+    assert len(seeds) > 500 and any(k1 >> 56 > 8 for _, k1, _ in seeds)  # words of 9 to 15 bytes too
+    for k0, k1, token in seeds:
+        word = (k0 | (k1 & (2 ** 56 - 1)) << 64).to_bytes(16, "little")[:k1 >> 56]
+        assert [t.id for t in real.tokenize("".join(BYTE_CHARS[b] for b in word))] == [token]
 
 
 def test_a_merge_outside_the_vocabulary_is_refused_naming_it():

@@ -47,7 +47,14 @@ from pipeline.kernels.tokenizer.bytelevel.encode import (
 from pipeline.kernels.tokenizer.bytelevel.pretokenize import MARK_LETTERS
 from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM
 from pipeline.kernels.tokenizer.bytelevel.tables import merge_ids, merge_parts, one_token_words
-from pipeline.kernels.tokenizer.bytelevel.word_cache import single_table_of
+from pipeline.kernels.tokenizer.bytelevel.word_cache import PackedWordCache
+from pipeline.kernels.tokenizer.bytelevel.word_table import (
+    FRONT_BYTES,
+    empty_table,
+    grown_table,
+    seed_words,
+    seeded_table,
+)
 from pipeline.tokenizer.bytelevel.normal_forms import NormalForm, normal_form
 from pipeline.tokenizer.bytelevel.split_program import SplitProgram, Unsupported, compile_chain
 from pipeline.tokenizer.components import BYTE_CHARS, CHAR_BYTES
@@ -279,26 +286,27 @@ def _raw_bytes(strings: StringArrays, stops: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _one_token_words(strings: StringArrays, raw: np.ndarray, suffix: str, ignore_merges: bool, initial: np.ndarray,
-                     merges: np.ndarray, byte_pairs: np.ndarray, by_bytes: ByteTable) -> tuple[np.ndarray, ...]:
-    """(keys, lengths, ids) of every word of up to 8 bytes that is one token (`word_cache.single_table_of`'s
-    arrays): each token's text (less the end-of-word suffix) is tried as a word, and the kernel's own
-    BPE says (`tables.one_token_words`), so the table of them never changes an id."""
+                     merges: np.ndarray, byte_pairs: np.ndarray, by_bytes: ByteTable) -> np.ndarray:
+    """The word table's seeds (`word_table.seed_words`): every word of up to FRONT_BYTES bytes that is
+    one token. Each token's text (less the end-of-word suffix) is tried as a word, and the kernel's
+    own BPE says (`tables.one_token_words`), so the table of them never changes an id."""
     starts, stops = strings.char_starts[:-1], strings.char_starts[1:].copy()
     if suffix:  # a token that ends with the suffix is tried without it
         stops[strings.ending_with(suffix)] -= len(suffix)
     _, inside = _raw_bytes(strings, stops)
     lengths = stops - starts
-    words = np.flatnonzero(inside & (lengths >= 1) & (lengths <= 8))
-    keys, sizes, found = one_token_words(raw, starts[words], lengths[words], ignore_merges, initial, merges,
-                                         byte_pairs, by_bytes.blob, by_bytes.starts, by_bytes.lengths, by_bytes.ids,
-                                         by_bytes.slots)
-    if not suffix:  # distinct tokens, distinct words
-        return keys, sizes, found
-    order = np.lexsort((sizes, keys))  # "ab" and "ab</w>" are one word: the same ids, kept once
-    again = np.zeros(order.shape[0], dtype=bool)
-    again[1:] = (keys[order][1:] == keys[order][:-1]) & (sizes[order][1:] == sizes[order][:-1])
-    kept = np.sort(order[~again])
-    return keys[kept], sizes[kept], found[kept]
+    words = np.flatnonzero(inside & (lengths >= 1) & (lengths <= FRONT_BYTES))
+    k0, k1, sizes, found = one_token_words(raw, starts[words], lengths[words], ignore_merges, initial, merges,
+                                           byte_pairs, by_bytes.blob, by_bytes.starts, by_bytes.lengths,
+                                           by_bytes.ids, by_bytes.slots)
+    if suffix:  # "ab" and "ab</w>" are one word: the same ids, kept once
+        order = np.lexsort((sizes, k1, k0))
+        again = np.zeros(order.shape[0], dtype=bool)
+        again[1:] = ((k0[order][1:] == k0[order][:-1]) & (k1[order][1:] == k1[order][:-1])
+                     & (sizes[order][1:] == sizes[order][:-1]))
+        kept = np.sort(order[~again])
+        k0, k1, sizes, found = k0[kept], k1[kept], sizes[kept], found[kept]
+    return seed_words(k0, k1, sizes, found)
 
 
 _TABLES: dict[str, ByteLevelTables] = {}
@@ -332,8 +340,9 @@ def _build_tables(config: dict) -> ByteLevelTables:
     words = ByteTable.of_arrays(raw, strings.char_starts[keyed], lengths, ids[keyed])
     byte_pairs = byte_pair_table(merges, initial)
     ignore_merges = bool(model.get("ignore_merges"))
-    singles = single_table_of(*_one_token_words(strings, raw, suffix, ignore_merges, initial, merges,
-                                                byte_pairs, words))
+    seeds = _one_token_words(strings, raw, suffix, ignore_merges, initial, merges, byte_pairs, words)
+    grown_table(empty_table(2), seeds[:0], PackedWordCache.empty(2).records)  # its kernels loaded now, not
+    # when a cache first grows (in the middle of a text: tens of ms)
     classes = pattern_classes(pattern)
     ascii_letters = np.array([chr(b).isascii() and chr(b).isalpha() for b in range(128)])
     return ByteLevelTables(classes=classes, swar_letters=bool(((classes[:128] == LETTER) == ascii_letters).all()),
@@ -343,7 +352,8 @@ def _build_tables(config: dict) -> ByteLevelTables:
                            merges=merges, byte_pairs=byte_pairs, vocab_blob=words.blob,
                            vocab_starts=words.starts, vocab_lengths=words.lengths, vocab_ids=words.ids,
                            vocab_slots=words.slots, max_key=int(lengths.max()) if lengths.shape[0] else 1,
-                           singles=singles, program=NO_PROGRAM if chain is None else chain.arrays)
+                           seeds=seeds, front=seeded_table(seeds),
+                           program=NO_PROGRAM if chain is None else chain.arrays)
 
 
 class ByteLevelFastTokenizer:
@@ -361,7 +371,7 @@ class ByteLevelFastTokenizer:
         self.prefix_space = pre_tokenizer_shape(config)[1]
         form = normal_form(config.get("normalizer"))[0]
         self.normal_form = None if form is None else NormalForm(form)  # NFC / NFKC: normal_forms.py
-        self.cache = ByteLevelCache.empty()
+        self.cache = ByteLevelCache(self.tables)
         self.window = WINDOW_BYTES  # bytes of words a kernel call tokenizes (its buffers grow with it)
 
     def encode(self, text: str) -> np.ndarray:

@@ -12,11 +12,12 @@ The kernel reproduces a `ByteLevel` pre-tokenizer (or a `Split` regex followed b
 
 A word (pre-token) is tokenized as `BPE.merge_word` does: `ignore_merges` first looks the whole
 word up, else its bytes become symbols and the adjacent pair of lowest (rank, position) is merged
-until none is in the merges. A word of up to 8 bytes that the model makes one token (most words)
-is found in a small table of such words (`word_cache.single_table`, built by `tables.one_token_words`); other
-words of up to WORD_BYTES bytes are kept in the word cache (`pipeline.kernels.tokenizer.bytelevel.word_cache`: the
-word's bytes are its key, a hit reads one cache line), so a repeated word costs a packed load and a
-compare. A word the tables cannot vouch for (a byte without
+until none is in the merges. A word of up to 15 bytes is looked up in the word table
+(`word_table`: 32-byte entries, two to a cache line, seeded with every such word the model makes one
+token, `tables.one_token_words`, and taking the words of up to 4 ids the texts bring), about 97%
+of the words of books found there with one line read; the others of up to WORD_BYTES bytes are
+kept in the second cache (`word_cache`: 64-byte records, the word's bytes its key), so a repeated
+word costs a packed load and a compare. A word the tables cannot vouch for (a byte without
 an initial id, so `[UNK]`/byte fallback decide, or longer than MAX_KERNEL_WORD) is returned as a
 *fallback word* for the real model, its ids spliced in at the recorded position.
 """
@@ -49,22 +50,38 @@ from pipeline.kernels.tokenizer.bytelevel.pretokenize import (  # noqa: F401 (th
 from pipeline.kernels.tokenizer.bytelevel.regex_program import NO_PROGRAM, PROGRAM, new_state, program_word_end
 from pipeline.kernels.tokenizer.bytelevel.word_cache import (
     MAX_IDS,
+    SETS,
     WORD_BYTES,
     PackedWordCache,
     cached_ids,
     remember,
     set_shift,
-    single_probe,
-    single_slot,
     word_key,
     word_set,
+)
+from pipeline.kernels.tokenizer.bytelevel.word_table import (
+    FRONT_BYTES,
+    KEPT,
+    MAX_SETS,
+    PUSHED,
+    empty_table,
+    front_ids,
+    front_keep,
+    front_key,
+    front_set,
+    front_shift,
+    grown_table,
+    mark_overflow,
+    overflow_flags,
+    overflowed,
+    seeded_table,
 )
 
 MAX_KERNEL_WORD = 256  # longer words go to the real model (its merge loop is O(n log n), ours O(n^2))
 NO_MERGE = np.int32(0x7FFFFFFF)
 WINDOW_BYTES = 1 << 20  # words tokenized a kernel call (its buffers grow with it)
 AHEAD = 32  # words found (and their table slots prefetched) before the first of them is looked up
-_SHORT, _CACHED, _LONG = 0, 1, 2  # a word of up to 8 bytes (in `singles` or the cache), up to WORD_BYTES, longer
+_FRONT, _CACHED, _LONG = 0, 1, 2  # a word of up to FRONT_BYTES bytes (the word table first), up to WORD_BYTES, longer
 
 
 @kernel(inline="always")
@@ -176,8 +193,8 @@ def _bpe(text, start, stop, initial, merges, byte_pairs, symbols, ranks, news, o
 
 @kernel(_nrt=False)  # no reference counting: it cost a third of a warm pass (see `_work_buffers`)
 def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, ignore_merges, initial, merges,
-                   byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, singles, program, records,
-                   out, work,
+                   byte_pairs, v_blob, v_starts, v_lengths, v_ids, v_slots, max_key, front, flags, crowding,
+                   program, records, out, work,
                    fallback, begin, limit):
     """Pre-tokenize and BPE the words of valid UTF-8 text that start in [begin, limit); returns
     (n_out, n_fallback, where the last word ends). `begin` is 0 or where such a call's last word
@@ -185,12 +202,14 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     fallback[k] = (byte start, byte stop, position in out) of a word left to the real model.
     out needs room for limit - begin + MAX_KERNEL_WORD ids (the last word may end past limit).
 
-    A word of up to 8 bytes that is one token is found in `singles` (small, so it stays in the CPU's
-    cache); any other word of up to WORD_BYTES bytes is looked up in the word cache (one cache line),
-    then, on a miss, in the vocabulary (`ignore_merges`) or merged, and remembered. The words are
-    found AHEAD words before they are looked up, and the cache sets of those not in `singles`
-    prefetched when found, so that several lookups' memory fetches overlap instead of following
-    one another (the pre-tokenizer does not depend on the cache, so the order changes nothing else).
+    A word of up to FRONT_BYTES bytes is looked up in the word table `front` (one cache line), then,
+    where its set ever let a word go (`flags`), in the second cache `records`; a longer one of up to
+    WORD_BYTES bytes in `records` only; on a miss it is looked up in the vocabulary (`ignore_merges`)
+    or merged, and remembered (in both, where the table has room: `crowding` counts the words it had
+    none for, so that the caller grows it). The words are found AHEAD words before they are looked
+    up, and their table sets prefetched when found, so that several lookups' memory fetches overlap
+    instead of following one another (the pre-tokenizer does not depend on the cache, so the order
+    changes nothing else).
 
     Compiled without numba's reference counting (NRT), so it allocates nothing (its buffers are
     `work`): with it, every array an inlined helper takes was counted in and out around the call,
@@ -200,7 +219,7 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
     n_fallback = 0
     size = text.shape[0]
     shift = set_shift(records)
-    single_shift = set_shift(singles) - np.uint64(1)
+    front_bits = front_shift(front)
     found_end = begin  # where the words found so far end
     n_found = 0  # words found
     n_done = 0  # words tokenized
@@ -235,10 +254,10 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
                 ahead_keys[slot, 0] = k0
                 ahead_keys[slot, 1] = k1
                 ahead_keys[slot, 2] = k2
-                if n <= 8:
-                    kind = _SHORT
-                    where = single_slot(k0, n, single_shift)
-                    prefetch_row(singles, where)
+                if n <= FRONT_BYTES:
+                    kind = _FRONT
+                    where = front_set(k0, front_key(k1, n), front_bits)
+                    prefetch_row(front, where)
                 else:
                     kind = _CACHED
                     where = word_set(k0, k1, k2, n, shift)
@@ -258,22 +277,30 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
         kind = ahead_kind[slot]
         position = stop
         n = stop - start
-        row = np.int64(-1)
+        row = front_row = np.int64(-1)
         k0 = k1 = k2 = np.uint64(0)
         if kind != _LONG:
             k0 = ahead_keys[slot, 0]
             k1 = ahead_keys[slot, 1]
             k2 = ahead_keys[slot, 2]
             row = ahead_where[slot]
-            if kind == _SHORT:
-                single = single_probe(singles, row, k0, n)
-                if single >= 0:
-                    out[n_out] = single
-                    n_out += 1
+            if kind == _FRONT:
+                done = front_ids(front, row, k0, front_key(k1, n), out, n_out)
+                if done >= 0:
+                    n_out = done
                     continue
+                front_row = row
                 row = word_set(k0, k1, k2, n, shift)
-            done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
-            if done >= 0:
+            done = -1
+            if front_row < 0 or overflowed(flags, front_row):  # else a word of that set is in the table or new
+                done = cached_ids(records, row, k0, k1, k2, n, out, n_out)
+            else:  # new: its set of the second cache is fetched while it is merged (`remember` reads it)
+                prefetch_row(records, row)
+                prefetch_row(records, row + 1)
+            if done >= 0:  # back into the word table, where another word took its place
+                if front_row >= 0 and front_keep(front, front_row, k0, front_key(k1, n), out, n_out,
+                                                 done - n_out) == PUSHED:
+                    crowding[0] += 1
                 n_out = done
                 continue
         done = -1
@@ -295,7 +322,10 @@ def _encode_kernel(text, classes, swar_letters, ascii_masks, fold, pattern, igno
             fallback[n_fallback, 2] = n_out
             n_fallback += 1
             continue
-        if row >= 0 and done - n_out <= MAX_IDS:
+        if front_row >= 0 and front_keep(front, front_row, k0, front_key(k1, n), out, n_out, done - n_out) != KEPT:
+            crowding[0] += 1  # no room, or a word pushed out: the caller grows the table
+            mark_overflow(flags, front_row)
+        if row >= 0 and done - n_out <= MAX_IDS:  # in the second cache too (the table's words push one another out)
             remember(records, row, k0, k1, k2, n, out, n_out, done - n_out)
         n_out = done
     return n_out, n_fallback, position
@@ -324,7 +354,9 @@ class ByteLevelTables:
             of bytes a and b at a * 256 + b (rank NO_MERGE when none), so a word's first lookups
             read one small table; empty when the initial ids depend on the symbol's place (affixes).
         vocab_*: the vocabulary keyed by raw bytes (`hash_table.ByteTable` arrays); max_key its longest key.
-        singles: the words of up to 8 bytes that BPE makes one token (`word_cache.single_table`).
+        seeds: uint64, shape (n, 3): the words of up to FRONT_BYTES bytes that BPE makes one token
+            (`word_table.seed_words`), in id order.
+        front: the word table seeded with them (`word_table.seeded_table`); each cache copies it.
         program: (code, cp_class, table) of a compiled Split chain (`regex_program`: the program
             packed in one array, its class table, its automata), NO_PROGRAM for GPT2 and LLAMA3.
     """
@@ -344,7 +376,8 @@ class ByteLevelTables:
     vocab_ids: np.ndarray
     vocab_slots: np.ndarray
     max_key: int
-    singles: np.ndarray
+    seeds: np.ndarray
+    front: np.ndarray
     program: tuple = NO_PROGRAM
 
 
@@ -405,14 +438,54 @@ def _fill_byte_pairs(merges, ids):
 
 def _work_buffers() -> tuple[np.ndarray, ...]:
     """The kernel's scratch arrays (it allocates none): a word's symbols, pair ranks and merged ids
-    (`_bpe`), then the words found ahead: their ends, kinds (_SHORT, _CACHED or _LONG), table slots
-    (a short word's in `singles`, a cached word's set) and keys."""
+    (`_bpe`), then the words found ahead: their ends, kinds (_FRONT, _CACHED or _LONG), table slots
+    (a word's set in the word table, or in the second cache for one of 16 to WORD_BYTES bytes) and keys."""
     return (np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32), np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32),
             np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32), np.empty(AHEAD, dtype=np.int64),
             np.empty(AHEAD, dtype=np.int64), np.empty(AHEAD, dtype=np.int64), np.empty((AHEAD, 3), dtype=np.uint64))
 
 
-ByteLevelCache = PackedWordCache  # the kernel's cache of tokenized words (the name other modules import)
+class ByteLevelCache:
+    """The kernel's memory of tokenized words, updated in place (it never changes an id).
+
+    Attributes:
+        front: the word table (`word_table`): a copy of the tokenizer's, seeded with its one-token
+            words, taking the words of up to FRONT_BYTES bytes and FRONT_IDS ids it has room for;
+            grown (`grow_if_crowded`) when the words the texts bring find no room in it.
+        flags: the table's overflow bitmap (`word_table.overflowed`): a word of a set not marked is in
+            the table or new, so its miss skips the second cache.
+        records: the second cache (`word_cache`): every word of up to WORD_BYTES bytes computed.
+        crowding: int64, shape (1,): words the table had no room for, or that pushed one out, since
+            it last grew.
+        grows: whether the table grows (up to MAX_SETS sets).
+    """
+
+    def __init__(self, tables: ByteLevelTables, sets: int = SETS, front_sets: int | None = None,
+                 grows: bool | None = None) -> None:
+        """A cache for the tokenizer of `tables`: its seeded word table (seeded again in `front_sets`
+        sets when given, a power of two >= 2; then it grows only if `grows`) and an empty second
+        cache of `sets` sets."""
+        if front_sets is None:
+            self.front = empty_table(tables.front.shape[0])  # 64-byte aligned: a set is one cache line
+            self.front[:] = tables.front
+        else:
+            self.front = seeded_table(tables.seeds, front_sets)
+        self.flags = overflow_flags(self.front.shape[0])
+        self.seeds = tables.seeds
+        self.records = PackedWordCache.empty(sets).records
+        self.crowding = np.zeros(1, dtype=np.int64)
+        self.grows = front_sets is None if grows is None else grows
+
+    def grow_if_crowded(self) -> bool:
+        """Doubles the word table (up to MAX_SETS sets) when more words than a sixteenth of its entries
+        found no room (or pushed one out) since it last grew: sized to what the texts bring (the
+        books' 150,000 distinct words take a 50k-token vocabulary's table from 4 to 16 MB; at 4 MB a
+        word a text brings back met another in its set about as often as every twentieth time)."""
+        if not self.grows or self.crowding[0] * 16 <= 2 * self.front.shape[0] or self.front.shape[0] >= MAX_SETS:
+            return False
+        self.front, self.flags = grown_table(self.front, self.seeds, self.records)
+        self.crowding[0] = 0
+        return True
 
 
 def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCache,
@@ -439,13 +512,15 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
         text = np.ascontiguousarray(text)
     size = text.shape[0]
     span = min(size, window)
-    out = np.empty(span + MAX_KERNEL_WORD + 1, dtype=np.int32)  # BPE never makes more tokens than bytes
+    out = np.empty(span + MAX_KERNEL_WORD + 4, dtype=np.int32)  # BPE never makes more tokens than bytes (+ the
+    # word table's hit writes 4 slots whatever the count)
     fallback = np.empty((span // 64 + 16, 3), dtype=np.int64)
     state = new_state(tables.program)  # a compiled chain's progress, carried from window to window
     args = (text, tables.classes, tables.swar_letters, tables.ascii_masks, tables.fold, tables.pattern,
             tables.ignore_merges, tables.initial, tables.merges, tables.byte_pairs, tables.vocab_blob,
             tables.vocab_starts, tables.vocab_lengths, tables.vocab_ids, tables.vocab_slots, tables.max_key,
-            tables.singles, tables.program + (state,), cache.records, out, _work_buffers())
+            cache.front, cache.flags, cache.crowding, tables.program + (state,), cache.records, out,
+            _work_buffers())
     id_parts, fallback_parts = [], []
     begin, n_ids = 0, 0
     while begin < size or not id_parts:
@@ -456,6 +531,8 @@ def encode_bytes(text: np.ndarray, tables: ByteLevelTables, cache: ByteLevelCach
             fallback = np.empty((span + 1, 3), dtype=np.int64)
             state[:] = progress
             n_out, n_fallback, end = _encode_kernel(*args, fallback, begin, limit)
+        if cache.grow_if_crowded():
+            args = args[:16] + (cache.front, cache.flags) + args[18:]
         if end >= size and not id_parts:  # one window: no copy
             return out[:n_out], fallback[:n_fallback]
         id_parts.append(out[:n_out].copy())

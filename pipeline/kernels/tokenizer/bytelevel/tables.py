@@ -8,10 +8,10 @@ from the tokens' code points with numpy), and:
 - `merge_ids`: each merge's two parts and its result looked up in the vocabulary keyed by the
   tokens' UTF-8 (the result is the first part's bytes then the second's less the continuing prefix,
   as `tokenizers` names it);
-- `one_token_words`: every word of up to 8 bytes that the kernel's own BPE (`encode._bpe`, or the
-  whole-word lookup under `ignore_merges`) makes one token, packed as `word_cache.single_table`
-  keys. The table of such words is then a memo of what the kernel computes for them: it changes
-  the speed, never the ids.
+- `one_token_words`: every word of up to 16 bytes that the kernel's own BPE (`encode._bpe`, or the
+  whole-word lookup under `ignore_merges`) makes one token, packed as `word_cache.word_key` packs
+  a word (the word table's seeds, `word_table.seed_words`). The table of such words is then a memo
+  of what the kernel computes for them: it changes the speed, never the ids.
 """
 
 from __future__ import annotations
@@ -81,13 +81,14 @@ def merge_ids(blob, parts, skip, v_blob, v_starts, v_lengths, v_ids, v_slots):
 @kernel()
 def one_token_words(words, starts, lengths, ignore_merges, initial, merges, byte_pairs, v_blob, v_starts, v_lengths,
                     v_ids, v_slots):
-    """(keys uint64, lengths int64, ids int64) of the words words[starts[i]:starts[i] + lengths[i]]
-    (raw bytes, 1 to 8 each) that the kernel makes one token: under `ignore_merges` a word that is
+    """(k0 uint64, k1 uint64, lengths int64, ids int64) of the words words[starts[i]:starts[i] + lengths[i]]
+    (raw bytes, 1 to 16 each) that the kernel makes one token: under `ignore_merges` a word that is
     a vocabulary entry (v_*, keyed by raw bytes) is that entry, else BPE (`encode._bpe`) decides;
-    a word with a byte without an initial id is never one (the real model decides it). Keys are the
-    bytes packed little-endian, as `word_cache.single_table` keys them."""
+    a word with a byte without an initial id is never one (the real model decides it). k0 and k1
+    are bytes 0-7 and 8-15 packed little-endian (zero past the word), as `word_cache.word_key` packs them."""
     n = starts.shape[0]
-    keys = np.empty(n, dtype=np.uint64)
+    k0s = np.empty(n, dtype=np.uint64)
+    k1s = np.empty(n, dtype=np.uint64)
     sizes = np.empty(n, dtype=np.int64)
     found = np.empty(n, dtype=np.int64)
     symbols = np.empty(MAX_KERNEL_WORD + 1, dtype=np.int32)
@@ -108,11 +109,17 @@ def one_token_words(words, starts, lengths, ignore_merges, initial, merges, byte
                 token = out[0]
         if token < 0:
             continue
-        key = np.uint64(0)
+        k0 = np.uint64(0)
+        k1 = np.uint64(0)
         for q in range(lengths[i]):
-            key |= np.uint64(words[start + q]) << np.uint64(8 * q)
-        keys[count] = key
+            byte = np.uint64(words[start + q]) << np.uint64(8 * (q & 7))
+            if q < 8:
+                k0 |= byte
+            else:
+                k1 |= byte
+        k0s[count] = k0
+        k1s[count] = k1
         sizes[count] = lengths[i]
         found[count] = token
         count += 1
-    return keys[:count], sizes[:count], found[:count]
+    return k0s[:count], k1s[:count], sizes[:count], found[:count]

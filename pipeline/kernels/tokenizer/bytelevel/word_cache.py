@@ -9,9 +9,11 @@ set chosen by the top bits of a multiplicative hash of the key. A word of more i
 up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
 running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
 
-A cache never changes ids: it only remembers what the kernel computed for a word. The kernel finds
-the words some way ahead of their lookup and prefetches their sets (`common/prefetch.py`), so that the fetches of
-several lookups overlap.
+A cache never changes ids: it only remembers what the kernel computed for a word. It is the second
+cache of the words of up to 15 bytes (the word table, `word_table`, is the first: the kernel looks
+here after a miss there only when the table's set has let a word go, and fetches the set while a
+new word is merged) and the only one of words of 16 to WORD_BYTES bytes, whose sets the kernel
+prefetches when it finds them some words ahead of their lookup (`common/prefetch.py`).
 """
 
 from __future__ import annotations
@@ -150,6 +152,20 @@ def remember(records, row, k0, k1, k2, n, ids, start, count):
         records[row + (word >> 3), word & 7] |= np.uint64(ids[start + q]) << np.uint64(32 * ((q - 1) % 2))
 
 
+HUGE_PAGE = 1 << 21
+
+
+def aligned_zeros(words: int) -> np.ndarray:
+    """uint64 zeros, 64-byte aligned; one of 2 MB or more starts at a 2 MB boundary, so that Linux
+    backs all of it with huge pages (numpy asks for them; a random probe of a 4 KB-page table of
+    many MB pays a page walk: the TLB holds a few MB of such pages)."""
+    size = words * 8
+    align = HUGE_PAGE if size >= HUGE_PAGE else 64
+    raw = np.zeros((size + align) // 8, dtype=np.uint64)
+    skip = (-raw.ctypes.data % align) // 8
+    return raw[skip:skip + words]
+
+
 @dataclass(frozen=True)
 class PackedWordCache:
     """Tokenized words remembered between kernel calls (bounded: 2 x sets words).
@@ -167,68 +183,4 @@ class PackedWordCache:
         if sets < 2 or sets & (sets - 1):
             raise ValueError(f"cache sets must be a power of two >= 2, got {sets}")
         rows = 2 * sets
-        raw = np.zeros(rows * RECORD_WORDS + 8, dtype=np.uint64)  # numpy asks Linux for 2 MB pages itself
-        skip = (-raw.ctypes.data % 64) // 8
-        return cls(records=raw[skip:skip + rows * RECORD_WORDS].reshape(rows, RECORD_WORDS))
-
-
-def single_table(words: dict[bytes, int]) -> np.ndarray:
-    """The words (1 to 8 bytes) that are one token, as an open-addressing table for `single_id`:
-    uint64, shape (power of two >= 2 x len(words), 2): packed bytes, then length | id << 32 (length
-    0: empty). A hit reads one small, hot table instead of a record of the large cache."""
-    for word in words:
-        if not 1 <= len(word) <= 8:
-            raise ValueError(f"a single-token word has 1 to 8 bytes, got {word!r}")
-    keys = np.array([int.from_bytes(word, "little") for word in words], dtype=np.uint64)
-    lengths = np.array([len(word) for word in words], dtype=np.int64)
-    return single_table_of(keys, lengths, np.array(list(words.values()), dtype=np.int64))
-
-
-def single_table_of(keys: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """`single_table` of distinct words given as arrays: keys (uint64, the bytes packed little-endian),
-    lengths (1 to 8) and ids; laid out as `single_table` lays out the same words (in the words' byte
-    order), in one jitted pass."""
-    order = np.lexsort((lengths, keys.byteswap()))  # big-endian keys, then length: the bytes' order
-    size = 1 << max(4, (2 * max(keys.shape[0], 1) - 1).bit_length())
-    table = np.zeros((size, 2), dtype=np.uint64)
-    _fill_singles(keys[order], lengths[order].astype(np.uint64), ids[order].astype(np.uint64), table,
-                  np.uint64(64 - (size - 1).bit_length()))
-    return table
-
-
-@kernel()
-def _fill_singles(keys, lengths, ids, table, shift):
-    mask = table.shape[0] - 1
-    for i in range(keys.shape[0]):
-        slot = np.int64(((keys[i] ^ lengths[i]) * _GOLDEN) >> shift)
-        while table[slot, 1] != 0:
-            slot = (slot + 1) & mask
-        table[slot, 0] = keys[i]
-        table[slot, 1] = lengths[i] | (ids[i] << np.uint64(32))
-
-
-@kernel(inline="always")
-def single_slot(k0, n, shift):
-    """The first slot of the one-token word (k0 = its packed bytes, n <= 8 its length) in a
-    `single_table` (`shift` is 64 - log2 of the table's size), for `single_probe`."""
-    return np.int64(((k0 ^ np.uint64(n)) * _GOLDEN) >> shift)
-
-
-@kernel(inline="always")
-def single_probe(table, slot, k0, n):
-    """The id of the one-token word (k0, n) in a `single_table`, probed from its `single_slot`, or -1."""
-    mask = table.shape[0] - 1
-    while True:
-        meta = table[slot, 1]
-        if meta == 0:
-            return -1
-        if table[slot, 0] == k0 and (meta & _LOW_BYTE) == np.uint64(n):
-            return np.int64(meta >> np.uint64(32))
-        slot = (slot + 1) & mask
-
-
-@kernel(inline="always")
-def single_id(table, k0, n, shift):
-    """The id of the one-token word (k0 = its packed bytes, n <= 8 its length) in a `single_table`,
-    or -1; `shift` is 64 - log2 of the table's size."""
-    return single_probe(table, single_slot(k0, n, shift), k0, n)
+        return cls(records=aligned_zeros(rows * RECORD_WORDS).reshape(rows, RECORD_WORDS))
