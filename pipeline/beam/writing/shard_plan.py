@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
@@ -131,6 +134,44 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
     return out
 
 
+SPILL_PREFIX = "plan-bucket-"  # in TEMP_DIR: one bucket's plan records, between its two reads
+
+
+def _spill_path(temp_dir: str, bucket: str) -> str:
+    digest = hashlib.sha256(bucket.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return posixpath.join(temp_dir, f"{SPILL_PREFIX}{digest}.pickle")
+
+
+def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord]], temp_dir: str
+                 ) -> tuple[str, dict[str, int], str]:
+    """(bucket, rows per split, the file its records are written to): the bucket's records leave
+    the job's memory between the rows summary and the pieces (`spilled_pieces` reads them back).
+    The file is named by the bucket: a retry writes the same one."""
+    bucket, records = bucket_and_records
+    records = sorted(records, key=lambda r: r.sort_key)
+    path = _spill_path(temp_dir, bucket)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(pickle.dumps([(r.key, r.source, r.parts) for r in records], protocol=pickle.HIGHEST_PROTOCOL))
+    return bucket, bucket_rows((bucket, records))[1], path
+
+
+def spilled_rows(spilled: tuple[str, dict[str, int], str]) -> tuple[str, dict[str, int]]:
+    """(bucket, rows per split) of a spilled bucket: its entry of the summary (`bucket_rows`)."""
+    return spilled[0], spilled[1]
+
+
+def read_spilled(path: str) -> list[PlanRecord]:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return [PlanRecord(key, source, parts) for key, source, parts in pickle.loads(handle.read())]
+
+
+def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary, config: PreprocessConfig,
+                   bytes_per_row: int) -> list[tuple[tuple[str, int], tuple[int, tuple[PartSlice, ...]]]]:
+    """`bucket_pieces` of a spilled bucket, its records read back from its file."""
+    bucket, _, path = spilled
+    return bucket_pieces((bucket, read_spilled(path)), summary, config, bytes_per_row)
+
+
 def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
             copy: int) -> list[PartSlice]:
     """The part slices of rows [local_begin, local_end) of this bucket (`plan_shards`' cut)."""
@@ -157,5 +198,5 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
     return ShardTask(split=split, index=index, count=count, path=path, slices=slices, plan=plan)
 
 
-__all__ = ["BUCKET_CHARS", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
-           "row_summary", "shard_keys", "shard_task"]
+__all__ = ["BUCKET_CHARS", "SPILL_PREFIX", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
+           "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows"]
