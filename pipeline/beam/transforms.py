@@ -20,7 +20,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.dedup.band_packs import merged_packs
+from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
 from pipeline.beam.dedup.exact import input_key, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
@@ -36,7 +36,7 @@ from pipeline.beam.reading.work_units import (
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_groups import InputFailed, process_group
-from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.unit_results import UnitResult, unit_file_stem
 from pipeline.beam.units import (
     STAGE_QUALITY,
     STAGE_READ,
@@ -165,11 +165,20 @@ class _TokenizerFn(_CountingFn):
         return WorkFailed(f"input {source}", error)
 
 
-def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator[UnitResult | tuple[int, bytes]]:
+NUL = "\0"  # never in a path: a name made of several inputs' is apart from any one input's
+
+
+def _band_file(temp_dir: str, sources: list[str]) -> str:
+    """The file of a work unit's packed bands (`band_packs.write_band_file`), named by its inputs."""
+    return f"{unit_file_stem(temp_dir, NUL.join(['bands', *sources]))}-bands.bin"
+
+
+def _without_signatures(results: list[UnitResult], pack_bands: bool, band_file: str = ""
+                        ) -> Iterator[UnitResult | tuple[int, BandSlice | None]]:
     """With `pack_bands`, whole inputs' results without their signatures (they stay in the results'
-    records) and their packed bands after them, one value a partition for all (`near.result_bands`,
-    `band_packs.merged_packs`); else the results as they are. A byte range's result keeps its
-    signature: its file's ranges are merged first."""
+    records) and their packed bands after them as (partition, slice of `band_file`), one a
+    partition for all (`near.result_bands`, `band_packs.write_band_file`); else the results as they
+    are. A byte range's result keeps its signature: its file's ranges are merged first."""
     if not pack_bands:
         yield from results
         return
@@ -180,7 +189,7 @@ def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator
             continue
         packs.extend(result_bands(result))
         yield _compact(result)
-    yield from merged_packs(packs, every_partition=True)
+    yield from write_band_file(band_file, packs)
 
 
 class _ProcessUnitFn(_TokenizerFn):
@@ -198,7 +207,8 @@ class _ProcessUnitFn(_TokenizerFn):
             except InputFailed as failed:
                 raise self._failed(failed.source, failed.error) from failed.error
             counted = [self._count(result, clock if index == 0 else None) for index, result in enumerate(results)]
-            yield from _without_signatures(counted, self._pack_bands)
+            yield from _without_signatures(counted, self._pack_bands,
+                                           _band_file(context.temp_dir, [u.source for u in unit.units]))
             return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
@@ -209,12 +219,13 @@ class _ProcessUnitFn(_TokenizerFn):
                 raise
             raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
-            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands)
+            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands,
+                                           _band_file(context.temp_dir, [unit.source]))
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
         if self._pack_bands:  # every partition among the shuffle's keys, whatever the inputs
-            yield from merged_packs((), every_partition=True)
+            yield from write_band_file("", ())
 
 
 class _TokenizeRangeFn(_TokenizerFn):
@@ -371,7 +382,7 @@ def _is_split_task(element: object) -> bool:
 
 
 def _is_band_pack(element: object) -> bool:
-    """(partition, packed bands) of an input (`near.result_bands`)."""
+    """(partition, slice of a band file) of a work unit's inputs (`band_packs.write_band_file`)."""
     return isinstance(element, tuple)
 
 
@@ -442,7 +453,7 @@ def _by_input(kv) -> tuple[str, list[UnitResult]]:
     return name, sorted(parts, key=lambda r: r.source)
 
 
-_NO_CONTENT = "\0"  # before an input's name: the shuffle key of an input without a content key (alone)
+_NO_CONTENT = NUL  # before an input's name: the shuffle key of an input without a content key (alone)
 
 
 @dataclasses.dataclass(frozen=True)
