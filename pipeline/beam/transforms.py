@@ -58,11 +58,15 @@ from pipeline.beam.writing.inputs_file import (
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
+    SpilledTask,
+    load_task,
     plan_record,
+    read_pieces,
     row_summary,
     shard_keys,
     shard_task,
     spill_bucket,
+    spill_task,
     spilled_pieces,
     spilled_rows,
 )
@@ -271,10 +275,10 @@ class _WriteShardFn(beam.DoFn):
         self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob,
                                              c.masking_unit, c.span_p, c.max_span)
 
-    def process(self, task: ShardTask):
+    def process(self, task: ShardTask | SpilledTask):
         seconds: dict[str, float] = {}
         try:
-            result = write_shard(task, self._config, self._rule, _id_dtype(self._spec), seconds)
+            result = write_shard(load_task(task), self._config, self._rule, _id_dtype(self._spec), seconds)
         except Exception as error:
             raise WorkFailed(f"{task.split} shard {task.index}", error) from error
         self._shards_written.inc()
@@ -290,11 +294,11 @@ def _unit_source(unit) -> str:
     return unit.source
 
 
-def _shard_rows(task: ShardTask) -> int:
-    return sum(piece.stop - piece.start for piece in task.slices)
+def _shard_rows(task: ShardTask | SpilledTask) -> int:
+    return task.rows if isinstance(task, SpilledTask) else sum(piece.stop - piece.start for piece in task.slices)
 
 
-def _shard_path(task: ShardTask) -> str:
+def _shard_path(task: ShardTask | SpilledTask) -> str:
     return task.path
 
 
@@ -516,9 +520,12 @@ def _row_summary(kv) -> RowSummary:
     return row_summary(entry for entry in kv[1] if entry is not None)
 
 
-def _shard_task(joined, config: PreprocessConfig) -> ShardTask:
+def _shard_task(joined, config: PreprocessConfig, temp_dir: str) -> SpilledTask:
+    """A shard's task from its pieces, its slices to a file of `temp_dir` (one an input: the tasks
+    are spread over the workers through two more shuffles)."""
     (split, index), group = joined
-    return shard_task(split, index, next(iter(group["count"])), group["pieces"], config)
+    return spill_task(shard_task(split, index, next(iter(group["count"])), read_pieces(group["pieces"]), config),
+                      temp_dir)
 
 
 def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.dtype, spec: SpecFile) -> dict:
@@ -644,7 +651,7 @@ class WriteShards(beam.PTransform):
         shards = (
             {"count": counts, "pieces": pieces}
             | "GatherShards" >> beam.CoGroupByKey()
-            | "PlanShards" >> beam.Map(_shard_task, config=config)
+            | "PlanShards" >> beam.Map(_shard_task, config=config, temp_dir=temp_dir)
             # By rows, as the units are: a random spread of 2 large shards over 2 workers gives one both.
             | "SpreadShards" >> SpreadUnits(n_bins=self._local_workers, size=_shard_rows, key=_shard_path)
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))

@@ -165,11 +165,73 @@ def read_spilled(path: str) -> list[PlanRecord]:
         return [PlanRecord(key, source, parts) for key, source, parts in pickle.loads(handle.read())]
 
 
+@dataclass(frozen=True)
+class PieceRef:
+    """Where a bucket's piece of a shard (its part slices, one an input) lies: `length` bytes at
+    `offset` of the bucket's pieces file. Only these go through the shuffle that gathers a shard."""
+
+    path: str
+    offset: int
+    length: int
+
+
 def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary, config: PreprocessConfig,
-                   bytes_per_row: int) -> list[tuple[tuple[str, int], tuple[int, tuple[PartSlice, ...]]]]:
-    """`bucket_pieces` of a spilled bucket, its records read back from its file."""
+                   bytes_per_row: int) -> list[tuple[tuple[str, int], tuple[int, PieceRef]]]:
+    """`bucket_pieces` of a spilled bucket, its records read back from its file, each piece's slices
+    written to the bucket's pieces file and referred to (`PieceRef`, read by `read_pieces`)."""
     bucket, _, path = spilled
-    return bucket_pieces((bucket, read_spilled(path)), summary, config, bytes_per_row)
+    pieces = bucket_pieces((bucket, read_spilled(path)), summary, config, bytes_per_row)
+    out, blobs, offset = [], [], 0
+    pieces_path = path + ".pieces"
+    for shard, (first_row, slices) in pieces:
+        blob = pickle.dumps(slices, protocol=pickle.HIGHEST_PROTOCOL)
+        out.append((shard, (first_row, PieceRef(pieces_path, offset, len(blob)))))
+        blobs.append(blob)
+        offset += len(blob)
+    if blobs:
+        with FileSystems.create(pieces_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.write(b"".join(blobs))
+    return out
+
+
+def read_pieces(pieces: Iterable[tuple[int, PieceRef | tuple[PartSlice, ...]]]
+                ) -> list[tuple[int, tuple[PartSlice, ...]]]:
+    """A shard's pieces with their slices (`shard_task`'s), read back where they are references."""
+    out = []
+    for first_row, piece in pieces:
+        if isinstance(piece, PieceRef):
+            with FileSystems.open(piece.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.seek(piece.offset)
+                piece = pickle.loads(handle.read(piece.length))
+        out.append((first_row, piece))
+    return out
+
+
+@dataclass(frozen=True)
+class SpilledTask:
+    """A shard's task as it goes to its writer: its slices (one an input) in a file of the temp
+    folder (`spill_task`), read back by the writer (`load_task`); what spreading the shards over the
+    workers needs (rows, path) on the element."""
+
+    file: str
+    split: str
+    index: int
+    path: str
+    rows: int
+
+
+def spill_task(task: ShardTask, temp_dir: str) -> SpilledTask:
+    file = posixpath.join(temp_dir, f"shard-task-{task.split}-{task.index:06d}.pickle")
+    with FileSystems.create(file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+    return SpilledTask(file, task.split, task.index, task.path, sum(piece.stop - piece.start for piece in task.slices))
+
+
+def load_task(task: ShardTask | SpilledTask) -> ShardTask:
+    if isinstance(task, ShardTask):
+        return task
+    with FileSystems.open(task.file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pickle.loads(handle.read())
 
 
 def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
@@ -199,4 +261,5 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
 
 
 __all__ = ["BUCKET_CHARS", "SPILL_PREFIX", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
-           "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows"]
+           "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows",
+           "PieceRef", "read_pieces", "SpilledTask", "spill_task", "load_task"]
