@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pickle
 import posixpath
 import threading
 from collections.abc import Callable, Iterator
@@ -60,7 +61,7 @@ from pipeline.beam.writing.shard_plan import (
     RowSummary,
     SpilledTask,
     load_task,
-    plan_record,
+    packed_plan_record,
     read_pieces,
     row_summary,
     shard_keys,
@@ -468,11 +469,18 @@ class _Twin:
     twin: str
 
 
-def _by_content(name_and_parts: tuple[str, list[UnitResult]]) -> tuple[str, tuple[str, list[UnitResult]]]:
-    """(its content key, the input): exact duplicates meet under one key; an input without one
-    (skipped, or it read nothing) under a key of its own (no content key holds a NUL)."""
-    key = input_key(name_and_parts[1])
-    return key or _NO_CONTENT + name_and_parts[0], name_and_parts
+def _packed(value: object) -> bytes:
+    """A value as it waits in a shuffle: pickled bytes. Beam's local runner keeps a GroupByKey's
+    values decoded until its consumer runs; a result decoded is a dataclass of dicts, several
+    times its ~400 bytes pickled, held for every input."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _by_content(name_and_parts: tuple[str, list[UnitResult]]) -> tuple[str, tuple[str, bytes]]:
+    """(its content key, (the input, its results packed)): exact duplicates meet under one key; an
+    input without one (skipped, or it read nothing) under a key of its own (no content key holds a NUL)."""
+    name, parts = name_and_parts
+    return input_key(parts) or _NO_CONTENT + name, (name, _packed(parts))
 
 
 def _mark_content(key_and_inputs, drop: bool) -> Iterator[tuple[str, list[UnitResult]] | _Twin]:
@@ -481,11 +489,11 @@ def _mark_content(key_and_inputs, drop: bool) -> Iterator[tuple[str, list[UnitRe
     key, inputs = key_and_inputs
     inputs = sorted(inputs, key=lambda named: named[0])
     first = inputs[0][0]
-    yield inputs[0]
+    yield first, pickle.loads(inputs[0][1])
     for name, parts in inputs[1:]:
         if key.startswith(_NO_CONTENT):  # never: one input a key
             raise ValueError(f"inputs {first} and {name} under one shuffle key")
-        yield name, mark_input(parts, first, drop)
+        yield name, mark_input(pickle.loads(parts), first, drop)
         yield _Twin(name, first)
 
 
@@ -546,7 +554,7 @@ def _near_line(entry: dict) -> tuple[tuple, str]:
 
 def _write_bucket_run(bucket_and_lines, temp_dir: str, kind: str = "") -> str:
     bucket, lines = bucket_and_lines
-    return write_run(temp_dir, bucket, list(lines), kind)
+    return write_run(temp_dir, bucket, [pickle.loads(line) for line in lines], kind)
 
 
 class WriteInputRuns(beam.PTransform):
@@ -563,7 +571,7 @@ class WriteInputRuns(beam.PTransform):
     def expand(self, lines):
         buckets = self._buckets
         return (lines
-                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), line))
+                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), _packed(line)))
                 | "GroupBuckets" >> beam.GroupByKey()
                 | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir, kind=self._kind))
 
@@ -635,7 +643,7 @@ class WriteShards(beam.PTransform):
         # read twice, for the rows per bucket and, once every bucket's rows are summed, for the
         # shards' pieces; between the two the local runner would hold every input's record.
         buckets = (units
-                   | "PlanRecords" >> beam.FlatMap(plan_record)
+                   | "PlanRecords" >> beam.FlatMap(packed_plan_record)
                    | "GroupBuckets" >> beam.GroupByKey()
                    | "SpillBuckets" >> beam.Map(spill_bucket, temp_dir=temp_dir))
         # One summary even when no input has rows (each split then gets one empty shard).

@@ -26,6 +26,7 @@ from pipeline.beam.writing.shard_plan import (
     bucket_pieces,
     bucket_rows,
     load_task,
+    packed_plan_record,
     plan_record,
     read_pieces,
     row_summary,
@@ -179,8 +180,8 @@ def test_spilled_buckets_and_shard_tasks_give_plan_shards_plan(tmp_path, n, num_
     expected = plan_shards(results, config, bytes_per_row)
     rng.shuffle(results)
     buckets: dict[str, list] = {}
-    for result in results:
-        for bucket, record in plan_record(result):
+    for result in results:  # as the job shuffles them: pickled
+        for bucket, record in packed_plan_record(result):
             buckets.setdefault(bucket, []).append(record)
     spilled = [spill_bucket(item, str(tmp_path)) for item in buckets.items()]
     summary = row_summary([spilled_rows(item) for item in spilled])
