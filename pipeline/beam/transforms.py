@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pickle
 import posixpath
 import threading
 from collections.abc import Callable, Iterator
@@ -20,8 +21,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from pipeline.beam.dedup.band_packs import merged_packs
-from pipeline.beam.dedup.exact import content_record, duplicate_twins, mark_input
+from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
+from pipeline.beam.dedup.exact import input_key, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.reading.listed_inputs import list_inputs
@@ -36,7 +37,7 @@ from pipeline.beam.reading.work_units import (
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_groups import InputFailed, process_group
-from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.unit_results import UnitResult, unit_file_stem
 from pipeline.beam.units import (
     STAGE_QUALITY,
     STAGE_READ,
@@ -47,16 +48,28 @@ from pipeline.beam.units import (
     process_unit,
 )
 from pipeline.beam.writing.finalize import add_totals, finalize_output, unit_totals
-from pipeline.beam.writing.inputs_file import INPUT_BUCKETS, input_bucket, sortable_line, unit_entries, write_run
+from pipeline.beam.writing.inputs_file import (
+    INPUT_BUCKETS,
+    NEAR_RUNS,
+    input_bucket,
+    sortable_line,
+    unit_entries,
+    write_run,
+)
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
-    bucket_pieces,
-    bucket_rows,
-    plan_record,
+    SpilledTask,
+    load_task,
+    packed_plan_record,
+    read_pieces,
     row_summary,
     shard_keys,
     shard_task,
+    spill_bucket,
+    spill_task,
+    spilled_pieces,
+    spilled_rows,
 )
 from pipeline.beam.writing.sharding import STAGE_SHARDS, ShardTask, row_bytes, write_shard
 from pipeline.tokenizer.derived_cuts import no_cut_reason
@@ -157,11 +170,20 @@ class _TokenizerFn(_CountingFn):
         return WorkFailed(f"input {source}", error)
 
 
-def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator[UnitResult | tuple[int, bytes]]:
+NUL = "\0"  # never in a path: a name made of several inputs' is apart from any one input's
+
+
+def _band_file(temp_dir: str, sources: list[str]) -> str:
+    """The file of a work unit's packed bands (`band_packs.write_band_file`), named by its inputs."""
+    return f"{unit_file_stem(temp_dir, NUL.join(['bands', *sources]))}-bands.bin"
+
+
+def _without_signatures(results: list[UnitResult], pack_bands: bool, band_file: str = ""
+                        ) -> Iterator[UnitResult | tuple[int, BandSlice | None]]:
     """With `pack_bands`, whole inputs' results without their signatures (they stay in the results'
-    records) and their packed bands after them, one value a partition for all (`near.result_bands`,
-    `band_packs.merged_packs`); else the results as they are. A byte range's result keeps its
-    signature: its file's ranges are merged first."""
+    records) and their packed bands after them as (partition, slice of `band_file`), one a
+    partition for all (`near.result_bands`, `band_packs.write_band_file`); else the results as they
+    are. A byte range's result keeps its signature: its file's ranges are merged first."""
     if not pack_bands:
         yield from results
         return
@@ -172,7 +194,7 @@ def _without_signatures(results: list[UnitResult], pack_bands: bool) -> Iterator
             continue
         packs.extend(result_bands(result))
         yield _compact(result)
-    yield from merged_packs(packs, every_partition=True)
+    yield from write_band_file(band_file, packs)
 
 
 class _ProcessUnitFn(_TokenizerFn):
@@ -190,7 +212,8 @@ class _ProcessUnitFn(_TokenizerFn):
             except InputFailed as failed:
                 raise self._failed(failed.source, failed.error) from failed.error
             counted = [self._count(result, clock if index == 0 else None) for index, result in enumerate(results)]
-            yield from _without_signatures(counted, self._pack_bands)
+            yield from _without_signatures(counted, self._pack_bands,
+                                           _band_file(context.temp_dir, [u.source for u in unit.units]))
             return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
@@ -201,12 +224,13 @@ class _ProcessUnitFn(_TokenizerFn):
                 raise
             raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
-            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands)
+            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands,
+                                           _band_file(context.temp_dir, [unit.source]))
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
         if self._pack_bands:  # every partition among the shuffle's keys, whatever the inputs
-            yield from merged_packs((), every_partition=True)
+            yield from write_band_file("", ())
 
 
 class _TokenizeRangeFn(_TokenizerFn):
@@ -252,10 +276,10 @@ class _WriteShardFn(beam.DoFn):
         self._rule = self._spec.masking_rule(c.mlm_probability, c.mask_replace_prob, c.random_replace_prob,
                                              c.masking_unit, c.span_p, c.max_span)
 
-    def process(self, task: ShardTask):
+    def process(self, task: ShardTask | SpilledTask):
         seconds: dict[str, float] = {}
         try:
-            result = write_shard(task, self._config, self._rule, _id_dtype(self._spec), seconds)
+            result = write_shard(load_task(task), self._config, self._rule, _id_dtype(self._spec), seconds)
         except Exception as error:
             raise WorkFailed(f"{task.split} shard {task.index}", error) from error
         self._shards_written.inc()
@@ -271,11 +295,11 @@ def _unit_source(unit) -> str:
     return unit.source
 
 
-def _shard_rows(task: ShardTask) -> int:
-    return sum(piece.stop - piece.start for piece in task.slices)
+def _shard_rows(task: ShardTask | SpilledTask) -> int:
+    return task.rows if isinstance(task, SpilledTask) else sum(piece.stop - piece.start for piece in task.slices)
 
 
-def _shard_path(task: ShardTask) -> str:
+def _shard_path(task: ShardTask | SpilledTask) -> str:
     return task.path
 
 
@@ -363,7 +387,7 @@ def _is_split_task(element: object) -> bool:
 
 
 def _is_band_pack(element: object) -> bool:
-    """(partition, packed bands) of an input (`near.result_bands`)."""
+    """(partition, slice of a band file) of a work unit's inputs (`band_packs.write_band_file`)."""
     return isinstance(element, tuple)
 
 
@@ -372,14 +396,15 @@ class TokenizeAndChunk(beam.PTransform):
     A large text input marked for splitting is scanned by one worker, its input splits tokenized
     by many, and its rows stitched by one (`input_splits`).
 
-    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands): a whole input's
+    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands, stitched): a whole input's
     result comes without its MinHash signature (2 KB, in its record in `temp_dir`, where
     `WriteShards` reads back the few it scores), its packed bands in the second PCollection as
     (partition, bytes) elements, straight from the workers' stage (a Flatten of them with the
     results would be one more copy of every input's bands on the local runner). The signatures, in
     every element between the workers and the near-duplicate joins, were the largest per-input
-    memory of a run on the local runner. `temp_dir` must then be WriteShards' (its config's output's
-    TEMP_DIR), where it reads those records back."""
+    memory of a run on the local runner. `stitched` holds the results of the inputs read as input
+    splits (with their signatures), apart from the workers' results. `temp_dir` must then be
+    WriteShards' (its config's output's TEMP_DIR), where it reads those records back."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
@@ -407,10 +432,11 @@ class TokenizeAndChunk(beam.PTransform):
                     | "TokenizeRanges" >> beam.ParDo(_TokenizeRangeFn(*self._args))
                     | "GroupRanges" >> beam.GroupByKey()
                     | "StitchRanges" >> beam.ParDo(_StitchRangesFn(self._args[1])))
-        all_results = (results, stitched) | "AllUnitResults" >> beam.Flatten()
         if not self._pack_bands:
-            return all_results
-        return all_results, processed | "UnitBands" >> beam.Filter(_is_band_pack)
+            return (results, stitched) | "AllUnitResults" >> beam.Flatten()
+        # Apart, not flattened: the local runner copies every element of a Flatten of several inputs
+        # (the stitched results are a few large inputs; the workers' results are every input).
+        return results, processed | "UnitBands" >> beam.Filter(_is_band_pack), stitched
 
 
 def _is_range_result(result: UnitResult) -> bool:
@@ -432,11 +458,51 @@ def _by_input(kv) -> tuple[str, list[UnitResult]]:
     return name, sorted(parts, key=lambda r: r.source)
 
 
-def _mark_input(joined, drop: bool) -> tuple[str, list[UnitResult]]:
-    name, group = joined
-    twins = list(group["twin"])
-    parts = [part for parts in group["parts"] for part in parts]
-    return name, mark_input(parts, twins[0] if twins else None, drop)
+_NO_CONTENT = NUL  # before an input's name: the shuffle key of an input without a content key (alone)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Twin:
+    """An input and the earlier input of the same content (`dedup.exact.duplicate_twins`)."""
+
+    name: str
+    twin: str
+
+
+def _packed(value: object) -> bytes:
+    """A value as it waits in a shuffle: pickled bytes. Beam's local runner keeps a GroupByKey's
+    values decoded until its consumer runs; a result decoded is a dataclass of dicts, several
+    times its ~400 bytes pickled, held for every input."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _by_content(name_and_parts: tuple[str, list[UnitResult]]) -> tuple[str, tuple[str, bytes]]:
+    """(its content key, (the input, its results packed)): exact duplicates meet under one key; an
+    input without one (skipped, or it read nothing) under a key of its own (no content key holds a NUL)."""
+    name, parts = name_and_parts
+    return input_key(parts) or _NO_CONTENT + name, (name, _packed(parts))
+
+
+def _mark_content(key_and_inputs, drop: bool) -> Iterator[tuple[str, list[UnitResult]] | _Twin]:
+    """The inputs of one content key, each but the first by path marked as its duplicate (with
+    `drop`, dropped: `dedup.exact.mark_input`), and a _Twin for each of those."""
+    key, inputs = key_and_inputs
+    inputs = sorted(inputs, key=lambda named: named[0])
+    first = inputs[0][0]
+    yield first, pickle.loads(inputs[0][1])
+    for name, parts in inputs[1:]:
+        if key.startswith(_NO_CONTENT):  # never: one input a key
+            raise ValueError(f"inputs {first} and {name} under one shuffle key")
+        yield name, mark_input(pickle.loads(parts), first, drop)
+        yield _Twin(name, first)
+
+
+def _is_marked_input(element: object) -> bool:
+    return not isinstance(element, _Twin)
+
+
+def _twin_pair(element: object) -> list[tuple[str, str]]:
+    return [(element.name, element.twin)] if isinstance(element, _Twin) else []
 
 
 def _compact(result: UnitResult) -> UnitResult:
@@ -462,9 +528,12 @@ def _row_summary(kv) -> RowSummary:
     return row_summary(entry for entry in kv[1] if entry is not None)
 
 
-def _shard_task(joined, config: PreprocessConfig) -> ShardTask:
+def _shard_task(joined, config: PreprocessConfig, temp_dir: str) -> SpilledTask:
+    """A shard's task from its pieces, its slices to a file of `temp_dir` (one an input: the tasks
+    are spread over the workers through two more shuffles)."""
     (split, index), group = joined
-    return shard_task(split, index, next(iter(group["count"])), group["pieces"], config)
+    return spill_task(shard_task(split, index, next(iter(group["count"])), read_pieces(group["pieces"]), config),
+                      temp_dir)
 
 
 def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.dtype, spec: SpecFile) -> dict:
@@ -483,9 +552,9 @@ def _near_line(entry: dict) -> tuple[tuple, str]:
     return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
 
 
-def _write_bucket_run(bucket_and_lines, temp_dir: str) -> str:
+def _write_bucket_run(bucket_and_lines, temp_dir: str, kind: str = "") -> str:
     bucket, lines = bucket_and_lines
-    return write_run(temp_dir, bucket, list(lines))
+    return write_run(temp_dir, bucket, [pickle.loads(line) for line in lines], kind)
 
 
 class WriteInputRuns(beam.PTransform):
@@ -493,17 +562,18 @@ class WriteInputRuns(beam.PTransform):
     bucket of lines (at most `buckets`): no element, and no worker, holds every input's line. (Not a
     DoFn writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.)"""
 
-    def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS) -> None:
+    def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS, kind: str = "") -> None:
         super().__init__()
         self._temp_dir = temp_dir
         self._buckets = buckets
+        self._kind = kind
 
     def expand(self, lines):
         buckets = self._buckets
         return (lines
-                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), line))
+                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), _packed(line)))
                 | "GroupBuckets" >> beam.GroupByKey()
-                | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir))
+                | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir, kind=self._kind))
 
 
 class WriteShards(beam.PTransform):
@@ -521,11 +591,13 @@ class WriteShards(beam.PTransform):
         self._local_workers = local_workers
 
     def expand(self, unit_results):
-        """`unit_results`: the UnitResults, or (them, packed bands) as TokenizeAndChunk(pack_bands=True) gives them."""
+        """`unit_results`: the UnitResults, or (them, packed bands[, more whole inputs' results]) as
+        TokenizeAndChunk(pack_bands=True) gives them (the stitched results of input splits apart)."""
         spec, config = self._spec, self._config
-        worker_bands = None
+        worker_bands = stitched = None
         if isinstance(unit_results, tuple):
-            unit_results, worker_bands = unit_results
+            unit_results, worker_bands, *more = unit_results
+            stitched = more[0] if more else None
         shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
@@ -541,43 +613,53 @@ class WriteShards(beam.PTransform):
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
                   | "InputParts" >> beam.Map(_by_input))
-        later_bands = ((whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
-                        ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir))
-                       | "LaterBands" >> beam.Flatten())
+        later = [whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
+                 ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir)]
+        if stitched is not None:
+            later.append(stitched | "StitchedBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir))
+        later_bands = tuple(later) | "LaterBands" >> beam.Flatten()
         # The workers' packs go to the shuffle from their own stage; the few packed here (inputs
         # over --split_bytes) join them as a side input. Without workers' packs, all are here.
         packs = later_bands if worker_bands is None else (worker_bands, later_bands)
-        inputs = ((whole | "AsInputs" >> beam.Map(_as_input), ranged)
+        sources = [whole | "AsInputs" >> beam.Map(_as_input), ranged]
+        if stitched is not None:
+            sources.append(stitched | "StitchedAsInputs" >> beam.Map(_as_input))
+        inputs = (tuple(sources)
                   | "Inputs" >> beam.Flatten()
                   | "CompactInputs" >> beam.Map(_compact_input))
         pairs = packs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
-        twins = (inputs
-                 | "ContentKeys" >> beam.FlatMap(content_record)
-                 | "GroupContent" >> beam.GroupByKey()
-                 | "Twins" >> beam.FlatMap(duplicate_twins))
-        marked = ({"parts": inputs, "twin": twins}
-                  | "JoinTwins" >> beam.CoGroupByKey()
-                  | "MarkDuplicates" >> beam.Map(_mark_input, drop=config.dedup))
+        # Exact duplicates in one shuffle of the inputs by content key: a key's inputs are marked
+        # where they meet (the first by path is the others' twin), not joined again by input.
+        marked_and_twins = (inputs
+                            | "ByContent" >> beam.Map(_by_content)
+                            | "GroupContent" >> beam.GroupByKey()
+                            | "MarkDuplicates" >> beam.FlatMap(_mark_content, drop=config.dedup))
+        marked = marked_and_twins | "Marked" >> beam.Filter(_is_marked_input)
+        twins = marked_and_twins | "Twins" >> beam.FlatMap(_twin_pair)
         units, near_report = ((marked, pairs, twins)
                               | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup, temp_dir,
                                                                            drop_twins=config.dedup))
+        # A bucket's records to a file of the temp folder once grouped (`spill_bucket`): they are
+        # read twice, for the rows per bucket and, once every bucket's rows are summed, for the
+        # shards' pieces; between the two the local runner would hold every input's record.
         buckets = (units
-                   | "PlanRecords" >> beam.FlatMap(plan_record)
-                   | "GroupBuckets" >> beam.GroupByKey())
+                   | "PlanRecords" >> beam.FlatMap(packed_plan_record)
+                   | "GroupBuckets" >> beam.GroupByKey()
+                   | "SpillBuckets" >> beam.Map(spill_bucket, temp_dir=temp_dir))
         # One summary even when no input has rows (each split then gets one empty shard).
         seed = unit_results.pipeline | "NoRowsYet" >> beam.Create([(None, None)])
-        summary = ((buckets | "BucketRows" >> beam.Map(bucket_rows) | "RowsTogether" >> beam.Map(lambda e: (None, e)),
+        summary = ((buckets | "BucketRows" >> beam.Map(spilled_rows) | "RowsTogether" >> beam.Map(lambda e: (None, e)),
                     seed)
                    | "AllRows" >> beam.Flatten()
                    | "GroupRows" >> beam.GroupByKey()
                    | "RowSummary" >> beam.Map(_row_summary))
         counts = summary | "ShardKeys" >> beam.FlatMap(shard_keys, config=config, bytes_per_row=bytes_per_row)
         pieces = buckets | "BucketPieces" >> beam.FlatMap(
-            bucket_pieces, summary=beam.pvalue.AsSingleton(summary), config=config, bytes_per_row=bytes_per_row)
+            spilled_pieces, summary=beam.pvalue.AsSingleton(summary), config=config, bytes_per_row=bytes_per_row)
         shards = (
             {"count": counts, "pieces": pieces}
             | "GatherShards" >> beam.CoGroupByKey()
-            | "PlanShards" >> beam.Map(_shard_task, config=config)
+            | "PlanShards" >> beam.Map(_shard_task, config=config, temp_dir=temp_dir)
             # By rows, as the units are: a random spread of 2 large shards over 2 workers gives one both.
             | "SpreadShards" >> SpreadUnits(n_bins=self._local_workers, size=_shard_rows, key=_shard_path)
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
@@ -589,13 +671,15 @@ class WriteShards(beam.PTransform):
         totals = (units | "UnitTotals" >> beam.Map(lambda u: (None, unit_totals(u)))
                   | "Totals" >> beam.CombinePerKey(add_totals)
                   | "TotalsOnly" >> beam.Values())
-        runs = ((units | "UnitLines" >> beam.FlatMap(_unit_lines),
-                 near_report | "NearLines" >> beam.Map(_near_line))
-                | "InputLines" >> beam.Flatten()
-                | "InputRuns" >> WriteInputRuns(posixpath.join(config.output, m.TEMP_DIR)))
+        # The inputs' lines and the near-duplicate report's in runs of their own (a Flatten of the
+        # two would be one more copy of every input's line on the local runner); merged alike.
+        runs = (units | "UnitLines" >> beam.FlatMap(_unit_lines) | "InputRuns" >> WriteInputRuns(temp_dir))
+        near_runs = (near_report | "NearLines" >> beam.Map(_near_line)
+                     | "NearRuns" >> WriteInputRuns(temp_dir, kind=NEAR_RUNS))
         return (
             (totals | "TagTotals" >> beam.Map(_together("totals")),
              runs | "TagRuns" >> beam.Map(_together("run")),
+             near_runs | "TagNearRuns" >> beam.Map(_together("run")),
              shards | "TagShards" >> beam.Map(_together("shard")))
             | "Everything" >> beam.Flatten()
             | "Together" >> beam.GroupByKey()

@@ -7,6 +7,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from pipeline.beam.dedup.exact import by_input, mark_duplicates
 from pipeline.beam.dedup.near import band_records, candidate_pairs, mark_near_duplicates
@@ -157,6 +158,43 @@ def test_packed_bands_give_the_pairs_band_records_give():
     found = [pair for item in values.items() for pair in pairs_in_partition(item)]
     assert {(a, b) for a, b, _, _ in found} == expected
     assert all(place[a] == place_a and place[b] == place_b for a, b, place_a, place_b in found)
+
+
+def test_band_files_give_the_pairs_the_packed_values_give(tmp_path):
+    """The workers' packs go to the shuffle as slices of a file a work unit (`write_band_file`), a
+    partition without a member as None: the pairing reads them back and finds the pairs it finds on
+    the values themselves, with a side input's values among them; a slice its file no longer holds
+    is named."""
+    from pipeline.beam.dedup.band_packs import (
+        BAND_PARTITIONS,
+        BandSlice,
+        merged_packs,
+        pack_bands,
+        pairs_in_partition,
+        write_band_file,
+    )
+    from pipeline.beam.dedup.near import _content, input_signature
+
+    rng = np.random.default_rng(5)
+    results = _signature_results(rng)
+    packs = [pack for i, r in enumerate(results) for pack in pack_bands(r.source, _content([r]),
+                                                                        input_signature([r]), i % 2)]
+    expected = sorted(pair for p, value in merged_packs(packs) for pair in pairs_in_partition((p, [value])))
+    by_partition: dict[int, list] = {}
+    few = merged_packs(packs[:5])  # as the inputs over --split_bytes come: values in a side input
+    for start in range(5, len(packs), 61):
+        for partition, piece in write_band_file(str(tmp_path / f"unit{start}-bands.bin"), packs[start:start + 61]):
+            by_partition.setdefault(partition, []).append(piece)
+    empty = write_band_file(str(tmp_path / "none-bands.bin"), [])
+    assert empty == [(p, None) for p in range(BAND_PARTITIONS)] and not (tmp_path / "none-bands.bin").exists()
+    for partition, piece in empty:
+        by_partition[partition].append(piece)
+    assert all(isinstance(v, BandSlice) for values in by_partition.values() for v in values if v is not None)
+    found = sorted(pair for item in by_partition.items() for pair in pairs_in_partition(item, more=few))
+    assert found == expected and len(found) > 200
+    (tmp_path / "unit5-bands.bin").write_bytes(b"short")
+    with pytest.raises(OSError, match="temp folder changed"):
+        [pairs_in_partition(item) for item in by_partition.items()]
 
 
 def test_a_signature_is_read_back_from_its_record_or_its_own_file(tmp_path, spec):

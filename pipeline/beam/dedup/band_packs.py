@@ -4,10 +4,13 @@ The bands of one input go to BAND_PARTITIONS shuffle keys (a band's key is its h
 equal bands meet under one key); under each key the input is one packed member: its signature's
 place (`signatures`), its name, a digest of its content keys (equal digests: exact duplicates, never
 candidates) and its bands there as little-endian uint64; a worker joins the members of its group of
-small inputs into one `bytes` value a key (`merged_packs`). About 750 bytes an input in a few large
-values, where one (band, (name, content keys)) tuple per band (64 of them, ~350 bytes each decoded)
-were most of the job's memory on many small files. `pairs_in_partition` gives the same pairs as
-`candidate_pairs` on each band's members: what `near.band_records` and a GroupByKey by band gave.
+small inputs into one `bytes` value a key (`merged_packs`) and writes them to a file of the temp
+folder (`write_band_file`): only a reference to each key's slice of it goes through the shuffle
+(`BandSlice`), and the pairing of a key reads its slices back. About 750 bytes an input on disk,
+where one (band, (name, content keys)) tuple per band (64 of them, ~350 bytes each decoded) were
+most of the job's memory on many small files, and the packed values in the shuffle still ~8 KB of
+memory an input on the local runner. `pairs_in_partition` gives the same pairs as `candidate_pairs`
+on each band's members: what `near.band_records` and a GroupByKey by band gave.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from pipeline.kernels.text.quality import band_hashes
 
@@ -71,6 +77,58 @@ def merged_packs(packs: Iterable[tuple[int, bytes]], every_partition: bool = Fal
     return [(partition, b"".join(members)) for partition, members in sorted(by_partition.items())]
 
 
+@dataclass(frozen=True)
+class BandSlice:
+    """Where a worker left one partition's packed members of its group's inputs: `length` bytes at
+    `offset` of a file of the temp folder (`write_band_file`). Only these references go through the
+    shuffle, not the bands: Beam's local runner held every input's bands between the stages (decoded,
+    and copied through its data plane: ~8 KB of memory an input for ~1 KB of bands)."""
+
+    path: str
+    offset: int
+    length: int
+
+
+def write_band_file(path: str, packs: Iterable[tuple[int, bytes]]) -> list[tuple[int, BandSlice | None]]:
+    """The packed members of many inputs (a worker's group) merged a partition (`merged_packs`) and
+    written one after the other to `path` (not written when none has a band); returns (partition,
+    its slice, or None for no member) for every partition, so every partition's key is in the
+    shuffle whatever the inputs. The same packs write the same file (a retry's is the same)."""
+    merged = merged_packs(packs, every_partition=True)
+    out: list[tuple[int, BandSlice | None]] = []
+    offset = 0
+    for partition, value in merged:
+        out.append((partition, BandSlice(path, offset, len(value)) if value else None))
+        offset += len(value)
+    if offset:
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            for _, value in merged:
+                handle.write(value)
+    return out
+
+
+def read_band_slices(values: Iterable[bytes | BandSlice | None]) -> list[bytes]:
+    """The packed values behind a partition's values as the shuffle gives them: bytes as they are,
+    slices read from their files (one open a file), None (no member) left out."""
+    out: list[bytes] = []
+    slices: dict[str, list[BandSlice]] = {}
+    for value in values:
+        if isinstance(value, BandSlice):
+            slices.setdefault(value.path, []).append(value)
+        elif value:
+            out.append(value)
+    for path in sorted(slices):
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            for piece in sorted(slices[path], key=lambda s: s.offset):
+                handle.seek(piece.offset)
+                data = handle.read(piece.length)
+                if len(data) != piece.length:
+                    raise OSError(f"{path} holds {len(data)} bytes at {piece.offset}, not the {piece.length} of its "
+                                  f"MinHash bands: was the temp folder changed during the run?")
+                out.append(data)
+    return out
+
+
 def _members(value: bytes) -> Iterator[tuple[int, int]]:
     """(offset, band count) of each member packed in one value."""
     offset, end = 0, len(value)
@@ -88,13 +146,13 @@ def unpack_member(value: bytes, offset: int = 0) -> tuple[str, bytes, int]:
             value[start + length:start + length + DIGEST_BYTES], place)
 
 
-def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes]],
+def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlice | None]],
                        more: Iterable[tuple[int, bytes]] = ()) -> list[tuple[str, str, int, int]]:
     """(earlier, later, earlier's signature place, later's) of the `candidate_pairs` of every band
     of one partition shared by two inputs or more, with the values of `more` (partition, value) of
     this partition among its members. Only the members of shared bands are unpacked."""
     partition, values = partition_and_packs
-    values = [*values, *(value for p, value in more if p == partition)]
+    values = [*read_band_slices(values), *(value for p, value in more if p == partition)]
     places_of: list[tuple[int, int]] = []  # (value, offset) of each member
     per_member = []
     for index, value in enumerate(values):

@@ -27,6 +27,7 @@ from schemas import manifest as m
 
 INPUT_BUCKETS = 256  # runs at most: 1,000,000 inputs are runs of ~4,000 lines (~1.2 MB), 256 files merged
 RUN_PREFIX = "inputs-run-"  # in TEMP_DIR: a sorted run of INPUTS_FILE lines
+NEAR_RUNS = "near-"  # the kind of the near-duplicate report's runs (`write_run`)
 _BLOCK = 1 << 20
 
 
@@ -74,9 +75,11 @@ def input_bucket(line: str, buckets: int = INPUT_BUCKETS) -> int:
     return zlib.crc32(line.encode("ascii")) % buckets
 
 
-def write_run(temp_dir: str, bucket: int, lines: list[tuple[tuple, str]]) -> str:
-    """Write the lines of `bucket` sorted as one run in `temp_dir`; returns its path."""
-    path = posixpath.join(temp_dir, f"{RUN_PREFIX}{bucket:05d}.jsonl")
+def write_run(temp_dir: str, bucket: int, lines: list[tuple[tuple, str]], kind: str = "") -> str:
+    """Write the lines of `bucket` sorted as one run in `temp_dir`; returns its path. `kind` names
+    runs of another stream of lines (the near-duplicate report's) apart from the inputs' runs of the
+    same bucket: any set of sorted runs merges into the same file."""
+    path = posixpath.join(temp_dir, f"{RUN_PREFIX}{kind}{bucket:05d}.jsonl")
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         buffer: list[str] = []
         for _, line in sorted(lines):

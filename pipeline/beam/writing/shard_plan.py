@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
@@ -47,6 +50,17 @@ def plan_record(result: UnitResult) -> list[tuple[str, PlanRecord]]:
     parts = tuple((split, path, rows, result.part_starts.get(split, 0))
                   for split, (path, rows) in sorted(result.parts.items()))
     return [(result.key[:BUCKET_CHARS], PlanRecord(result.key, result.source, parts))]
+
+
+def packed_plan_record(result: UnitResult) -> list[tuple[str, bytes]]:
+    """`plan_record` with the record pickled, as it waits in the shuffle by bucket (a GroupByKey's
+    values wait decoded on Beam's local runner: the bytes are a fraction of the dataclass)."""
+    return [(bucket, pickle.dumps((r.key, r.source, r.parts), protocol=pickle.HIGHEST_PROTOCOL))
+            for bucket, r in plan_record(result)]
+
+
+def _record(record: PlanRecord | bytes) -> PlanRecord:
+    return PlanRecord(*pickle.loads(record)) if isinstance(record, bytes) else record
 
 
 def _split_parts(records: list[PlanRecord], split: str) -> list[tuple[str, int, str, int]]:
@@ -131,6 +145,106 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
     return out
 
 
+SPILL_PREFIX = "plan-bucket-"  # in TEMP_DIR: one bucket's plan records, between its two reads
+
+
+def _spill_path(temp_dir: str, bucket: str) -> str:
+    digest = hashlib.sha256(bucket.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return posixpath.join(temp_dir, f"{SPILL_PREFIX}{digest}.pickle")
+
+
+def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], temp_dir: str
+                 ) -> tuple[str, dict[str, int], str]:
+    """(bucket, rows per split, the file its records are written to): the bucket's records leave
+    the job's memory between the rows summary and the pieces (`spilled_pieces` reads them back).
+    The file is named by the bucket: a retry writes the same one."""
+    bucket, records = bucket_and_records
+    records = sorted(map(_record, records), key=lambda r: r.sort_key)
+    path = _spill_path(temp_dir, bucket)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(pickle.dumps([(r.key, r.source, r.parts) for r in records], protocol=pickle.HIGHEST_PROTOCOL))
+    return bucket, bucket_rows((bucket, records))[1], path
+
+
+def spilled_rows(spilled: tuple[str, dict[str, int], str]) -> tuple[str, dict[str, int]]:
+    """(bucket, rows per split) of a spilled bucket: its entry of the summary (`bucket_rows`)."""
+    return spilled[0], spilled[1]
+
+
+def read_spilled(path: str) -> list[PlanRecord]:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return [PlanRecord(key, source, parts) for key, source, parts in pickle.loads(handle.read())]
+
+
+@dataclass(frozen=True)
+class PieceRef:
+    """Where a bucket's piece of a shard (its part slices, one an input) lies: `length` bytes at
+    `offset` of the bucket's pieces file. Only these go through the shuffle that gathers a shard."""
+
+    path: str
+    offset: int
+    length: int
+
+
+def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary, config: PreprocessConfig,
+                   bytes_per_row: int) -> list[tuple[tuple[str, int], tuple[int, PieceRef]]]:
+    """`bucket_pieces` of a spilled bucket, its records read back from its file, each piece's slices
+    written to the bucket's pieces file and referred to (`PieceRef`, read by `read_pieces`)."""
+    bucket, _, path = spilled
+    pieces = bucket_pieces((bucket, read_spilled(path)), summary, config, bytes_per_row)
+    out, blobs, offset = [], [], 0
+    pieces_path = path + ".pieces"
+    for shard, (first_row, slices) in pieces:
+        blob = pickle.dumps(slices, protocol=pickle.HIGHEST_PROTOCOL)
+        out.append((shard, (first_row, PieceRef(pieces_path, offset, len(blob)))))
+        blobs.append(blob)
+        offset += len(blob)
+    if blobs:
+        with FileSystems.create(pieces_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.write(b"".join(blobs))
+    return out
+
+
+def read_pieces(pieces: Iterable[tuple[int, PieceRef | tuple[PartSlice, ...]]]
+                ) -> list[tuple[int, tuple[PartSlice, ...]]]:
+    """A shard's pieces with their slices (`shard_task`'s), read back where they are references."""
+    out = []
+    for first_row, piece in pieces:
+        if isinstance(piece, PieceRef):
+            with FileSystems.open(piece.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.seek(piece.offset)
+                piece = pickle.loads(handle.read(piece.length))
+        out.append((first_row, piece))
+    return out
+
+
+@dataclass(frozen=True)
+class SpilledTask:
+    """A shard's task as it goes to its writer: its slices (one an input) in a file of the temp
+    folder (`spill_task`), read back by the writer (`load_task`); what spreading the shards over the
+    workers needs (rows, path) on the element."""
+
+    file: str
+    split: str
+    index: int
+    path: str
+    rows: int
+
+
+def spill_task(task: ShardTask, temp_dir: str) -> SpilledTask:
+    file = posixpath.join(temp_dir, f"shard-task-{task.split}-{task.index:06d}.pickle")
+    with FileSystems.create(file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+    return SpilledTask(file, task.split, task.index, task.path, sum(piece.stop - piece.start for piece in task.slices))
+
+
+def load_task(task: ShardTask | SpilledTask) -> ShardTask:
+    if isinstance(task, ShardTask):
+        return task
+    with FileSystems.open(task.file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return pickle.loads(handle.read())
+
+
 def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
             copy: int) -> list[PartSlice]:
     """The part slices of rows [local_begin, local_end) of this bucket (`plan_shards`' cut)."""
@@ -157,5 +271,6 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
     return ShardTask(split=split, index=index, count=count, path=path, slices=slices, plan=plan)
 
 
-__all__ = ["BUCKET_CHARS", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
-           "row_summary", "shard_keys", "shard_task"]
+__all__ = ["BUCKET_CHARS", "SPILL_PREFIX", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
+           "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows",
+           "PieceRef", "read_pieces", "SpilledTask", "spill_task", "load_task", "packed_plan_record"]
