@@ -90,9 +90,13 @@ def test_unchanged_sources_keep_their_cache(tmp_path):
     assert (cache / "a.cpython-311.pyc").exists()  # Python's own bytecode is not numba's to drop
 
 
-def test_a_change_in_one_kernel_package_drops_the_others_caches(tmp_path):
+def test_a_change_in_one_kernel_package_drops_the_others_caches(tmp_path, monkeypatch):
     """Kernels inline helpers of other packages (`common/` into every tokenizer kernel): one digest
-    covers the whole tree, and every package's cache goes when any source changes."""
+    covers the whole tree, and every package's cache goes when any source changes. Caches in
+    `__pycache__` as without `NUMBA_CACHE_DIR` (with it set, an unstamped `__pycache__` is dropped)."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", "")
     for package in ("common", "tokenizer/wordpiece"):
         (tmp_path / package).mkdir(parents=True)
         (tmp_path / package / "m.py").write_text("x = 1\n")
