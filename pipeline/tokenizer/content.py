@@ -109,7 +109,9 @@ class SpecialGuard:
 
     def __init__(self, special_ids: set[int], unk_id: int | None, names: dict[int, str]) -> None:
         ids = sorted(i for i in special_ids if i != unk_id and i >= 0)
-        self._table = np.zeros((max(ids) + 1) if ids else 1, dtype=bool)
+        # One False past the largest special id: `take(..., mode="clip")` sends every larger id there,
+        # so a check is one pass with no mask or copy of `ids`.
+        self._table = np.zeros((max(ids) + 2) if ids else 1, dtype=bool)
         self._table[ids] = True
         self._names = names
 
@@ -117,10 +119,9 @@ class SpecialGuard:
         """Raises SpecialIdFromText naming the first special id in `ids`."""
         if not ids.shape[0]:
             return
-        inside = ids[ids < self._table.shape[0]]
-        hits = self._table[inside]
+        hits = np.take(self._table, ids, mode="clip")
         if hits.any():
-            token_id = int(inside[np.flatnonzero(hits)[0]])
+            token_id = int(ids[np.flatnonzero(hits)[0]])
             raise SpecialIdFromText(
                 f"the tokenizer produced the special token {self._names.get(token_id, '?')!r} (id {token_id}) "
                 "from plain text: its vocabulary lets text reach it (a merge or vocabulary entry equal to the "

@@ -84,6 +84,21 @@ def test_the_guard_names_a_special_id_from_the_text():
         guard.check(np.array([7, 0], dtype=np.int32))
 
 
+def test_the_guard_finds_the_first_special_id_wherever_the_specials_sit_and_passes_every_other_id():
+    """Specials at both ends of a vocabulary (XLM-R's `<mask>` is its last id): every id past the
+    largest special, between the specials and the unknown id pass; the first special is named."""
+    rng = np.random.default_rng(0)
+    specials = {0, 1, 2, 3, 250_001}
+    guard = SpecialGuard(specials, unk_id=3, names={0: "<s>", 1: "<pad>", 2: "</s>", 250_001: "<mask>"})
+    plain = rng.integers(3, 250_001, 5_000).astype(np.int32)
+    guard.check(np.concatenate([plain, np.array([3, 250_000, 250_002, 2**31 - 1], dtype=np.int32)]))
+    for special, name in ((0, "<s>"), (2, "</s>"), (250_001, "<mask>")):
+        ids = plain.copy()
+        ids[1_234], ids[4_000] = special, 1
+        with pytest.raises(SpecialIdFromText, match=f"'{name}' \\(id {special}\\)"):
+            guard.check(ids)
+
+
 def _content_specials(out, spec: TokenizerSpec) -> int:
     """Special ids inside rows' content that were not put there by masking (label -100)."""
     found = rows = 0
