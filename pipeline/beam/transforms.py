@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pickle
 import posixpath
 import threading
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
 from pipeline.beam.dedup.exact import input_key, mark_input
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
+from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
     DEFAULT_GROUP_INPUTS,
@@ -37,7 +37,7 @@ from pipeline.beam.reading.work_units import (
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.spec_file import SpecFile, ship_spec
 from pipeline.beam.unit_groups import InputFailed, process_group
-from pipeline.beam.unit_results import UnitResult, unit_file_stem
+from pipeline.beam.unit_results import UnitResult, _unpickled_result, unit_file_stem
 from pipeline.beam.units import (
     STAGE_QUALITY,
     STAGE_READ,
@@ -473,7 +473,7 @@ def _packed(value: object) -> bytes:
     """A value as it waits in a shuffle: pickled bytes. Beam's local runner keeps a GroupByKey's
     values decoded until its consumer runs; a result decoded is a dataclass of dicts, several
     times its ~400 bytes pickled, held for every input."""
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return pack(value)
 
 
 def _by_content(name_and_parts: tuple[str, list[UnitResult]]) -> tuple[str, tuple[str, bytes]]:
@@ -489,11 +489,11 @@ def _mark_content(key_and_inputs, drop: bool) -> Iterator[tuple[str, list[UnitRe
     key, inputs = key_and_inputs
     inputs = sorted(inputs, key=lambda named: named[0])
     first = inputs[0][0]
-    yield first, pickle.loads(inputs[0][1])
+    yield first, unpack(inputs[0][1])
     for name, parts in inputs[1:]:
         if key.startswith(_NO_CONTENT):  # never: one input a key
             raise ValueError(f"inputs {first} and {name} under one shuffle key")
-        yield name, mark_input(pickle.loads(parts), first, drop)
+        yield name, mark_input(unpack(parts), first, drop)
         yield _Twin(name, first)
 
 
@@ -554,7 +554,7 @@ def _near_line(entry: dict) -> tuple[tuple, str]:
 
 def _write_bucket_run(bucket_and_lines, temp_dir: str, kind: str = "") -> str:
     bucket, lines = bucket_and_lines
-    return write_run(temp_dir, bucket, [pickle.loads(line) for line in lines], kind)
+    return write_run(temp_dir, bucket, [unpack(line) for line in lines], kind)
 
 
 class WriteInputRuns(beam.PTransform):
@@ -782,3 +782,7 @@ def stage_seconds(result) -> dict[str, float]:
             value = counter.committed if counter.committed is not None else counter.attempted
             out[name[len(STAGE_MS_PREFIX):]] = out.get(name[len(STAGE_MS_PREFIX):], 0.0) + (value or 0) / 1000
     return out
+
+
+# What the shuffles' packed results hold (`pipeline.beam.packed`).
+allow(_unpickled_result)

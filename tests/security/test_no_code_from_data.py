@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from tests.conftest import REPO
 
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "pickle.load", "pickle.loads", "cPickle.load",
@@ -17,6 +19,7 @@ FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "pickle.load", "pick
 ALLOWED_IMPORTS = {
     "jobs/cli.py": 1,  # the job name, checked against the fixed JOBS tuple first
     "pipeline/beam/run/runner_options.py": 2,  # --runner given as a dotted path on the command line (its options, its check)
+    "pipeline/beam/run/beam_import.py": 2,  # the real beartype / boto3 behind a stand-in: names from its fixed tables
 }
 
 
@@ -53,3 +56,20 @@ def test_no_call_turns_data_into_code():
                 dynamic[relative] = dynamic.get(relative, 0) + 1
     assert not found, found
     assert dynamic == ALLOWED_IMPORTS
+
+
+def test_a_packed_value_builds_the_jobs_records_and_nothing_else():
+    """The job's shuffle values and temp-folder spills (`pipeline.beam.packed`) come back whole, and
+    a planted file naming any other callable is refused before anything runs."""
+    import os
+    import pickle
+
+    from pipeline.beam.packed import PackedValueRefused, pack, unpack
+    from pipeline.beam.writing.sharding import PartSlice
+
+    records = [("key", "src", (("train", "p.arrow", 3, 0),)), {"a": [1, 2.5, None, b"x"]}]
+    assert unpack(pack(records)) == records
+    planted = [pickle.dumps(os.system), pickle.dumps(PartSlice.__init__), pickle.dumps(eval)]
+    for blob in planted:
+        with pytest.raises(PackedValueRefused, match="never packs"):
+            unpack(blob)

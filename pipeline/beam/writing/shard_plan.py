@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.writing.planning import shard_count
@@ -55,12 +55,12 @@ def plan_record(result: UnitResult) -> list[tuple[str, PlanRecord]]:
 def packed_plan_record(result: UnitResult) -> list[tuple[str, bytes]]:
     """`plan_record` with the record pickled, as it waits in the shuffle by bucket (a GroupByKey's
     values wait decoded on Beam's local runner: the bytes are a fraction of the dataclass)."""
-    return [(bucket, pickle.dumps((r.key, r.source, r.parts), protocol=pickle.HIGHEST_PROTOCOL))
+    return [(bucket, pack((r.key, r.source, r.parts)))
             for bucket, r in plan_record(result)]
 
 
 def _record(record: PlanRecord | bytes) -> PlanRecord:
-    return PlanRecord(*pickle.loads(record)) if isinstance(record, bytes) else record
+    return PlanRecord(*unpack(record)) if isinstance(record, bytes) else record
 
 
 def _split_parts(records: list[PlanRecord], split: str) -> list[tuple[str, int, str, int]]:
@@ -162,7 +162,7 @@ def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], t
     records = sorted(map(_record, records), key=lambda r: r.sort_key)
     path = _spill_path(temp_dir, bucket)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pickle.dumps([(r.key, r.source, r.parts) for r in records], protocol=pickle.HIGHEST_PROTOCOL))
+        handle.write(pack([(r.key, r.source, r.parts) for r in records]))
     return bucket, bucket_rows((bucket, records))[1], path
 
 
@@ -173,7 +173,7 @@ def spilled_rows(spilled: tuple[str, dict[str, int], str]) -> tuple[str, dict[st
 
 def read_spilled(path: str) -> list[PlanRecord]:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return [PlanRecord(key, source, parts) for key, source, parts in pickle.loads(handle.read())]
+        return [PlanRecord(key, source, parts) for key, source, parts in unpack(handle.read())]
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary
     out, blobs, offset = [], [], 0
     pieces_path = path + ".pieces"
     for shard, (first_row, slices) in pieces:
-        blob = pickle.dumps(slices, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pack(slices)
         out.append((shard, (first_row, PieceRef(pieces_path, offset, len(blob)))))
         blobs.append(blob)
         offset += len(blob)
@@ -213,7 +213,7 @@ def read_pieces(pieces: Iterable[tuple[int, PieceRef | tuple[PartSlice, ...]]]
         if isinstance(piece, PieceRef):
             with FileSystems.open(piece.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 handle.seek(piece.offset)
-                piece = pickle.loads(handle.read(piece.length))
+                piece = unpack(handle.read(piece.length))
         out.append((first_row, piece))
     return out
 
@@ -234,7 +234,7 @@ class SpilledTask:
 def spill_task(task: ShardTask, temp_dir: str) -> SpilledTask:
     file = posixpath.join(temp_dir, f"shard-task-{task.split}-{task.index:06d}.pickle")
     with FileSystems.create(file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL))
+        handle.write(pack(task))
     return SpilledTask(file, task.split, task.index, task.path, sum(piece.stop - piece.start for piece in task.slices))
 
 
@@ -242,7 +242,7 @@ def load_task(task: ShardTask | SpilledTask) -> ShardTask:
     if isinstance(task, ShardTask):
         return task
     with FileSystems.open(task.file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return pickle.loads(handle.read())
+        return unpack(handle.read())
 
 
 def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
@@ -274,3 +274,7 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
 __all__ = ["BUCKET_CHARS", "SPILL_PREFIX", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
            "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows",
            "PieceRef", "read_pieces", "SpilledTask", "spill_task", "load_task", "packed_plan_record"]
+
+
+# What packed plan records, shard pieces and shard tasks hold (`pipeline.beam.packed`).
+allow(PartSlice, ShardTask, PlanRecord)
