@@ -18,7 +18,7 @@ import os
 import posixpath
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
@@ -83,6 +83,12 @@ _FIELD_NAMES = tuple(f.name for f in fields(UnitResult))
 _COUNTS_AT = _FIELD_NAMES.index("counts")
 
 
+def _fields_of(result: UnitResult) -> dict:
+    """The result's fields by name, for JSON (what dataclasses.asdict gives, without its deep copy of
+    every nested dict: a tenth of a small input's record time)."""
+    return {name: getattr(result, name) for name in _FIELD_NAMES}
+
+
 def _unpickled_result(*values) -> UnitResult:
     result = UnitResult(*values)
     if isinstance(result.counts, tuple):
@@ -96,7 +102,7 @@ def result_path(temp_dir: str, source: str) -> str:
 
 def save_result(temp_dir: str, unit: WorkUnit, result: UnitResult) -> None:
     """Written after the unit's parts are in place: its presence marks the unit done (for --resume)."""
-    record = {"identity": unit.identity, "result": asdict(result)}
+    record = {"identity": unit.identity, "result": _fields_of(result)}
     write_text(result_path(temp_dir, unit.source), json.dumps(record, sort_keys=True))
 
 
@@ -147,7 +153,7 @@ def save_group_results(temp_dir: str, group_name: str, done: Sequence[tuple[Work
     header = {_HEADER: [unit.source for unit, _ in done], "identities": [unit.identity for unit, _ in done],
               "rows": [int(result.counts.get(m.ROWS, 0)) for _, result in done], "parts": parts}
     lines = [json.dumps(header, sort_keys=True)]
-    lines += [json.dumps({"identity": unit.identity, "result": asdict(result)}, sort_keys=True)
+    lines += [json.dumps({"identity": unit.identity, "result": _fields_of(result)}, sort_keys=True)
               for unit, result in done]
     write_text(group_record_path(temp_dir, group_name), "\n".join(lines) + "\n")
 
