@@ -181,6 +181,25 @@ def list_names(folder: str) -> list[str]:
         return []
 
 
+def _group_files(temp_dir: str) -> list[tuple[str, float]]:
+    """(name, modification time) of each group record file in `temp_dir`."""
+    if "://" not in temp_dir or temp_dir.startswith("file://"):
+        local = temp_dir.removeprefix("file://")
+        out = []
+        for name in list_names(temp_dir):
+            if name.endswith(GROUP_RECORD_SUFFIX):
+                try:
+                    out.append((name, os.stat(os.path.join(local, name)).st_mtime_ns / 1e9))
+                except OSError:
+                    continue  # gone since the listing
+        return out
+    try:
+        found = FileSystems.match([posixpath.join(temp_dir, "*" + GROUP_RECORD_SUFFIX)])[0].metadata_list
+    except Exception:  # noqa: BLE001 - the folder may not exist yet, or a listing may fail transiently
+        return []
+    return [(posixpath.basename(md.path), float(md.last_updated_in_seconds or 0)) for md in found]
+
+
 def _source_hashes(sources: Iterable[str]) -> np.ndarray:
     return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
                                        "little") for s in sources), dtype=np.uint64)
@@ -194,7 +213,9 @@ class ResultIndex:
 
     def __init__(self, temp_dir: str) -> None:
         self.temp_dir = temp_dir
-        self.files = sorted(n for n in list_names(temp_dir) if n.endswith(GROUP_RECORD_SUFFIX))
+        # Newest first: an input redone by a resumed run in another grouping is in two files, and the
+        # newer record is the one of its content now (the older may be of the input before it changed).
+        self.files = [name for name, _ in sorted(_group_files(temp_dir), key=lambda nm: (-nm[1], nm[0]))]
         hashes, files, lines = [], [], []
         for number, name in enumerate(self.files):
             header = read_group_header(posixpath.join(temp_dir, name))
@@ -204,7 +225,7 @@ class ResultIndex:
             files.append(np.full(len(header[_HEADER]), number, dtype=np.uint32))
             lines.append(np.arange(1, len(header[_HEADER]) + 1, dtype=np.uint32))
         hashes_all = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        order = np.argsort(hashes_all, kind="stable")
+        order = np.argsort(hashes_all, kind="stable")  # stable: a source's newest file first
         self._hashes = hashes_all[order]
         self._file = (np.concatenate(files) if files else np.zeros(0, np.uint32))[order]
         self._line = (np.concatenate(lines) if lines else np.zeros(0, np.uint32))[order]

@@ -97,3 +97,25 @@ def test_a_record_file_is_one_header_line_and_one_line_a_member_and_a_torn_one_i
     with open(tmp_path / f"x{os.path.basename(path)}", "w", encoding="utf-8") as handle:
         handle.write("[1, 2]\n")
     assert load_group_results(temp_dir, group) == {u.source: None for u in group}
+
+
+def test_an_input_redone_in_another_grouping_is_read_from_its_newer_record(tmp_path):
+    """Killed, the input changed, resumed in another grouping: the input is in two record files, and
+    its signature (near-duplicate detection) and its reuse come from the newer, never the stale one."""
+    temp_dir = str(tmp_path)
+    old = _unit(temp_dir, "x", 3)
+    new = WorkUnit(source=old.source, format="text", size=4, modified=2.5)  # grew since
+    other = _unit(temp_dir, "y", 5)
+    paths = []
+    for at, group in ((100, [old]), (200, [other, new])):
+        results = [_result(temp_dir, group, u, i) for i, u in enumerate(group)]
+        with open(results[0].parts[m.TRAIN][0], "wb") as part:
+            part.write(b"rows")
+        save_group_results(temp_dir, group_part_name(group), list(zip(group, results)))
+        paths.append(group_record_path(temp_dir, group_part_name(group)))
+        os.utime(paths[-1], (at, at))
+    assert read_record(temp_dir, old.source)["identity"] == new.identity
+    assert read_record(temp_dir, old.source)["result"]["signature"] == "0001"
+    assert load_group_results(temp_dir, [new])[new.source].key == "k1"
+    os.utime(paths[0], (300, 300))  # the other way round: the one-member file is the newer
+    assert load_group_results(temp_dir, [old])[old.source].key == "k0"
