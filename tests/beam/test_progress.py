@@ -69,3 +69,20 @@ def test_progress_counts_the_inputs_of_group_records_once_and_an_input_when_all_
     save(units[1:3])  # doc1 and doc2 named again (a resumed group)
     progress.refresh()
     assert (progress.done, progress.done_bytes, progress._extra()) == (4, 100, "10 rows")
+
+
+def test_a_file_read_in_byte_ranges_is_done_when_its_last_range_is(tmp_path):
+    from pipeline.beam.unit_results import UnitResult, save_result
+
+    temp_dir = str(tmp_path / m.TEMP_DIR)
+    os.makedirs(temp_dir)
+    book = str(tmp_path / "big.jsonl")
+    ranges = [WorkUnit(source=f"{book}@{a}-{b}", format="jsonl", size=b - a, path=book, start=a, stop=b)
+              for a, b in ((0, 10), (10, 30))]
+    progress = UnitProgress(ranges, temp_dir, every=3600, terminal=False)
+    save_result(temp_dir, ranges[1], UnitResult(source=ranges[1].source, counts={m.ROWS: 3}))
+    progress.refresh()
+    assert (progress.total, progress.done, progress.done_bytes) == (1, 0, 20)
+    save_result(temp_dir, ranges[0], UnitResult(source=ranges[0].source, counts={m.ROWS: 1}))
+    progress.refresh()
+    assert (progress.done, progress.done_bytes, progress._extra()) == (1, 30, "4 rows")

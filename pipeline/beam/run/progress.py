@@ -44,15 +44,14 @@ class UnitProgress:
     def __init__(self, units: list[WorkUnit], temp_dir: str, *, every: float, poll_seconds: float = 0.5,
                  terminal: bool | None = None) -> None:
         self._temp_dir = temp_dir
-        self._units = {u.source: u for u in units}
-        self._records = {posixpath.basename(result_path(temp_dir, u.source)): u.source for u in units}
+        self._units = {self._record_name(u.source): u for u in units}  # by the name of its own record
         self._seen: set[str] = set()  # group record files read
         # Progress counts inputs as the summary does: a file split in byte ranges is one input, and so is
         # a --hf_dataset (of many row ranges); an input is done when all its parts are.
         self._parts = Counter(input_name(u) for u in self._units.values())
         self.total = len(self._parts)
-        self._rows: dict[str, int] = {}  # unit source -> rows, of the units done
-        self._finished: Counter = Counter()  # input -> its units done (kept as they come: no pass over all)
+        self._rows: dict[str, int] = {}  # a done unit's record name -> its rows
+        self._finished: Counter = Counter()  # an input of many units -> those done (no pass over all a tick)
         self._done = self._done_bytes = self._rows_made = 0
         self._shards = 0
         self._poll_seconds = poll_seconds
@@ -71,17 +70,24 @@ class UnitProgress:
     def done_bytes(self) -> int:
         return self._done_bytes
 
-    def _mark(self, source: str, rows: int) -> None:
-        """Unit `source` is done with `rows` rows (once: a later record of it changes nothing)."""
-        if source in self._rows:
+    def _record_name(self, source: str) -> str:
+        return posixpath.basename(result_path(self._temp_dir, source))
+
+    def _mark(self, name: str, rows: int) -> None:
+        """The unit of record name `name` is done with `rows` rows (once: a later record of it changes
+        nothing)."""
+        if name in self._rows:
             return
-        self._rows[source] = rows
+        self._rows[name] = rows
         self._rows_made += rows
-        unit = self._units[source]
+        unit = self._units[name]
         self._done_bytes += unit.size
-        name = input_name(unit)
-        self._finished[name] += 1
-        if self._finished[name] == self._parts[name]:
+        whole = input_name(unit)
+        if self._parts[whole] == 1:
+            self._done += 1
+            return
+        self._finished[whole] += 1
+        if self._finished[whole] == self._parts[whole]:
             self._done += 1
 
     def refresh(self) -> None:
@@ -91,11 +97,10 @@ class UnitProgress:
     def _poll(self) -> None:
         names = temp_names(self._temp_dir)
         for name in names:
-            source = self._records.get(name)
-            if source is not None and source not in self._rows:
+            if name in self._units and name not in self._rows:
                 try:
                     record = json.loads(read_text(posixpath.join(self._temp_dir, name)))
-                    self._mark(source, int(record["result"]["counts"].get(m.ROWS, 0)))
+                    self._mark(name, int(record["result"]["counts"].get(m.ROWS, 0)))
                 except (ValueError, KeyError, OSError):
                     continue  # being written: counted at the next poll
             elif name.endswith(GROUP_RECORD_SUFFIX) and name not in self._seen:
@@ -104,8 +109,9 @@ class UnitProgress:
                     continue  # being written (an object store's upload), or not one
                 self._seen.add(name)
                 for source, rows in zip(header["sources"], header.get("rows", ())):
-                    if source in self._units:  # another run's are not counted
-                        self._mark(source, int(rows))
+                    member = self._record_name(source)
+                    if member in self._units:  # another run's are not counted
+                        self._mark(member, int(rows))
         # The temp folder is deleted when the run finishes: never count down.
         self._shards = max(self._shards, len(fnmatch.filter(names, m.shard_record_name("*", "*"))))
 
