@@ -2,13 +2,14 @@
 as `units.process_unit` does one, its rows after the previous kept input's in one train and one
 validation part (one pair of files for the group instead of one per input, read once per shard);
 each input keeps its own result (its rows: where they start in the group's parts) and its own
---resume record, written once the parts are in place."""
+--resume record, in the group's one record file (`unit_results.save_group_results`), written once
+the parts are in place."""
 
 from __future__ import annotations
 
 from pipeline.beam.reading.reader import UnitReader
 from pipeline.beam.reading.work_units import UnitGroup, WorkUnit
-from pipeline.beam.unit_results import UnitResult, load_result, save_result
+from pipeline.beam.unit_results import UnitResult, load_group_results, save_group_results
 from pipeline.beam.units import StageClock, UnitContext, check_unchanged, scan_unit, tokenize_unit
 from pipeline.beam.writing.part_writer import MemberWriter, PartWriter
 from pipeline.tokenizer.errors import is_panic
@@ -39,7 +40,7 @@ def process_group(group: UnitGroup, context: UnitContext, clock: StageClock | No
         InputFailed: naming the input whose processing raised.
     """
     clock = clock or StageClock()
-    results = {unit.source: load_result(context.temp_dir, unit) for unit in group.units}
+    results = load_group_results(context.temp_dir, group.units, context)
     todo = [unit for unit in group.units if results[unit.source] is None]
     if todo:
         writer = PartWriter(context.temp_dir, group_part_name(todo), context.layout, context.id_dtype, context.config)
@@ -49,9 +50,12 @@ def process_group(group: UnitGroup, context: UnitContext, clock: StageClock | No
         except BaseException:
             writer.abort()
             raise
-        for unit, result in made:  # after the parts are in place: a record marks its input done
-            save_result(context.temp_dir, unit, result)
+        for unit, result in made:
             results[unit.source] = result
+        # after the parts are in place: the record marks the group's inputs done (the reused ones too,
+        # so that a later resume of the same grouping reads one file)
+        save_group_results(context.temp_dir, group_part_name(group.units),
+                           [(unit, results[unit.source]) for unit in group.units])
     return [results[unit.source] for unit in group.units]
 
 

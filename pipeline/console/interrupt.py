@@ -71,9 +71,9 @@ def run_main(target: Callable[[], T]) -> T:
         thread = threading.Thread(target=work, name="maskbeam-job", daemon=True)
         thread.start()
         while thread.is_alive():
-            got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
+            got = _wait_for_stop(0.2)
             if got is not None:
-                _stop(got.si_signo)
+                _stop(got)
     finally:
         # A caller that goes on (a test, a library user calling main()) gets its signals back: processes
         # it starts later would otherwise inherit SIGINT ignored and both signals blocked.
@@ -82,6 +82,16 @@ def run_main(target: Callable[[], T]) -> T:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def _wait_for_stop(seconds: float) -> int | None:
+    """SIGINT or SIGTERM if one came within `seconds`, else None. A process stopped and continued
+    (SIGSTOP/SIGCONT: a shell's Ctrl-Z and `fg`, a scheduler's suspend, a profiler or debugger
+    attaching) gets from `sigtimedwait` a siginfo of no signal (its fields uninitialised: si_signo
+    1831169632 was seen): not a stop. Taken for one, it silenced the output and ended the run with
+    status 1 and no message."""
+    got = signal.sigtimedwait(_STOP_SIGNALS, seconds)
+    return got.si_signo if got is not None and got.si_signo in _STOP_SIGNALS else None
 
 
 def _stop(signum: int) -> None:
@@ -128,11 +138,11 @@ def run_interruptible(target: Callable[[], T]) -> T:
         thread = threading.Thread(target=work, name="maskbeam-run", daemon=True)
         thread.start()
         while thread.is_alive():
-            got = signal.sigtimedwait(_STOP_SIGNALS, 0.2)
+            got = _wait_for_stop(0.2)
             if got is not None:
                 _silence_for_exit()
                 kill_descendants()
-                raise Interrupted(got.si_signo)
+                raise Interrupted(got)
     except KeyboardInterrupt:  # delivered to a thread started before the block
         _silence_for_exit()
         kill_descendants()

@@ -39,3 +39,50 @@ def test_a_finished_run_closes_at_every_input_done_with_the_manifests_rows_after
         progress.finish(shards=2, rows=137)
     last = caplog.records[-1].getMessage()
     assert "3/3" in last and "137 rows, 2 shards written" in last, last
+
+
+def test_progress_counts_the_inputs_of_group_records_once_and_an_input_when_all_its_units_are(tmp_path):
+    """A group's one record file counts every member it names (rows from its header), a member named
+    again by a later record (a resumed group) is not counted twice, another run's members not at all,
+    and a record file still being written (no header yet) is read at a later poll."""
+    from pipeline.beam.unit_groups import group_part_name
+    from pipeline.beam.unit_results import UnitResult, group_record_path, save_group_results
+
+    temp_dir = str(tmp_path / m.TEMP_DIR)
+    os.makedirs(temp_dir)
+    units = [WorkUnit(source=str(tmp_path / f"doc{i}.txt"), format="text", size=10 * (i + 1)) for i in range(4)]
+    progress = UnitProgress(units, temp_dir, every=3600, terminal=False)
+
+    def save(group: list[WorkUnit]) -> None:
+        save_group_results(temp_dir, group_part_name(group), [
+            (u, UnitResult(source=u.source, size=u.size, counts={m.ROWS: i + 2})) for i, u in enumerate(group)])
+
+    save(units[:2])
+    other = WorkUnit(source=str(tmp_path / "elsewhere.txt"), format="text", size=5)
+    save([other, units[2]])  # another run's input beside one of ours
+    torn = group_record_path(temp_dir, group_part_name(units[3:]))
+    with open(torn, "w") as handle:
+        handle.write('{"sources": ["')
+    progress.refresh()
+    assert (progress.done, progress.done_bytes, progress._extra()) == (3, 60, "8 rows")
+    save(units[3:])  # the torn file, now whole
+    save(units[1:3])  # doc1 and doc2 named again (a resumed group)
+    progress.refresh()
+    assert (progress.done, progress.done_bytes, progress._extra()) == (4, 100, "10 rows")
+
+
+def test_a_file_read_in_byte_ranges_is_done_when_its_last_range_is(tmp_path):
+    from pipeline.beam.unit_results import UnitResult, save_result
+
+    temp_dir = str(tmp_path / m.TEMP_DIR)
+    os.makedirs(temp_dir)
+    book = str(tmp_path / "big.jsonl")
+    ranges = [WorkUnit(source=f"{book}@{a}-{b}", format="jsonl", size=b - a, path=book, start=a, stop=b)
+              for a, b in ((0, 10), (10, 30))]
+    progress = UnitProgress(ranges, temp_dir, every=3600, terminal=False)
+    save_result(temp_dir, ranges[1], UnitResult(source=ranges[1].source, counts={m.ROWS: 3}))
+    progress.refresh()
+    assert (progress.total, progress.done, progress.done_bytes) == (1, 0, 20)
+    save_result(temp_dir, ranges[0], UnitResult(source=ranges[0].source, counts={m.ROWS: 1}))
+    progress.refresh()
+    assert (progress.done, progress.done_bytes, progress._extra()) == (1, 30, "4 rows")

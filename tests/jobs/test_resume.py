@@ -171,3 +171,36 @@ def test_resume_on_a_complete_output_notices_changed_inputs(tmp_path, small_book
     assert "is complete, but its inputs changed since it was made" in err
     assert f"new (1): {books / 'late_arrival.txt'}" in err and f"changed (1): {books / names[0]}" in err
     assert "--overwrite" in err
+
+
+def test_a_run_of_many_small_inputs_killed_midway_resumes_exactly_to_identical_bytes(tmp_path, caplog):
+    """600 small files in groups of 5 (one record file a group): killed once a few groups are done, the
+    resumed run reuses exactly the inputs of the group records the killed one left and makes the same
+    bytes as a run never stopped."""
+    from benchmarks.many_files import _words, file_text
+
+    books = tmp_path / "in"
+    books.mkdir()
+    words = _words()
+    for i in range(600):
+        (books / f"doc{i:04d}.txt").write_text(file_text(i, words)[:1200], encoding="utf-8")
+    args = ["--group_inputs", "5", "--max_seq_length", "64", "--validation_fraction", "0.1"]
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    run_preprocess([books], clean, *args, tokenizer=TOKENIZER_DIR)
+    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(books), "--output", str(killed),
+            "--tokenizer", str(TOKENIZER_DIR), *args]
+    proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and len(list(
+            (killed / m.TEMP_DIR).glob("*-group-result.json"))) < 3:
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    records = list((killed / m.TEMP_DIR).glob("*-group-result.json"))
+    assert not (killed / m.MANIFEST_FILE).exists() and 3 <= len(records) < 120, len(records)
+    with caplog.at_level("INFO", logger="maskbeam"):
+        run_preprocess([books], killed, *args, "--resume", tokenizer=TOKENIZER_DIR)
+    said = re.search(r"--resume: (\d+) of (\d+) inputs reused from the earlier run, (\d+) to redo", caplog.text)
+    assert said and (int(said[1]), int(said[2])) == (5 * len(records), 600), caplog.text
+    _same_output(clean, killed)

@@ -2,8 +2,9 @@
 carry it (2 KB an input; its joins by input held every input's signature in memory at once on the
 local runner): only the few inputs of candidate pairs are ever read back.
 
-* a whole input's signature is in its unit's result record (`unit_results.save_result`: written by
-  the worker before the result leaves it, for --resume), read back by the input's name (its source);
+* a whole input's signature is in its unit's result record (`unit_results.save_result`, or its
+  group's record file: written by the worker before the result leaves it, for --resume), read back
+  by the input's name (its source, `unit_results.read_record`);
 * a file read in byte ranges has the merge of its ranges' signatures, written once its ranges are
   together to a file of its own (`write_signature`) beside its parts.
 
@@ -12,11 +13,9 @@ A signature's place is one small int (`IN_RESULT`, `IN_FILE`) that travels with 
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from pipeline.beam.unit_results import result_path, unit_file_stem
+from pipeline.beam.unit_results import read_record, result_path, unit_file_stem
 from pipeline.beam.writing.arrow_io import read_text, write_text
 
 IN_RESULT = 0  # the signature of its unit's result record
@@ -48,8 +47,7 @@ def read_signature(temp_dir: str, name: str, place: int) -> np.ndarray:
         raise ValueError(f"unknown signature place {place!r} of {name}; expected one of {PLACES}")
     path = signature_file(temp_dir, name) if place == IN_FILE else result_path(temp_dir, name)
     try:
-        text = read_text(path)
-        hexed = text if place == IN_FILE else json.loads(text)["result"]["signature"]
+        hexed = read_text(path) if place == IN_FILE else read_record(temp_dir, name)["result"]["signature"]
     except (OSError, ValueError, KeyError) as error:
         raise SignatureMissing(f"the MinHash signature of {name} is not in {path} ({type(error).__name__}: "
                                f"{error}); was the temp folder changed or removed during the run?") from error

@@ -1,22 +1,20 @@
 """Progress of a running preprocess job, watched from the launcher: every finished unit leaves its
-result record in the temp folder (that is what --resume reuses), and every finished shard its shard
+result record in the temp folder (that is what --resume reuses; a group of small inputs one record
+file for all, whose header line names them and their rows), and every finished shard its shard
 record, so a thread listing that folder knows how far the workers are on any runner, without a
-metrics service."""
+metrics service. Each record file is read once; a listing holds a name a group, not an input."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
 import logging
-import os
 import posixpath
 import threading
 from collections import Counter
 
-from apache_beam.io.filesystems import FileSystems
-
 from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
-from pipeline.beam.unit_results import result_path
+from pipeline.beam.unit_results import GROUP_RECORD_SUFFIX, list_names, read_group_header, result_path
 from pipeline.beam.writing.arrow_io import read_text
 from pipeline.console import ProgressReporter
 from pipeline.console.formatting import plural
@@ -29,12 +27,7 @@ def temp_names(folder: str) -> list[str]:
     """The names of the files in `folder` ([] while it does not exist). A local folder is listed
     without Beam, whose match stats every file: polling a temp folder of thousands of parts twice a
     second that way took a core's tenth from the workers."""
-    try:
-        if "://" not in folder or folder.startswith("file://"):
-            return os.listdir(folder.removeprefix("file://"))
-        return [posixpath.basename(md.path) for md in FileSystems.match([posixpath.join(folder, "*")])[0].metadata_list]
-    except Exception:  # noqa: BLE001 - the folder may not exist yet, or a listing may fail transiently
-        return []
+    return list_names(folder)
 
 
 def input_name(unit: WorkUnit) -> str:
@@ -51,12 +44,15 @@ class UnitProgress:
     def __init__(self, units: list[WorkUnit], temp_dir: str, *, every: float, poll_seconds: float = 0.5,
                  terminal: bool | None = None) -> None:
         self._temp_dir = temp_dir
-        self._units = {posixpath.basename(result_path(temp_dir, u.source)): u for u in units}
+        self._units = {self._record_name(u.source): u for u in units}  # by the name of its own record
+        self._seen: set[str] = set()  # group record files read
         # Progress counts inputs as the summary does: a file split in byte ranges is one input, and so is
         # a --hf_dataset (of many row ranges); an input is done when all its parts are.
         self._parts = Counter(input_name(u) for u in self._units.values())
         self.total = len(self._parts)
-        self._rows: dict[str, int] = {}
+        self._rows: dict[str, int] = {}  # a done unit's record name -> its rows
+        self._finished: Counter = Counter()  # an input of many units -> those done (no pass over all a tick)
+        self._done = self._done_bytes = self._rows_made = 0
         self._shards = 0
         self._poll_seconds = poll_seconds
         self._stop = threading.Event()
@@ -68,12 +64,31 @@ class UnitProgress:
 
     @property
     def done(self) -> int:
-        finished = Counter(input_name(self._units[name]) for name in self._rows)
-        return sum(1 for name, n in finished.items() if n == self._parts[name])
+        return self._done
 
     @property
     def done_bytes(self) -> int:
-        return sum(self._units[name].size for name in self._rows)
+        return self._done_bytes
+
+    def _record_name(self, source: str) -> str:
+        return posixpath.basename(result_path(self._temp_dir, source))
+
+    def _mark(self, name: str, rows: int) -> None:
+        """The unit of record name `name` is done with `rows` rows (once: a later record of it changes
+        nothing)."""
+        if name in self._rows:
+            return
+        self._rows[name] = rows
+        self._rows_made += rows
+        unit = self._units[name]
+        self._done_bytes += unit.size
+        whole = input_name(unit)
+        if self._parts[whole] == 1:
+            self._done += 1
+            return
+        self._finished[whole] += 1
+        if self._finished[whole] == self._parts[whole]:
+            self._done += 1
 
     def refresh(self) -> None:
         """Look at the temp folder now (the thread looks every `poll_seconds`)."""
@@ -85,14 +100,23 @@ class UnitProgress:
             if name in self._units and name not in self._rows:
                 try:
                     record = json.loads(read_text(posixpath.join(self._temp_dir, name)))
-                    self._rows[name] = int(record["result"]["counts"].get(m.ROWS, 0))
+                    self._mark(name, int(record["result"]["counts"].get(m.ROWS, 0)))
                 except (ValueError, KeyError, OSError):
                     continue  # being written: counted at the next poll
+            elif name.endswith(GROUP_RECORD_SUFFIX) and name not in self._seen:
+                header = read_group_header(posixpath.join(self._temp_dir, name))
+                if header is None:
+                    continue  # being written (an object store's upload), or not one
+                self._seen.add(name)
+                for source, rows in zip(header["sources"], header.get("rows", ())):
+                    member = self._record_name(source)
+                    if member in self._units:  # another run's are not counted
+                        self._mark(member, int(rows))
         # The temp folder is deleted when the run finishes: never count down.
         self._shards = max(self._shards, len(fnmatch.filter(names, m.shard_record_name("*", "*"))))
 
     def _extra(self, rows_made: int | None = None) -> str:
-        rows = plural(sum(self._rows.values()) if rows_made is None else rows_made, "row")
+        rows = plural(self._rows_made if rows_made is None else rows_made, "row")
         return f"{rows}, {plural(self._shards, 'shard')} written" if self._shards else rows
 
     def _loop(self) -> None:

@@ -12,7 +12,7 @@ from pipeline import __version__
 from pipeline.beam.reading.work_units import WorkUnit
 from pipeline.beam.run.config import NOT_IN_THE_BYTES, PreprocessConfig
 from pipeline.beam.run.progress import input_name, temp_names
-from pipeline.beam.unit_results import load_result
+from pipeline.beam.unit_results import load_group_results, load_result, result_path
 from pipeline.beam.writing.arrow_io import file_sha256, read_text, write_text
 from pipeline.beam.writing.inputs_file import read_entries
 from pipeline.console.formatting import plural
@@ -153,12 +153,17 @@ def reuse_line(output: str, units: list[WorkUnit]) -> str:
     left a result (unchanged since, its parts in place), the inputs to redo, and the finished shards
     (each kept where its plan and checksum still match when its turn comes)."""
     temp_dir = posixpath.join(output, m.TEMP_DIR)
+    names = temp_names(temp_dir)
+    own = set(names)  # a unit's own record is looked at only where the listing has it (no existence check an input)
     inputs: dict[str, bool] = {}
+    grouped = load_group_results(temp_dir, units)  # the group record files' headers, read once
     for unit in units:
         name = input_name(unit)
-        inputs[name] = inputs.get(name, True) and load_result(temp_dir, unit) is not None
+        inputs[name] = inputs.get(name, True) and (
+            grouped[unit.source] is not None
+            or (posixpath.basename(result_path(temp_dir, unit.source)) in own
+                and load_result(temp_dir, unit) is not None))
     reused = sum(inputs.values())
-    names = temp_names(temp_dir)
     shards = 0
     for split in m.SPLITS:
         head, tail = m.shard_record_name(split, "\0").split("\0")

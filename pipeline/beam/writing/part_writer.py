@@ -54,6 +54,7 @@ class PartWriter:
         self._pending_rows = dict.fromkeys(self._pending, 0)
         self.rows = dict.fromkeys(self._pending, 0)  # rows added per split so far
         self.starts: dict[str, int] = {}  # a unit's own parts start at row 0
+        self._paths: dict[str, str] = {}  # a group's name is all its sources: hashed once, not a member
 
     def add(self, chunks: Chunks, stream: RowStream, document_key: np.uint64) -> None:
         """Rows just made by `stream` (whose content key is `document_key`)."""
@@ -69,7 +70,9 @@ class PartWriter:
         self._flush(split, final=False)
 
     def path(self, split: str) -> str:
-        return part_path(self._temp_dir, self._source, split)
+        if split not in self._paths:
+            self._paths[split] = part_path(self._temp_dir, self._source, split)
+        return self._paths[split]
 
     def _flush(self, split: str, final: bool) -> None:
         pending = self._pending[split]
