@@ -48,16 +48,19 @@ class DoubleArray:
     @classmethod
     def build(cls, entries: dict[bytes, int]) -> DoubleArray:
         """`entries`: byte string -> id (>= 0); the empty string is not stored."""
-        keys = sorted(k for k in entries if k)
-        lengths = np.array([len(k) for k in keys], dtype=np.int64)
+        keys = sorted(entries)
+        if keys and not keys[0]:
+            keys = keys[1:]  # sorted: the empty string, if any, comes first
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
         starts = np.zeros(len(keys), dtype=np.int64)
         if keys:
             starts[1:] = np.cumsum(lengths)[:-1]
         blob = np.frombuffer(b"".join(keys) or b"\0", dtype=np.uint8).copy()
-        ids = np.array([entries[k] for k in keys], dtype=np.int32)
-        if np.any(ids < 0):
-            raise ValueError("DoubleArray ids must be >= 0")
-        base, check, value, used = _build(blob, starts, lengths, ids, 256 + 2 * int(lengths.sum()))
+        ids = np.fromiter(map(entries.__getitem__, keys), dtype=np.int64, count=len(keys))
+        if np.any(ids < 0) or np.any(ids > np.iinfo(np.int32).max):
+            raise ValueError("DoubleArray ids must be in [0, 2**31 - 1]")
+        base, check, value, used = _build(blob, starts, lengths, ids.astype(np.int32),
+                                          256 + int(lengths.sum()) // 2)  # grows by doubling where short
         cells = np.zeros((used + 256, 4), dtype=np.int32)  # 256 spare: base + byte never runs off the end
         cells[:, 1] = _FREE
         cells[:used, 0], cells[:used, 1], cells[:used, 2] = base[:used], check[:used], value[:used]
