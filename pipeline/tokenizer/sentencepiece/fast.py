@@ -27,6 +27,7 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
 from __future__ import annotations
 
 import json
+import operator
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -379,11 +380,13 @@ def _real_tokenizer(tokenizer: Tokenizer, tokenizer_json: str, config: dict) -> 
     changed): one built from another JSON (the raw file where `tokenizer_json` is its content form,
     `content.content_tokenizer_json`) or one that matches special-token strings."""
     if tokenizer.encode_special_tokens:
-        vocab = (config.get("model") or {}).get("vocab")
-        pairs = enumerate(entry[0] for entry in vocab) if isinstance(vocab, list) else \
-            ((token_id, token) for token, token_id in (vocab or {}).items())
-        id_to_token = tokenizer.model.id_to_token
-        if all(id_to_token(token_id) == token for token_id, token in pairs):
+        vocab = (config.get("model") or {}).get("vocab") or {}
+        if isinstance(vocab, list):
+            ids, tokens = range(len(vocab)), map(operator.itemgetter(0), vocab)
+        else:
+            ids, tokens = vocab.values(), vocab.keys()
+        if tokenizer.get_vocab_size(with_added_tokens=False) == len(vocab) and \
+                all(map(operator.eq, map(tokenizer.model.id_to_token, ids), tokens)):
             return tokenizer
     own = Tokenizer.from_str(tokenizer_json)
     own.encode_special_tokens = True
