@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
+from pipeline.tokenizer.gc_pause import gc_paused
+
 T = TypeVar("T")
 _KEPT = 3  # the tokenizer.json, its content tokenizer's JSON, and one more (tests load many)
 _PARSES: dict[str, dict] = {}
@@ -24,7 +26,12 @@ _PARSES: dict[str, dict] = {}
 def parsed(tokenizer_json: str) -> dict:
     """`json.loads(tokenizer_json)`, parsed once a process while it stays among the last few texts:
     shared, read only. Raises what json.loads raises (ValueError, RecursionError)."""
-    return kept(_PARSES, tokenizer_json, lambda: json.loads(tokenizer_json), _KEPT)
+    return kept(_PARSES, tokenizer_json, lambda: _loads(tokenizer_json), _KEPT)
+
+
+def _loads(text: str) -> dict:
+    with gc_paused():  # the collector took ~3/4 of a 256k vocabulary's parse (gc_pause.py)
+        return json.loads(text)
 
 
 def kept(cache: dict[str, T], key: str, make: Callable[[], T], most: int) -> T:

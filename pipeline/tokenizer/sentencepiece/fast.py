@@ -27,6 +27,7 @@ that list gets `SentencePieceFastTokenizer`. How exactness is reached:
 from __future__ import annotations
 
 import json
+import operator
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
@@ -59,6 +60,7 @@ from pipeline.kernels.tokenizer.sentencepiece.normalizer import (
 )
 from pipeline.kernels.tokenizer.sentencepiece.unigram import UnigramArrays, UnigramTables
 from pipeline.tokenizer.errors import UnsupportedTokenizer
+from pipeline.tokenizer.gc_pause import gc_paused
 from pipeline.tokenizer.parsed import parsed
 from pipeline.tokenizer.sentencepiece.plain import plain_form, whitespace_cuts
 from pipeline.tokenizer.sentencepiece.stream import stream_form
@@ -370,18 +372,41 @@ def _normalizer(per_character_json: str):
     return Tokenizer.from_str(json.dumps(config)).normalizer.normalize_str
 
 
+def _real_tokenizer(tokenizer: Tokenizer, tokenizer_json: str, config: dict) -> Tokenizer:
+    """The real tokenizer the fallback chunks go to: `tokenizer` itself where it already encodes
+    special-token strings as text and its model has `config`'s pieces at their ids (the job's, from
+    `spec.build_tokenizer`: building a second one from a 262k vocabulary costs a worker ~1-3 s; the
+    check ~50 ms), else a copy of our own built from `tokenizer_json` (the caller's object is never
+    changed): one built from another JSON (the raw file where `tokenizer_json` is its content form,
+    `content.content_tokenizer_json`) or one that matches special-token strings."""
+    if tokenizer.encode_special_tokens:
+        vocab = (config.get("model") or {}).get("vocab") or {}
+        if isinstance(vocab, list):
+            ids, tokens = range(len(vocab)), map(operator.itemgetter(0), vocab)
+        else:
+            ids, tokens = vocab.values(), vocab.keys()
+        if tokenizer.get_vocab_size(with_added_tokens=False) == len(vocab) and \
+                all(map(operator.eq, map(tokenizer.model.id_to_token, ids), tokens)):
+            return tokenizer
+    own = Tokenizer.from_str(tokenizer_json)
+    own.encode_special_tokens = True
+    return own
+
+
 class SentencePieceFastTokenizer:
     """Encodes text as the given real SentencePiece-style tokenizer does (special-token strings as
     plain text, no special tokens added): the kernel where it can vouch for a chunk, the real
-    tokenizer for the rest."""
+    tokenizer for the rest.
+
+    `tokenizer`: the real tokenizer built from `tokenizer_json`; used as it is for the fallback chunks
+    where its `encode_special_tokens` is on (a copy is built otherwise: `_real_tokenizer`)."""
 
     def __init__(self, tokenizer: Tokenizer, tokenizer_json: str) -> None:
         config = parsed(tokenizer_json)  # shared: read only
         problems = sentencepiece_support(config)
         if problems:
             raise UnsupportedTokenizer(problems, FAMILY)
-        self.tokenizer = Tokenizer.from_str(tokenizer_json)  # our own copy: special tokens as text
-        self.tokenizer.encode_special_tokens = True
+        self.tokenizer = _real_tokenizer(tokenizer, tokenizer_json, config)
         self.tables = _tables(tokenizer_json, self.tokenizer, config)
         self._tables_args = (self.tables.cuts, self.tables.normalizer, self.tables.uni, self.tables.bpe)
         self.cache = chunk_cache(CACHE_SLOTS)
@@ -611,10 +636,9 @@ def _model(plan: _Plan, tokenizer_json: str, tokenizer: Tokenizer | None) -> _Mo
     """`tokenizer`: one built from `tokenizer_json`, where the caller has it (building one from a
     250k vocabulary takes a second)."""
     real = Tokenizer.from_str(tokenizer_json) if tokenizer is None else tokenizer
-    exact = json.loads(real.to_str())["model"]  # the float64s the Rust model holds
+    exact = json.loads(real.model.__getstate__())  # the model alone, with the float64s the Rust model holds
     if exact["type"] == "Unigram":
-        unigram = UnigramTables.build([(t, s) for t, s in exact["vocab"]], exact.get("unk_id"),
-                                      exact.get("byte_fallback", False))
+        unigram = UnigramTables.build(exact["vocab"], exact.get("unk_id"), exact.get("byte_fallback", False))
         return _Model(unigram.arrays(), _empty_bpe(), 0, set(), None, None)  # no Unigram cut asks for its pieces
     merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in exact["merges"]]
     tables = BpeTables.build(exact["vocab"], merges, exact.get("unk_token"), exact.get("byte_fallback", False),
@@ -636,7 +660,8 @@ def _tables(tokenizer_json: str, tokenizer: Tokenizer | None = None, config: dic
     `config`: that JSON built and parsed, where the caller has them."""
     found = _TABLES.get(tokenizer_json)
     if found is None:
-        found = _TABLES[tokenizer_json] = _build_tables(tokenizer_json, tokenizer, config)
+        with gc_paused():  # millions of objects made and dropped (gc_pause.py)
+            found = _TABLES[tokenizer_json] = _build_tables(tokenizer_json, tokenizer, config)
         while len(_TABLES) > _TABLES_KEPT:
             del _TABLES[next(iter(_TABLES))]
     return found

@@ -10,8 +10,10 @@ double array walks the same bytes with one read each: the child of `node` by byt
 `DoubleArray.build` places every node's children at the first base where all their cells are
 free (the classic first-fit construction, darts-style), in a jitted loop over the sorted keys that
 walks a list of the free cells and drops a cell from it after MAX_TRIES failed tries, so the build is
-linear in the vocabulary: 16k / 64k / 250k random pieces of 1-10 characters in 0.03 / 0.13 / 0.89 s
-of CPU (a scan of every cell from the first free one takes 0.65 s at 16k, 13 s at 64k).
+linear in the vocabulary: 16k / 64k / 250k random pieces of 1-12 characters in 0.03 / 0.13 / 0.6-0.9 s
+of CPU (`python -m benchmarks.trie_build`, session 15 at load 12-16; a scan of every cell from the first
+free one took 0.65 s at 16k, 13 s at 64k). A whole 256k Unigram model's tables (`unigram.UnigramTables`,
+with the sort and key arrays) build in about 0.6 s of a worker's load.
 """
 
 from __future__ import annotations
@@ -48,16 +50,19 @@ class DoubleArray:
     @classmethod
     def build(cls, entries: dict[bytes, int]) -> DoubleArray:
         """`entries`: byte string -> id (>= 0); the empty string is not stored."""
-        keys = sorted(k for k in entries if k)
-        lengths = np.array([len(k) for k in keys], dtype=np.int64)
+        keys = sorted(entries)
+        if keys and not keys[0]:
+            keys = keys[1:]  # sorted: the empty string, if any, comes first
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
         starts = np.zeros(len(keys), dtype=np.int64)
         if keys:
             starts[1:] = np.cumsum(lengths)[:-1]
         blob = np.frombuffer(b"".join(keys) or b"\0", dtype=np.uint8).copy()
-        ids = np.array([entries[k] for k in keys], dtype=np.int32)
-        if np.any(ids < 0):
-            raise ValueError("DoubleArray ids must be >= 0")
-        base, check, value, used = _build(blob, starts, lengths, ids, 256 + 2 * int(lengths.sum()))
+        ids = np.fromiter(map(entries.__getitem__, keys), dtype=np.int64, count=len(keys))
+        if np.any(ids < 0) or np.any(ids > np.iinfo(np.int32).max):
+            raise ValueError("DoubleArray ids must be in [0, 2**31 - 1]")
+        base, check, value, used = _build(blob, starts, lengths, ids.astype(np.int32),
+                                          256 + int(lengths.sum()) // 2)  # grows by doubling where short
         cells = np.zeros((used + 256, 4), dtype=np.int32)  # 256 spare: base + byte never runs off the end
         cells[:, 1] = _FREE
         cells[:used, 0], cells[:used, 1], cells[:used, 2] = base[:used], check[:used], value[:used]

@@ -62,16 +62,15 @@ class UnigramTables:
     @classmethod
     def build(cls, vocab: list[tuple[str, float]], unk_id: int | None, byte_fallback: bool) -> UnigramTables:
         """`vocab`: (piece, score) in id order, scores exactly as the Rust model holds them."""
-        entries: dict[bytes, int] = {}
-        for token_id, (token, _) in enumerate(vocab):
-            entries[token.encode("utf-8")] = token_id  # a repeated piece: the last id wins, as in token_to_ids
+        # a repeated piece: the last id wins (dict order), as in token_to_ids
+        entries = dict(zip([token.encode("utf-8") for token, _ in vocab], range(len(vocab))))
         entries.pop(b"", None)  # the trie never yields the empty piece
         scores = np.array([score for _, score in vocab] or [0.0], dtype=np.float64)
         byte_ids = np.array([entries.get(f"<0x{b:02X}>".encode(), -1) for b in range(256)], dtype=np.int32)
-        min_score = min((score for _, score in vocab), default=np.inf)
+        min_score = float(scores.min()) if vocab else np.inf
         return cls(pieces=DoubleArray.build(entries), scores=scores, byte_ids=byte_ids,
                    unk_id=-1 if unk_id is None else int(unk_id), unk_score=float(min_score - UNK_PENALTY),
-                   byte_fallback=bool(byte_fallback), max_piece=max((len(k) for k in entries), default=1))
+                   byte_fallback=bool(byte_fallback), max_piece=max(map(len, entries), default=1))
 
     def arrays(self) -> UnigramArrays:
         """The model as the encoder kernel takes it."""
