@@ -720,13 +720,16 @@ class ListInputs(beam.PTransform):
         self._split_text = split_text
 
     def expand(self, root):
-        return (root
-                | "Patterns" >> beam.Create(self._patterns)
-                | "SpreadPatterns" >> beam.Reshuffle()
-                | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output,
-                                             split_text=self._split_text)
-                | "OncePerFile" >> beam.CombinePerKey(min)
-                | "Units" >> beam.Values())
+        matched = (root
+                   | "Patterns" >> beam.Create(self._patterns)
+                   | "SpreadPatterns" >> beam.Reshuffle()
+                   | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output,
+                                                split_text=self._split_text))
+        if len(self._patterns) == 1:
+            # One pattern lists each file once (`list_inputs` keeps one unit a source): no shuffle
+            # of every unit by its source, which held one more copy of the whole listing.
+            return matched | "Units" >> beam.Values()
+        return matched | "OncePerFile" >> beam.CombinePerKey(min) | "Units" >> beam.Values()
 
 
 class Preprocess(beam.PTransform):
