@@ -50,5 +50,9 @@ def _guard(tokenizer: Tokenizer, config: dict) -> SpecialGuard:
     model = config.get("model") or {}
     unk = model.get("unk_id") if model.get("type") == "Unigram" else tokenizer.token_to_id(
         model.get("unk_token") or "[UNK]")
-    names = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
-    return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
+    added = tokenizer.get_added_tokens_decoder()
+    names = {i: t.content for i, t in added.items()}
+    # The file's special ids and the built tokenizer's: a Unigram content tokenizer (content.py)
+    # numbers its special added tokens past the vocabulary, where `to_str()` (read before) said.
+    special = special_ids_of(config, SPECIAL_CANDIDATES) | {i for i, t in added.items() if t.special}
+    return SpecialGuard(special, unk, names)
