@@ -14,23 +14,19 @@ text that decides them is present, so a piece end is never a sentence end.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.kernels.text.sentences import sentence_breaks
-from pipeline.tokenizer.content import SpecialGuard, special_ids_of
+from pipeline.tokenizer.content import SpecialGuard
 from pipeline.tokenizer.cut_rule import CutRule, is_visible
-from pipeline.tokenizer.derived_cuts import cut_rule
 from pipeline.tokenizer.errors import is_panic, panic_error
+from pipeline.tokenizer.facts import TokenizerFacts
 from pipeline.tokenizer.fast import FastTokenizer
-from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 
 AnyTokenizer = Tokenizer | FastTokenizer
 
@@ -75,54 +71,18 @@ def iter_paragraphs(text: str) -> Iterator[str]:
         yield from _split_long(text[start:])
 
 
-@dataclass
-class _Facts:
-    """What the encoder derives once per tokenizer object (each from its whole JSON)."""
-
-    cuts: CutRule | None = None
-    guard: SpecialGuard | None = None
-
-
-# Per live tokenizer object: an entry goes when its tokenizer does, so neither keeps a tokenizer
-# alive nor can a later tokenizer at the same address find it.
-_FACTS: weakref.WeakKeyDictionary[Tokenizer, _Facts] = weakref.WeakKeyDictionary()
-
-
-def _facts(tokenizer: Tokenizer) -> _Facts:
-    found = _FACTS.get(tokenizer)
-    if found is None:
-        found = _FACTS[tokenizer] = _Facts()
-    return found
-
-
 def cuts_of(tokenizer: AnyTokenizer) -> CutRule:
     """Where a tokenizer's text may be cut, proven from the tokenizer itself (`derived_cuts`): from
     its whole JSON (its vocabulary and added tokens decide some cuts), once per tokenizer object."""
     if isinstance(tokenizer, FastTokenizer):
         return tokenizer.cuts
-    facts = _facts(tokenizer)
-    if facts.cuts is None:
-        text = tokenizer.to_str()
-        facts.cuts = cut_rule(json.loads(text), text)
-    return facts.cuts
+    return TokenizerFacts.of(tokenizer).cuts
 
 
 def guard_of(tokenizer: AnyTokenizer) -> SpecialGuard:
     """The check that no special id comes from the text (content.py), once per tokenizer object."""
     real = tokenizer.tokenizer if isinstance(tokenizer, FastTokenizer) else tokenizer
-    facts = _facts(real)
-    if facts.guard is None:
-        facts.guard = _guard(real)
-    return facts.guard
-
-
-def _guard(real: Tokenizer) -> SpecialGuard:
-    config = json.loads(real.to_str())
-    model = config.get("model") or {}
-    unk = model.get("unk_id") if model.get("type") == "Unigram" else real.token_to_id(
-        model.get("unk_token") or "[UNK]")
-    names = {i: t.content for i, t in real.get_added_tokens_decoder().items()}
-    return SpecialGuard(special_ids_of(config, SPECIAL_CANDIDATES), unk, names)
+    return TokenizerFacts.of(real).guard
 
 
 def first_cut(text: str, rule: CutRule, start: int) -> int:

@@ -18,8 +18,9 @@ from pipeline.tokenizer.added_tokens import AddedTokenSplitter, plain_added, wit
 from pipeline.tokenizer.content import content_tokenizer_json, special_ids_of
 from pipeline.tokenizer.cut_rule import CutRule
 from pipeline.tokenizer.errors import UnsupportedTokenizer, family_reasons
+from pipeline.tokenizer.facts import TokenizerFacts
 from pipeline.tokenizer.families import family_cuts, support
-from pipeline.tokenizer.parsed import parsed, release_parses, remember
+from pipeline.tokenizer.parsed import parsed, recorded_json, release_parses, remember
 from pipeline.tokenizer.spec import SPECIAL_CANDIDATES
 from schemas.options import BACKEND_AUTO, BACKEND_FAST, BACKEND_HF, TOKENIZER_BACKENDS
 
@@ -74,6 +75,9 @@ class FastTokenizer:
         self.slice_chars = family.slice_chars
         # special pieces out of the content lattice, as on the hf backend (content.py)
         content = content_tokenizer_json(tokenizer_json, special_ids_of(config, SPECIAL_CANDIDATES))
+        if recorded_json(tokenizer) == content:  # built by spec.build_tokenizer: its guard from this
+            # parse, before the parses go (encode.guard_of would parse its JSON again)
+            TokenizerFacts.of(tokenizer, config if content is tokenizer_json else parsed(content), content)
         self._added = None
         if plain_added(config):
             self._added = AddedTokenSplitter(config)

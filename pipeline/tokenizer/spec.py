@@ -16,7 +16,7 @@ from pipeline.kernels.rows.masking import MaskingRule
 from pipeline.tokenizer.content import check_added_ids, content_tokenizer_json
 from pipeline.tokenizer.errors import TokenizerError, is_panic, panic_error
 from pipeline.tokenizer.families import continues_word
-from pipeline.tokenizer.parsed import parsed, release_parses
+from pipeline.tokenizer.parsed import built_from, parsed, release_parses
 from pipeline.tokenizer.safety.normalizer_growth import NormalizerGrowth, check_growth
 from pipeline.tokenizer.safety.regexes import UnsafeRegex, check_regex
 from schemas.manifest import MAX_VOCAB_SIZE
@@ -307,7 +307,7 @@ def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     tokenized as plain text, so raw input can never forge a row boundary or a mask; a Unigram
     model's special pieces are out of its lattice (`content.content_tokenizer_json`)."""
     content = content_tokenizer_json(spec.json, set(spec.special_ids))
-    tokenizer = Tokenizer.from_str(content)
+    tokenizer = built_from(Tokenizer.from_str(content), content)  # read back without to_str (facts.py)
     if content is not spec.json:
         check_added_ids(tokenizer, parsed(spec.json))
     release_parses()  # a Unigram's parse, kept by the content check, is not kept for the process's life

@@ -102,7 +102,8 @@ def test_the_console_script_ends_preprocess_without_the_teardown(job, torn_down)
     assert done.stdout.endswith("teardown\n") == torn_down, done.stdout[-200:]
 
 
-LAZY = ("pyarrow.compute", "tqdm", "boto3", "botocore", "beartype", "huggingface_hub")
+LAZY = ("pyarrow.compute", "tqdm", "boto3", "botocore", "beartype", "huggingface_hub", "requests", "httplib2",
+        "urllib3")
 # Beam's type checks, where its own rules do not decide calling beartype's is_subhint (raising for a
 # non-hint: False), as a job's process answers them after its run and as plain Beam does.
 _CONSISTENT = """
@@ -112,11 +113,25 @@ pairs = [(bool, int), (int, str), (1, int), (typing.List[int], typing.Sequence[i
          (typing.Dict[str, int], typing.Mapping[str, int]), (bytes, str), ("not a hint", int)]
 print([is_consistent_with(sub, base) for sub, base in pairs], "beartype" in sys.modules)
 """
+# requests and httplib2 are deferred while Beam imports (beam_import): Beam's modules that hold them
+# get the real modules' objects on first use, and a later `import` gives the real module.
+_DEFERRED_FORWARD = """
+from apache_beam.internal import http_client
+from apache_beam.io.gcp import gce_metadata_util
+import requests, httplib2
+from pipeline.beam.run.beam_import import DeferredModule
+assert type(gce_metadata_util.requests) is DeferredModule and type(requests) is not DeferredModule
+assert gce_metadata_util.requests.exceptions.RequestException is requests.exceptions.RequestException
+assert isinstance(http_client.get_new_http(), httplib2.Http)
+import pickle
+assert pickle.loads(pickle.dumps(gce_metadata_util.requests)) is requests
+"""
 _SMALL_JOB = f"""
 import sys
 from jobs import preprocess
 preprocess.run(sys.argv[1:])
 print(sorted(name for name in {LAZY!r} if name in sys.modules))
+{_DEFERRED_FORWARD}
 {_CONSISTENT}
 """
 
@@ -125,7 +140,8 @@ def test_a_small_job_imports_no_library_it_does_not_use(tmp_path):
     """Each is a few hundredths to a tenth of a CPU-second of every job's start, for what a job on
     local files with no bar and no --push_to_hub never uses: pyarrow.compute (`FixedSizeListArray.
     flatten` imports it), tqdm (the console's log lines, without a bar), boto3 (Beam's S3 wrapper),
-    beartype (Beam's type checks beyond its own rules) and huggingface_hub (publishing)."""
+    beartype (Beam's type checks beyond its own rules), huggingface_hub (publishing), requests and
+    httplib2 (Beam's GCE metadata lookup and HTTP client)."""
     book = tmp_path / "book.txt"
     book.write_text("It was a bright cold day in April, and the clocks were striking thirteen. " * 400)
     done = subprocess.run([sys.executable, "-c", _SMALL_JOB, "--input", str(book), "--output", str(tmp_path / "out")],

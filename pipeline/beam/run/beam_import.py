@@ -19,6 +19,14 @@ the `BeartypeDoorException` it raises. While Beam imports, `beartype`, `beartype
 `beartype.roar` are stand-ins that give Beam a `is_subhint` that imports beartype on its first call
 and an exception class that call raises in place of beartype's (`_BEARTYPE`); afterwards the real
 packages import as usual. Any other Beam module left holding a stand-in is given the real objects.
+
+requests and httplib2 (~0.1 CPU-s each with what they import: urllib3, charset_normalizer, pyparsing)
+are deferred: Beam imports each at the top of a module that uses it only inside functions (the GCE
+metadata lookup, Beam's HTTP client for its stager), which a job on local files never calls. While
+Beam imports, each is a `DeferredModule` that imports the real module on its first attribute lookup
+(and forwards every lookup after); afterwards `import requests` gives the real module as usual. A
+job that calls neither never imports them. (grpc cannot be deferred: the in-process runner's
+`channel_factory` subclasses one of its classes when it is imported.)
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ import threading
 import types
 
 _lock = threading.Lock()
+_lock_deferred = threading.Lock()
 HIDDEN = ("pandas", "bson", "pymongo", "boto3")  # Beam imports each only where installed (boto3: see LazyBoto3)
+DEFERRED = ("requests", "httplib2")  # Beam uses each only inside functions a job never calls
 BOTO3_CLIENT = "apache_beam.io.aws.clients.s3.boto3_client"
 # What Beam's MongoDB connector logs when it finds no pymongo: true, and of no concern to a job.
 _NO_MONGO = ("apache_beam.io.mongodbio", "Could not find a compatible bson package.")
@@ -52,6 +62,9 @@ def import_beam() -> None:
         for name in hidden:
             sys.modules[name] = None  # the import system raises ImportError for a None entry
         stand_ins = _beartype_stand_ins()
+        deferred = {name: DeferredModule(name) for name in DEFERRED
+                    if name not in sys.modules and importlib.util.find_spec(name) is not None}
+        sys.modules.update(deferred)
         quiet = _DropNoMongo()
         logging.getLogger(_NO_MONGO[0]).addFilter(quiet)
         try:
@@ -61,13 +74,45 @@ def import_beam() -> None:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
-            for name, module in stand_ins.items():
+            for name, module in {**stand_ins, **deferred}.items():
                 if sys.modules.get(name) is module:
                     del sys.modules[name]
         if "boto3" in hidden:
             _defer_boto3()
         if stand_ins:
             _no_stand_in_left_but_typehints(stand_ins)
+
+
+class DeferredModule(types.ModuleType):
+    """Stands for module `name` in the Beam modules that import it while Beam imports: the first
+    lookup of an attribute (or of `__path__`, to import a submodule) imports the real module, and
+    every lookup is answered by it. The import system's own probes (`__spec__`, `__loader__`) find
+    a plain module's None and import nothing."""
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr != "__path__":  # copy, pickle and inspect probes
+            raise AttributeError(attr)
+        name = self.__name__
+        with _lock_deferred:
+            if sys.modules.get(name) is self:  # looked up while Beam imports: the real one from now on
+                del sys.modules[name]
+        return getattr(_deferred_module(name), attr)
+
+    def __reduce__(self):  # pickled by name, as a module is: the real module where it is unpickled
+        return _deferred_module, (self.__name__,)
+
+
+def _deferred_module(name: str) -> types.ModuleType:
+    """The real module of a `DeferredModule` (one of DEFERRED, a fixed table)."""
+    if name not in DEFERRED:
+        raise ValueError(f"{name!r} is not one of the modules deferred while Beam imports {DEFERRED}")
+    return importlib.import_module(name)
+
+
+def deferred_imported() -> list[str]:
+    """Which of DEFERRED are imported now (for tests)."""
+    return [name for name in DEFERRED if isinstance(sys.modules.get(name), types.ModuleType)
+            and not isinstance(sys.modules.get(name), DeferredModule)]
 
 
 class BeartypeDoorException(Exception):

@@ -57,7 +57,7 @@ from pipeline.tokenizer.derived_cuts import no_cut_reason
 from pipeline.tokenizer.encode import MAX_CARRY_CHARS
 from pipeline.tokenizer.fast import choose_backend
 from pipeline.tokenizer.parsed import release_parses
-from pipeline.tokenizer.resolve import resolve_tokenizer_json
+from pipeline.tokenizer.resolve import resolve_spec
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
 from schemas.options import BACKEND_FAST, PACKING_SENTENCES
@@ -88,7 +88,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         ValueError, TokenizerError, InputError, FileExistsError: naming the bad option or input.
     """
     config.validate()
-    spec = TokenizerSpec.from_json(resolve_tokenizer_json(config.tokenizer))
+    spec = resolve_spec(config.tokenizer)  # the checked spec, kept on disk by its bytes (resolve.py)
     backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
     config = dataclasses.replace(config, tokenizer_backend=backend)
     inputs = list_inputs(list(config.inputs), config.output)
