@@ -7,7 +7,8 @@ words with seed i; no two share a MinHash band, so near-duplicate detection find
 `DIR/in/` in folders of 10,000, unless they are there already; then runs `jobs.preprocess` on the
 folder (the local runner, its default workers) in a child process, sampling the summed RSS of the
 launcher and every worker process it starts every `--every` seconds. The curve goes to `--csv`
-(seconds, rss_mb, processes); the summary (files, input MB, wall, peak RSS and its per-input share)
+(seconds, rss_mb, processes, anon_mb: RSS less file-backed pages, such as the memory-mapped part files
+the shard writers read); the summary (files, input MB, wall, peak RSS and its per-input share)
 is printed as one JSON line. A run whose tree passes `--limit_gb` is killed (the summary says so):
 a runaway run must not take the machine with it. Made to go to 1,000,000 files (about 2.5 GB of
 input and 1.5 GB of part files; the folder is reused by later runs).
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from benchmarks.procmon import rss_of, tree_processes
+from benchmarks.procmon import anon_of, rss_of, tree_processes
 from pipeline.sample import SAMPLE_BOOKS, SAMPLE_TOKENIZER
 
 FILES_PER_FOLDER = 10_000
@@ -93,7 +94,8 @@ def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path)
         while proc.poll() is None:
             procs = tree_processes(watched)
             rss = rss_of(procs)
-            curve.append((round(time.perf_counter() - started, 2), round(rss / 2**20, 1), len(procs)))
+            curve.append((round(time.perf_counter() - started, 2), round(rss / 2**20, 1), len(procs),
+                          round(anon_of(procs) / 2**20, 1)))
             if rss > limit_bytes:
                 killed = True
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -115,25 +117,28 @@ def measure(files: int, folder: Path, every: float, limit_gb: float, job_args: l
     csv_path = csv_path or folder / f"memory-{files}.csv"
     with open(csv_path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["seconds", "rss_mb", "processes"])
+        writer.writerow(["seconds", "rss_mb", "processes", "anon_mb"])
         writer.writerows(run["curve"])
-    peak = max((mb for _, mb, _ in run["curve"]), default=0.0)
+    peak = max((mb for _, mb, _, _ in run["curve"]), default=0.0)
+    peak_anon = max((mb for _, _, _, mb in run["curve"]), default=0.0)
     if not keep_output:
         shutil.rmtree(output, ignore_errors=True)
     return {"files": files, "input_mb": round(input_bytes / 1e6, 1), "wall_s": round(run["wall_s"], 1),
             "peak_rss_mb": peak, "peak_kb_per_input": round(peak * 1024 / max(files, 1), 2),
+            "peak_anon_mb": peak_anon,
             "returncode": run["returncode"], "killed_past_gb": limit_gb if run["killed"] else None,
             "csv": str(csv_path), "log": str(folder / f"job-{files}.log")}
 
 
-def memory_slope(runs: list[dict]) -> dict:
-    """Peak RSS against inputs over the finished runs: the least-squares line's slope (KB an input)
-    and intercept (MB); None with fewer than two distinct counts."""
+def memory_slope(runs: list[dict], key: str = "peak_rss_mb", prefix: str = "") -> dict:
+    """Peak RSS (or another peak, `key`) against inputs over the finished runs: the least-squares
+    line's slope (KB an input) and intercept (MB); None with fewer than two distinct counts."""
     done = [r for r in runs if r["returncode"] == 0 and not r["killed_past_gb"]]
     if len({r["files"] for r in done}) < 2:
-        return {"slope_kb_per_input": None, "intercept_mb": None}
-    slope, intercept = np.polyfit([r["files"] for r in done], [r["peak_rss_mb"] for r in done], 1)
-    return {"slope_kb_per_input": round(float(slope) * 1024, 2), "intercept_mb": round(float(intercept), 1)}
+        return {f"{prefix}slope_kb_per_input": None, f"{prefix}intercept_mb": None}
+    slope, intercept = np.polyfit([r["files"] for r in done], [r[key] for r in done], 1)
+    return {f"{prefix}slope_kb_per_input": round(float(slope) * 1024, 2),
+            f"{prefix}intercept_mb": round(float(intercept), 1)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -156,8 +161,9 @@ def main(argv: list[str] | None = None) -> dict:
     for files in args.files:
         runs.append(measure(files, folder / str(files), args.every, args.limit_gb, args.job_args, args.keep_output))
         print(json.dumps(runs[-1]), flush=True)
-    curve = {"runs": [{k: r[k] for k in ("files", "peak_rss_mb", "wall_s", "returncode", "killed_past_gb")}
-                      for r in runs], **memory_slope(runs)}
+    curve = {"runs": [{k: r[k] for k in ("files", "peak_rss_mb", "peak_anon_mb", "wall_s", "returncode",
+                                         "killed_past_gb")} for r in runs],
+             **memory_slope(runs), **memory_slope(runs, "peak_anon_mb", "anon_")}
     print(json.dumps(curve))
     return curve
 

@@ -38,6 +38,20 @@ def rss_of(procs: list[psutil.Process]) -> int:
     return total
 
 
+def anon_of(procs: list[psutil.Process]) -> int:
+    """The summed anonymous resident memory of `procs`: RSS less its file-backed and shared pages
+    (psutil's `shared`, Linux's RssFile + RssShmem). Memory-mapped part files read by the shard
+    writers are file-backed pages the kernel can drop at any time; the heap is not."""
+    total = 0
+    for proc in procs:
+        try:
+            info = proc.memory_info()
+        except psutil.NoSuchProcess:
+            continue
+        total += info.rss - getattr(info, "shared", 0)
+    return total
+
+
 def _tree_rss(process: psutil.Process) -> int:
     return rss_of(tree_processes(process))
 

@@ -293,7 +293,7 @@ def test_the_job_on_many_small_files_stays_under_its_memory_bound(tmp_path):
     job = [sys.executable, "-m", "jobs.preprocess", "--input", str(tmp_path / "in"), "--output",
            str(tmp_path / "out"), "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "128"]
     run = run_sampled(job, 0.1, MEMORY_BOUND_MB << 20, tmp_path / "job.log")
-    peak = max(mb for _, mb, _ in run["curve"])
+    peak = max(sample[1] for sample in run["curve"])
     assert not run["killed"], f"peak RSS passed {MEMORY_BOUND_MB} MB (killed at {peak:.0f} MB)"
     assert run["returncode"] == 0, (tmp_path / "job.log").read_text()[-2000:]
     manifest = json.loads((tmp_path / "out" / m.MANIFEST_FILE).read_text())
