@@ -1,14 +1,14 @@
 """A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
 
 A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
-(`word_key`, the shared `common.packing.packed24`: one unaligned 8-byte load each, a mask, no
-loop, no byte compare). A record
-is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
-then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
-associative: a new word goes to way 1 unless way 0 is free, a hit in way 1 moves to way 0), the
-set chosen by the top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
-up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
-running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
+(`word_key`, the shared `common.packing.packed24`: one unaligned 8-byte load each, a mask, no loop,
+no byte compare). A record is 64 bytes, one cache line: the three key words, then `length | count <<
+8 | first id << 32`, then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two
+(two-way set associative: a new word goes to way 1 unless way 0 is free, a hit in way 1 moves to way
+0), the set chosen by the top bits of a multiplicative hash of the key. A word of more ids (up to
+MAX_IDS, so every word of up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records
+of its set, its ids running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a
+record).
 
 A cache never changes ids: it only remembers what the kernel computed for a word. It is the second
 cache of the words of up to 15 bytes (the word table, `word_table`, is the first: the kernel looks
