@@ -1,13 +1,14 @@
 """A cache of tokenized words in which a hit reads one cache line: the byte-level BPE kernel's memory.
 
 A word of up to WORD_BYTES bytes is its own key: its bytes packed little-endian in three uint64
-(`word_key`: one unaligned 8-byte load each (`load8`), a mask, no loop, no byte compare). A record
-is 64 bytes, one cache line: the three key words, then `length | count << 8 | first id << 32`,
-then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two (two-way set
-associative: a new word goes to way 1 unless way 0 is free, a hit in way 1 moves to way 0), the
-set chosen by the top bits of a multiplicative hash of the key. A word of more ids (up to MAX_IDS, so every word of
-up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records of its set, its ids
-running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a record).
+(`word_key`, the shared `common.packing.packed24`: one unaligned 8-byte load each, a mask, no loop,
+no byte compare). A record is 64 bytes, one cache line: the three key words, then `length | count <<
+8 | first id << 32`, then up to RECORD_IDS - 1 more ids two to a uint64. Records are in sets of two
+(two-way set associative: a new word goes to way 1 unless way 0 is free, a hit in way 1 moves to way
+0), the set chosen by the top bits of a multiplicative hash of the key. A word of more ids (up to
+MAX_IDS, so every word of up to WORD_BYTES bytes: CJK runs of byte-level tokens) takes both records
+of its set, its ids running on into way 1 (a *wide* entry, only ever in way 0; way 1 is then not a
+record).
 
 A cache never changes ids: it only remembers what the kernel computed for a word. It is the second
 cache of the words of up to 15 bytes (the word table, `word_table`, is the first: the kernel looks
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.kernels.common.jit import kernel
-from pipeline.kernels.common.loads import load8
+from pipeline.kernels.common.packing import PACKED_BYTES, packed24
 
-WORD_BYTES = 24  # longest word the cache holds (its key is three uint64)
+WORD_BYTES = PACKED_BYTES  # longest word the cache holds (its key is three uint64: 24 bytes)
 RECORD_IDS = 9  # most ids one record holds
 MAX_IDS = 25  # most ids a word's entry holds: a wide entry takes both records of its set (>= WORD_BYTES)
 RECORD_WORDS = 8  # uint64 per record: 64 bytes
@@ -36,48 +37,9 @@ _MIX_1 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX_2 = np.uint64(0x165667B19E3779F9)
 _LOW_BYTE = np.uint64(0xFF)
 _LOW_HALF = np.uint64(0xFFFFFFFF)
-_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@kernel(inline="always")
-def _low_bytes(key, n):
-    """The low n (1 <= n <= 8) bytes of key, the others zero."""
-    return key & (_ALL_BITS >> np.uint64(64 - 8 * n))
-
-
-@kernel(inline="always")
-def _tail_key(text, start, n):
-    """word_key of a word near the end of `text`, reading its bytes one at a time (rare). Scalars,
-    no array: a call that allocates (or is not inlined) in the kernel's word loop made every word
-    of the loop about 10 ns slower, the loop's values no longer kept in registers across it."""
-    k0 = np.uint64(0)
-    k1 = np.uint64(0)
-    k2 = np.uint64(0)
-    for q in range(n):
-        byte = np.uint64(text[start + q]) << np.uint64(8 * (q & 7))
-        if q < 8:
-            k0 |= byte
-        elif q < 16:
-            k1 |= byte
-        else:
-            k2 |= byte
-    return k0, k1, k2
-
-
-@kernel(inline="always")
-def word_key(text, start, n):
-    """(k0, k1, k2): the bytes of text[start:start + n] (1 <= n <= WORD_BYTES) packed little-endian
-    in three uint64, zero beyond n. Reads whole 8-byte groups where the text has them (a word near
-    the end of `text` is read byte by byte: nothing past the text is ever read)."""
-    k1 = np.uint64(0)
-    k2 = np.uint64(0)
-    if start + ((n + 7) & -8) > text.shape[0]:
-        return _tail_key(text, start, n)
-    if n <= 8:
-        return _low_bytes(load8(text, start), n), k1, k2
-    if n <= 16:
-        return load8(text, start), _low_bytes(load8(text, start + 8), n - 8), k2
-    return load8(text, start), load8(text, start + 8), _low_bytes(load8(text, start + 16), n - 16)
+word_key = packed24  # (k0, k1, k2) of text[start:start + n], 1 <= n <= WORD_BYTES: `common.packing`
 
 
 @kernel(inline="always")

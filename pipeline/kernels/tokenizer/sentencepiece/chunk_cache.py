@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.kernels.common.jit import helper, kernel
-from pipeline.kernels.common.loads import load8
+from pipeline.kernels.common.packing import PACKED_BYTES, packed24
 
 ROW_BYTES = 64  # one cache line per row
-CHUNK_BYTES = 24  # row bytes 8..31: the string
+CHUNK_BYTES = PACKED_BYTES  # row bytes 8..31: the string (24 bytes, `packed`)
 CHUNK_IDS = 7  # row int32 8: count, 9..15: ids
 BYTES_AT = 8  # in bytes
 COUNT_AT = 8  # in int32 units
@@ -33,7 +33,6 @@ HASH_BITS = np.uint64(0xFFFFFFFFFFFFFF00)  # a key: the hash's high bits, flags,
 WORD_FLAG = np.uint64(0x80)  # the row holds a normalised word or part (the model's input), not raw text
 STREAM_FLAG = np.uint64(0x40)  # the row holds a stream segment without the text's prefix (`bpe_stream`)
 NO_FLAGS = np.uint64(0)
-_ALL_BITS = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MIX_1 = np.uint64(0x9E3779B97F4A7C15)
 _MIX_2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _MIX_3 = np.uint64(0x165667B19E3779F9)
@@ -76,41 +75,7 @@ def copy_ids(cache_ints, row, out, n_out):
     return n_out + cache_ints[row, COUNT_AT]
 
 
-@kernel(inline="always")
-def _low_bytes(word, n):
-    """The low n (0 <= n <= 8) bytes of word, the others zero."""
-    return word & (_ALL_BITS >> np.uint64(64 - 8 * n)) if n > 0 else np.uint64(0)
-
-
-@kernel(inline="always")
-def _packed_bytes(data, start, length):
-    """`packed` of a string near the end of `data`, one byte at a time (scalars: no array)."""
-    k0 = np.uint64(0)
-    k1 = np.uint64(0)
-    k2 = np.uint64(0)
-    for q in range(length):
-        byte = np.uint64(data[start + q]) << np.uint64(8 * (q & 7))
-        if q < 8:
-            k0 |= byte
-        elif q < 16:
-            k1 |= byte
-        else:
-            k2 |= byte
-    return k0, k1, k2
-
-
-@kernel(inline="always")
-def packed(data, start, length):
-    """(k0, k1, k2): data[start:start+length] (length <= CHUNK_BYTES) as three little-endian words,
-    zero beyond length: the row's bytes 8..31 as `insert_packed` writes them. Whole 8-byte loads
-    where `data` has the bytes; nothing past its end is read."""
-    if start + ((length + 7) & -8) > data.shape[0]:
-        return _packed_bytes(data, start, length)
-    if length <= 8:
-        return _low_bytes(load8(data, start), length), np.uint64(0), np.uint64(0)
-    if length <= 16:
-        return load8(data, start), _low_bytes(load8(data, start + 8), length - 8), np.uint64(0)
-    return load8(data, start), load8(data, start + 8), _low_bytes(load8(data, start + 16), length - 16)
+packed = packed24  # (k0, k1, k2) of data[start:start + length], 0 <= length <= CHUNK_BYTES: `common.packing`
 
 
 @kernel(inline="always")
