@@ -118,8 +118,10 @@ def _split_texts(task: SplitTask) -> Iterator[tuple[str, bool]]:
             if text:
                 yield text, inside
     held = "".join(stripper.feed("", final=True)) if stripper is not None else ""
-    if held:  # an unfinished last line that might have been a marker line: the input's end
-        yield held, False
+    if held:  # an unfinished last line that might have been a marker line: the input's end, which
+        # lies in the last split (lookahead for any other: taken as such, the last split dropped the
+        # end of a last line such as `*** START OF ...` kept inside a body, after its `***`)
+        yield held, task.index == task.count - 1
 
 
 def _owned_text(task: SplitTask, rule: CutRule) -> Iterator[str]:
