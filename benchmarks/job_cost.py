@@ -152,7 +152,7 @@ def measure(tokenizer: str, corpora: list[Path], repeat: int, work: Path, limit:
 
 def markdown_table(results: list[dict]) -> str:
     sizes = results[0]["sizes_mb"] if results else []
-    head = " | ".join(f"job {s:.0f} MB: wall s (MB/s)" for s in sizes)
+    head = " | ".join(f"job {s:.3g} MB: wall s (MB/s)" for s in sizes)
     lines = [f"| tokenizer | {head} | fixed s | rate MB/s | CPU: fixed s | CPU: MB/s per CPU-second | "
              "bare `encode_batch`, all cores | job / bare |", "|---|" + "---|" * (len(sizes) + 6)]
     for r in results:
