@@ -37,6 +37,7 @@ from schemas.options import (
     DEFAULT_GROUP_INPUTS,
     DEFAULT_MAX_SPAN,
     DEFAULT_SPAN_P,
+    DEFAULT_TASK_INPUTS,
     GROUPED_INPUT_BYTES,
     PACKING_DOC,
     PACKING_MODES,
@@ -137,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"read by one worker call, up to N of them and --split_bytes in all, into one pair of part "
                         f"files; the output is the same for any N (default {DEFAULT_GROUP_INPUTS}; 1: every input "
                         f"alone)")
+    p.add_argument("--task_inputs", type=int, default=DEFAULT_TASK_INPUTS, metavar="N",
+                   help=f"the end of the job reads every input's result back from the workers' files in tasks of "
+                        f"about N inputs each (a worker holds one task: ~2 KB an input); the output is the same for "
+                        f"any N (default {DEFAULT_TASK_INPUTS})")
     p.add_argument("--dask_local_workers", type=int, metavar="N",
                    help="start a local Dask cluster of N worker processes and run on it with DaskRunner (default: "
                         "none; the local FnApiRunner with one worker per core)")
@@ -214,6 +219,8 @@ def run(argv: list[str] | None = None, *, command_line: bool = False):
     _checked(parser, known)
     if known.group_inputs < 1:
         parser.error(f"--group_inputs must be >= 1, got {known.group_inputs}")
+    if known.task_inputs < 1:
+        parser.error(f"--task_inputs must be >= 1, got {known.task_inputs}")
     if known.tokenizer_threads is not None and known.tokenizer_threads < 1:
         parser.error(f"--tokenizer_threads must be >= 1, got {known.tokenizer_threads}")
     if known.dask_local_workers is not None and known.dask_local_workers < 1:
@@ -282,7 +289,7 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
         return None
     prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads,
-                                   group_inputs=known.group_inputs)
+                                   group_inputs=known.group_inputs, task_inputs=known.task_inputs)
     quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
     try:
         result = run_pipeline(prepared, beam_args, dask_local_workers=known.dask_local_workers,

@@ -29,6 +29,9 @@ VALIDATION_UNITS = (VALIDATION_BY_ROW, VALIDATION_BY_DOCUMENT)
 DEFAULT_GROUP_INPUTS = 1000
 GROUPED_INPUT_BYTES = 1 << 20
 
+# --task_inputs: the end of the job reads the inputs' results back in bucket tasks of about this many
+DEFAULT_TASK_INPUTS = 20_000
+
 # --tokenizer_backend
 BACKEND_AUTO = "auto"
 BACKEND_FAST = "fast"

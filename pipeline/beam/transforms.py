@@ -21,8 +21,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
-from pipeline.beam.dedup.exact import input_key, mark_input
-from pipeline.beam.dedup.near import FindNearDuplicateCandidates, MarkNearDuplicates, input_bands, result_bands
+from pipeline.beam.dedup.near import FindNearDuplicateCandidates, NearDuplicateRoots, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.reading.listed_inputs import list_inputs
@@ -47,26 +46,27 @@ from pipeline.beam.units import (
     UnitContext,
     process_unit,
 )
-from pipeline.beam.writing.finalize import add_totals, finalize_output, unit_totals
-from pipeline.beam.writing.inputs_file import (
-    INPUT_BUCKETS,
-    NEAR_RUNS,
-    input_bucket,
-    sortable_line,
-    unit_entries,
-    write_run,
+from pipeline.beam.writing.finalize import add_totals, finalize_output
+from pipeline.beam.writing.input_spills import INPUTS_PER_TASK, BucketTask, SpillRef, plan_tasks, write_spill
+from pipeline.beam.writing.input_tasks import (
+    TAG_BUCKET,
+    TAG_RECORD,
+    TAG_RUN,
+    TAG_TOTALS,
+    merge_bucket,
+    run_task,
+    twins_of,
 )
+from pipeline.beam.writing.inputs_file import INPUT_BUCKETS, NEAR_RUNS, input_bucket, sortable_line, write_run
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
     SpilledTask,
     load_task,
-    packed_plan_record,
     read_pieces,
     row_summary,
     shard_keys,
     shard_task,
-    spill_bucket,
     spill_task,
     spilled_pieces,
     spilled_rows,
@@ -178,22 +178,27 @@ def _band_file(temp_dir: str, sources: list[str]) -> str:
     return f"{unit_file_stem(temp_dir, NUL.join(['bands', *sources]))}-bands.bin"
 
 
-def _without_signatures(results: list[UnitResult], pack_bands: bool, band_file: str = ""
-                        ) -> Iterator[UnitResult | tuple[int, BandSlice | None]]:
-    """With `pack_bands`, whole inputs' results without their signatures (they stay in the results'
-    records) and their packed bands after them as (partition, slice of `band_file`), one a
-    partition for all (`near.result_bands`, `band_packs.write_band_file`); else the results as they
-    are. A byte range's result keeps its signature: its file's ranges are merged first."""
+def _job_outputs(results: list[UnitResult], pack_bands: bool, temp_dir: str = "", sources: list[str] = (),
+                band_file: str = "") -> Iterator[UnitResult | SpillRef | tuple[int, BandSlice | None]]:
+    """With `pack_bands` (as `Preprocess` runs it), whole inputs' results in one spill file named by
+    the unit's `sources` (`input_spills`: only its reference goes on), their packed bands after
+    them as (partition, slice of `band_file`), one a partition for all (`near.result_bands`,
+    `band_packs.write_band_file`); a byte range's result as it is, with its signature: its file's
+    ranges are merged first. Else the results as they are."""
     if not pack_bands:
         yield from results
         return
-    packs = []
+    packs, whole = [], []
     for result in results:
-        if result.file or not result.signature:
+        if result.file:
             yield result
             continue
-        packs.extend(result_bands(result))
-        yield _compact(result)
+        if result.signature:
+            packs.extend(result_bands(result))
+        whole.append((result.input, [_compact(result)]))
+    ref = write_spill(temp_dir, sources, whole)
+    if ref is not None:
+        yield ref
     yield from write_band_file(band_file, packs)
 
 
@@ -212,8 +217,9 @@ class _ProcessUnitFn(_TokenizerFn):
             except InputFailed as failed:
                 raise self._failed(failed.source, failed.error) from failed.error
             counted = [self._count(result, clock if index == 0 else None) for index, result in enumerate(results)]
-            yield from _without_signatures(counted, self._pack_bands,
-                                           _band_file(context.temp_dir, [u.source for u in unit.units]))
+            sources = [u.source for u in unit.units]
+            yield from _job_outputs(counted, self._pack_bands, context.temp_dir, sources,
+                                    _band_file(context.temp_dir, sources))
             return
         try:
             outcome = (scan_for_splits if unit.split_bytes else process_unit)(unit, context, clock)
@@ -224,8 +230,8 @@ class _ProcessUnitFn(_TokenizerFn):
                 raise
             raise self._failed(unit.source, error) from None
         if isinstance(outcome, UnitResult):
-            yield from _without_signatures([self._count(outcome, clock)], self._pack_bands,
-                                           _band_file(context.temp_dir, [unit.source]))
+            yield from _job_outputs([self._count(outcome, clock)], self._pack_bands, context.temp_dir, [unit.source],
+                                    _band_file(context.temp_dir, [unit.source]))
             return
         self._count(None, clock)  # the scan of a split input; its counts come with the stitched result
         yield from outcome  # SplitTasks
@@ -379,7 +385,8 @@ class SpreadUnits(beam.PTransform):
 
 
 def _is_unit_result(element: object) -> bool:
-    return isinstance(element, UnitResult)
+    """A unit's result, or the reference to a spill file of whole inputs' results (`input_spills`)."""
+    return isinstance(element, (UnitResult, SpillRef))
 
 
 def _is_split_task(element: object) -> bool:
@@ -439,17 +446,13 @@ class TokenizeAndChunk(beam.PTransform):
         return results, processed | "UnitBands" >> beam.Filter(_is_band_pack), stitched
 
 
-def _is_range_result(result: UnitResult) -> bool:
+def _is_range_result(result: UnitResult | SpillRef) -> bool:
     """A byte range's result: its file's other ranges have results of their own."""
-    return bool(result.file)
+    return isinstance(result, UnitResult) and bool(result.file)
 
 
-def _is_whole_input(result: UnitResult) -> bool:
-    return not result.file
-
-
-def _as_input(result: UnitResult) -> tuple[str, list[UnitResult]]:
-    return result.input, [result]
+def _is_spill(element: object) -> bool:
+    return isinstance(element, SpillRef)
 
 
 def _by_input(kv) -> tuple[str, list[UnitResult]]:
@@ -458,51 +461,10 @@ def _by_input(kv) -> tuple[str, list[UnitResult]]:
     return name, sorted(parts, key=lambda r: r.source)
 
 
-_NO_CONTENT = NUL  # before an input's name: the shuffle key of an input without a content key (alone)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Twin:
-    """An input and the earlier input of the same content (`dedup.exact.duplicate_twins`)."""
-
-    name: str
-    twin: str
-
-
 def _packed(value: object) -> bytes:
     """A value as it waits in a shuffle: pickled bytes. Beam's local runner keeps a GroupByKey's
-    values decoded until its consumer runs; a result decoded is a dataclass of dicts, several
-    times its ~400 bytes pickled, held for every input."""
+    values decoded until its consumer runs."""
     return pack(value)
-
-
-def _by_content(name_and_parts: tuple[str, list[UnitResult]]) -> tuple[str, tuple[str, bytes]]:
-    """(its content key, (the input, its results packed)): exact duplicates meet under one key; an
-    input without one (skipped, or it read nothing) under a key of its own (no content key holds a NUL)."""
-    name, parts = name_and_parts
-    return input_key(parts) or _NO_CONTENT + name, (name, _packed(parts))
-
-
-def _mark_content(key_and_inputs, drop: bool) -> Iterator[tuple[str, list[UnitResult]] | _Twin]:
-    """The inputs of one content key, each but the first by path marked as its duplicate (with
-    `drop`, dropped: `dedup.exact.mark_input`), and a _Twin for each of those."""
-    key, inputs = key_and_inputs
-    inputs = sorted(inputs, key=lambda named: named[0])
-    first = inputs[0][0]
-    yield first, unpack(inputs[0][1])
-    for name, parts in inputs[1:]:
-        if key.startswith(_NO_CONTENT):  # never: one input a key
-            raise ValueError(f"inputs {first} and {name} under one shuffle key")
-        yield name, mark_input(unpack(parts), first, drop)
-        yield _Twin(name, first)
-
-
-def _is_marked_input(element: object) -> bool:
-    return not isinstance(element, _Twin)
-
-
-def _twin_pair(element: object) -> list[tuple[str, str]]:
-    return [(element.name, element.twin)] if isinstance(element, _Twin) else []
 
 
 def _compact(result: UnitResult) -> UnitResult:
@@ -510,14 +472,43 @@ def _compact(result: UnitResult) -> UnitResult:
     return dataclasses.replace(result, signature="") if result.signature else result
 
 
-def _compact_input(kv) -> tuple[str, list[UnitResult]]:
-    return kv[0], [_compact(result) for result in kv[1]]
+def _spill_input(name_and_parts: tuple[str, list[UnitResult]], temp_dir: str) -> SpillRef:
+    """One large input's results (a file read in byte ranges, or stitched from input splits) to a
+    spill file of its own (`input_spills`)."""
+    name, parts = name_and_parts
+    return write_spill(temp_dir, [name], [(name, [_compact(part) for part in parts])])
+
+
+def _stitched_input(result: UnitResult) -> tuple[str, list[UnitResult]]:
+    return result.input, [result]
 
 
 def _whole_bands(result: UnitResult, temp_dir: str) -> list[tuple[int, bytes]]:
     """The packed bands of a whole input whose result still carries its signature (not packed by
     its worker): the signature to its own file in `temp_dir`."""
     return input_bands((result.source, [result]), temp_dir) if result.signature else []
+
+
+def _task_size(task: BucketTask) -> int:
+    return task.hi - task.lo
+
+
+def _task_key(task: BucketTask) -> str:
+    return f"{task.index:06d}"
+
+
+def _bucket_item(tagged: tuple[str, Any]) -> list[tuple[str, tuple[str, Any]]]:
+    """(bucket, (tag, value)) of a bucket task's bucket spill or other bucket's plan record."""
+    tag, value = tagged
+    if tag == TAG_BUCKET:
+        return [(value[0], (tag, value))]
+    if tag == TAG_RECORD:
+        return [(value[0], (tag, value[1]))]
+    return []
+
+
+def _tagged(tag: str):
+    return lambda tagged: [tagged[1]] if tagged[0] == tag else []
 
 
 def _together(tag: str):
@@ -544,10 +535,6 @@ def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.d
                            id_dtype, spec.load().json)
 
 
-def _unit_lines(result: UnitResult) -> list[tuple[tuple, str]]:
-    return [sortable_line(section, entry) for section, entry in unit_entries(result)]
-
-
 def _near_line(entry: dict) -> tuple[tuple, str]:
     return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
 
@@ -559,8 +546,10 @@ def _write_bucket_run(bucket_and_lines, temp_dir: str, kind: str = "") -> str:
 
 class WriteInputRuns(beam.PTransform):
     """Per-input lines -> the paths of their sorted runs in the temp folder (`inputs_file`), one per
-    bucket of lines (at most `buckets`): no element, and no worker, holds every input's line. (Not a
-    DoFn writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.)"""
+    bucket of lines (at most `buckets`): no element, and no worker, holds every line. (Not a DoFn
+    writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.) The job's own
+    input lines are written by its bucket tasks (`input_tasks`); this writes the near-duplicate
+    report's, one line a scored pair."""
 
     def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS, kind: str = "") -> None:
         super().__init__()
@@ -577,75 +566,74 @@ class WriteInputRuns(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """UnitResult -> one manifest dict: mark duplicates, plan shards, mask and write them in parallel,
-    then finalize. Every step is per key (an input, a content key, a candidate pair, a bucket of
-    content keys, a shard) but small summaries (rows per bucket; the pairs at or above --near_dedup;
-    the totals; the bands of the inputs over --split_bytes, a side input of the band pairing) and the
-    last, which merges the workers' sorted runs of per-input lines into INPUTS_FILE and writes the
-    manifest; no list of all inputs is a side input, nor one element."""
+    """TokenizeAndChunk(pack_bands=True)'s output -> one manifest dict: mark duplicates, plan shards,
+    mask and write them in parallel, then finalize.
 
-    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None) -> None:
+    No input's results go through a shuffle but a file read in byte ranges' (a few large inputs):
+    the workers spill them (`input_spills`), and the end of the job reads them back in bucket tasks
+    of about INPUTS_PER_TASK inputs each (`input_tasks`), which mark the exact duplicates where they
+    meet, drop the near duplicates (`NearDuplicateRoots`: the few roots as a side input) and write
+    their buckets' plan records and their run of inputs-file lines. Through the runner go only small
+    things: a reference a spill file and a task, a bucket's spill (at most 4,096), rows per bucket,
+    the candidate pairs and exact duplicates of the near-duplicate search, the shards' pieces, the
+    totals; the last step merges the sorted runs into INPUTS_FILE and writes the manifest."""
+
+    def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None,
+                 inputs_per_task: int = INPUTS_PER_TASK) -> None:
         super().__init__()
         self._spec = spec
         self._config = config
         self._local_workers = local_workers
+        self._inputs_per_task = inputs_per_task
 
     def expand(self, unit_results):
-        """`unit_results`: the UnitResults, or (them, packed bands[, more whole inputs' results]) as
-        TokenizeAndChunk(pack_bands=True) gives them (the stitched results of input splits apart)."""
+        """`unit_results`: (results and spill references, packed bands, stitched results), as
+        TokenizeAndChunk(pack_bands=True) gives them."""
+        if not isinstance(unit_results, tuple):
+            raise TypeError("WriteShards takes TokenizeAndChunk(pack_bands=True)'s (results, bands, stitched)")
         spec, config = self._spec, self._config
-        worker_bands = stitched = None
-        if isinstance(unit_results, tuple):
-            unit_results, worker_bands, *more = unit_results
-            stitched = more[0] if more else None
-        shipped = ship_spec(spec, posixpath.join(config.output, m.TEMP_DIR))
+        unit_results, worker_bands, stitched = unit_results
+        temp_dir = posixpath.join(config.output, m.TEMP_DIR)
+        shipped = ship_spec(spec, temp_dir)
         id_dtype = _id_dtype(spec)
         bytes_per_row = row_bytes(config.max_seq_length, _id_dtype(spec), config.masking)
-        temp_dir = posixpath.join(config.output, m.TEMP_DIR)
-        # Only a file read in byte ranges has more than one result to gather: every other result is
-        # its input's only one and goes on in the stage that made it, never through a shuffle (the
-        # results, with their signatures, were the largest elements of the job; their GroupByKey the
-        # peak of its memory on many small files). No result goes on with its signature: the bands
-        # go to the candidates' shuffle packed, and the few signatures scored are read back.
-        whole = unit_results | "OneResultInputs" >> beam.Filter(_is_whole_input)
+        # Only a file read in byte ranges has more than one result to gather: its ranges' results
+        # (with their signatures) meet by input; every whole input's result is in a spill file.
         ranged = (unit_results
                   | "RangeResults" >> beam.Filter(_is_range_result)
                   | "ByInput" >> beam.Map(lambda r: (r.input, r))
                   | "GroupInputs" >> beam.GroupByKey()
                   | "InputParts" >> beam.Map(_by_input))
-        later = [whole | "WholeBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir),
-                 ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir)]
-        if stitched is not None:
-            later.append(stitched | "StitchedBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir))
-        later_bands = tuple(later) | "LaterBands" >> beam.Flatten()
+        later_bands = ((ranged | "RangedBands" >> beam.FlatMap(input_bands, temp_dir=temp_dir),
+                        stitched | "StitchedBands" >> beam.FlatMap(_whole_bands, temp_dir=temp_dir))
+                       | "LaterBands" >> beam.Flatten())
         # The workers' packs go to the shuffle from their own stage; the few packed here (inputs
-        # over --split_bytes) join them as a side input. Without workers' packs, all are here.
-        packs = later_bands if worker_bands is None else (worker_bands, later_bands)
-        sources = [whole | "AsInputs" >> beam.Map(_as_input), ranged]
-        if stitched is not None:
-            sources.append(stitched | "StitchedAsInputs" >> beam.Map(_as_input))
-        inputs = (tuple(sources)
-                  | "Inputs" >> beam.Flatten()
-                  | "CompactInputs" >> beam.Map(_compact_input))
-        pairs = packs | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
-        # Exact duplicates in one shuffle of the inputs by content key: a key's inputs are marked
-        # where they meet (the first by path is the others' twin), not joined again by input.
-        marked_and_twins = (inputs
-                            | "ByContent" >> beam.Map(_by_content)
-                            | "GroupContent" >> beam.GroupByKey()
-                            | "MarkDuplicates" >> beam.FlatMap(_mark_content, drop=config.dedup))
-        marked = marked_and_twins | "Marked" >> beam.Filter(_is_marked_input)
-        twins = marked_and_twins | "Twins" >> beam.FlatMap(_twin_pair)
-        units, near_report = ((marked, pairs, twins)
-                              | "MarkNearDuplicates" >> MarkNearDuplicates(config.near_dedup, temp_dir,
+        # over --split_bytes) join them as a side input.
+        pairs = (worker_bands, later_bands) | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
+        # Every spill file's reference (and one None: a task even with no input), then the tasks.
+        seed = unit_results.pipeline | "NoSpillYet" >> beam.Create([None])
+        tasks = ((unit_results | "WorkersSpills" >> beam.Filter(_is_spill),
+                  ranged | "SpillRanged" >> beam.Map(_spill_input, temp_dir=temp_dir),
+                  stitched | "SpillStitched" >> beam.Map(lambda r: _spill_input(_stitched_input(r), temp_dir)),
+                  seed)
+                 | "Spills" >> beam.Flatten()
+                 | "SpillsTogether" >> beam.Map(lambda ref: (None, ref))
+                 | "GroupSpills" >> beam.GroupByKey()
+                 | "PlanTasks" >> beam.FlatMap(lambda kv: plan_tasks(kv[1], temp_dir, self._inputs_per_task))
+                 | "SpreadTasks" >> SpreadUnits(n_bins=self._local_workers, size=_task_size, key=_task_key))
+        # --dedup drops the exact duplicates, whose pairs are then not scored: they come first.
+        twins = tasks | "Twins" >> beam.FlatMap(twins_of) if config.dedup else None
+        roots, near_report = ((pairs if twins is None else (pairs, twins))
+                              | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
                                                                            drop_twins=config.dedup))
-        # A bucket's records to a file of the temp folder once grouped (`spill_bucket`): they are
-        # read twice, for the rows per bucket and, once every bucket's rows are summed, for the
-        # shards' pieces; between the two the local runner would hold every input's record.
-        buckets = (units
-                   | "PlanRecords" >> beam.FlatMap(packed_plan_record)
+        roots_side = beam.pvalue.AsDict(roots) if roots is not None else None
+        done = tasks | "BucketTasks" >> beam.FlatMap(run_task, temp_dir=temp_dir, drop=config.dedup,
+                                                     roots=roots_side, threshold=config.near_dedup)
+        # A bucket's spill, with the plan records other tasks found for it (byte ranges'), merged.
+        buckets = (done
+                   | "BucketItems" >> beam.FlatMap(_bucket_item)
                    | "GroupBuckets" >> beam.GroupByKey()
-                   | "SpillBuckets" >> beam.Map(spill_bucket, temp_dir=temp_dir))
+                   | "SpillBuckets" >> beam.Map(merge_bucket, temp_dir=temp_dir))
         # One summary even when no input has rows (each split then gets one empty shard).
         seed = unit_results.pipeline | "NoRowsYet" >> beam.Create([(None, None)])
         summary = ((buckets | "BucketRows" >> beam.Map(spilled_rows) | "RowsTogether" >> beam.Map(lambda e: (None, e)),
@@ -665,15 +653,14 @@ class WriteShards(beam.PTransform):
             | "WriteShard" >> beam.ParDo(_WriteShardFn(shipped, config))
         )
         tokenizer_info = tokenizer_record(spec, config.tokenizer)
-        # The finalize step gets small things only: the totals, the shards' results and the paths of
-        # the sorted runs of per-input lines it merges into INPUTS_FILE. The totals are combined per
-        # key (one key), lifted before the shuffle: a CombineGlobally would be a side input.
-        totals = (units | "UnitTotals" >> beam.Map(lambda u: (None, unit_totals(u)))
+        # The finalize step gets small things only: the totals (one a task, combined per key, lifted
+        # before the shuffle: a CombineGlobally would be a side input), the shards' results and the
+        # paths of the sorted runs of lines it merges into INPUTS_FILE.
+        totals = (done | "TaskTotals" >> beam.FlatMap(_tagged(TAG_TOTALS))
+                  | "TotalsByKey" >> beam.Map(lambda t: (None, t))
                   | "Totals" >> beam.CombinePerKey(add_totals)
                   | "TotalsOnly" >> beam.Values())
-        # The inputs' lines and the near-duplicate report's in runs of their own (a Flatten of the
-        # two would be one more copy of every input's line on the local runner); merged alike.
-        runs = (units | "UnitLines" >> beam.FlatMap(_unit_lines) | "InputRuns" >> WriteInputRuns(temp_dir))
+        runs = done | "TaskRuns" >> beam.FlatMap(_tagged(TAG_RUN))
         near_runs = (near_report | "NearLines" >> beam.Map(_near_line)
                      | "NearRuns" >> WriteInputRuns(temp_dir, kind=NEAR_RUNS))
         return (
@@ -738,9 +725,11 @@ class Preprocess(beam.PTransform):
 
     def __init__(self, *, units: list[WorkUnit], spec: TokenizerSpec, config: PreprocessConfig,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
-                 patterns: list[str] | tuple[str, ...] = (), group_inputs: int = DEFAULT_GROUP_INPUTS) -> None:
+                 patterns: list[str] | tuple[str, ...] = (), group_inputs: int = DEFAULT_GROUP_INPUTS,
+                 inputs_per_task: int = INPUTS_PER_TASK) -> None:
         super().__init__()
         self._group_inputs = group_inputs
+        self._inputs_per_task = inputs_per_task
         if not units and not patterns:
             raise ValueError("no input units or patterns")
         self._units = units
@@ -766,7 +755,8 @@ class Preprocess(beam.PTransform):
                                                     local_workers=self._local_workers,
                                                     tokenizer_threads=self._tokenizer_threads,
                                                     group_inputs=self._group_inputs, pack_bands=True)
-            | "WriteShards" >> WriteShards(spec=self._spec, config=self._config, local_workers=self._local_workers)
+            | "WriteShards" >> WriteShards(spec=self._spec, config=self._config, local_workers=self._local_workers,
+                                           inputs_per_task=self._inputs_per_task)
         )
 
 

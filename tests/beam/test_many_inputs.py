@@ -41,10 +41,12 @@ from pipeline.beam.writing.shard_plan import (
 from pipeline.beam.writing.sharding import plan_shards
 from schemas import manifest as m
 
-# The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), and
-# the MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input).
+# The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), the
+# MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), and the
+# roots of the near-duplicate clusters (one an input --near_dedup drops) for the bucket tasks.
 ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
-                                "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition"}
+                                "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition",
+                                "Preprocess/WriteShards/BucketTasks"}
 
 
 def test_no_side_input_or_global_combine_carries_the_inputs(tmp_path, spec):
@@ -128,26 +130,26 @@ def test_only_results_of_byte_ranges_are_gathered_by_input(tmp_path, spec):
 
 
 # The Flattens of several inputs in the job's graph: the local runner copies every element of one
-# into a buffer of its own before its consumer runs. Only these may be there, none fed by every
-# input's result twice: the inputs (whole ones, those read in byte ranges, the stitched input
-# splits) once, before their one shuffle by content key; the bands of the few inputs packed late;
-# the candidate pairs joined with the exact duplicates (--dedup); the shards' pieces (references);
+# into a buffer of its own before its consumer runs. Only these may be there, none fed by an input's
+# result: the spill files' references; the bands of the few inputs packed late; the candidate pairs
+# joined with the exact duplicates (--dedup); the rows per bucket; the shards' pieces (references);
 # the finalize step's small things.
-ALLOWED_FLATTENS = {"Preprocess/WriteShards/Inputs", "Preprocess/WriteShards/LaterBands",
+ALLOWED_FLATTENS = {"Preprocess/WriteShards/Spills", "Preprocess/WriteShards/LaterBands",
                     "Preprocess/WriteShards/Everything", "Preprocess/WriteShards/AllRows",
                     "Preprocess/WriteShards/GatherShards/CoGroupByKeyImpl/Flatten",
-                    *(f"Preprocess/WriteShards/MarkNearDuplicates/JoinTwins{side}/CoGroupByKeyImpl/Flatten"
+                    *(f"Preprocess/WriteShards/NearDuplicateRoots/JoinTwins{side}/CoGroupByKeyImpl/Flatten"
                       for side in (0, 1))}
 
 
-def test_every_input_result_crosses_one_flatten_and_one_shuffle_by_input_or_content(tmp_path, spec):
+def test_only_small_things_cross_a_flatten_and_no_input_is_joined_by_input(tmp_path, spec):
     """Beam's local runner copies every element of a Flatten of several inputs (and of a
     CoGroupByKey, a Flatten then a GroupByKey): the results went through two such Flattens (all
-    results; the inputs) and a join by input (JoinTwins) after a shuffle of their content keys, and
-    every input's lines through one more Flatten; now one Flatten and one shuffle by content key,
-    which marks the duplicates where they meet."""
+    results; the inputs), a join by input after the near-duplicate clusters (JoinInputs) and one by
+    input with the exact duplicates (JoinTwins); now the inputs' results stay in spill files and
+    only references are flattened."""
     (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
-    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True)
+    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
+                              near_dedup=0.8)
     pipeline = beam.Pipeline()
     _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
                                               local_workers=2)
@@ -156,7 +158,60 @@ def test_every_input_result_crosses_one_flatten_and_one_shuffle_by_input_or_cont
                 if t.spec.urn == "beam:transform:flatten:v1" and len(t.inputs) > 1}
     assert flattens <= ALLOWED_FLATTENS, flattens - ALLOWED_FLATTENS
     names = {t.unique_name for t in proto.components.transforms.values()}
-    assert not any(name.startswith("Preprocess/WriteShards/JoinTwins") for name in names)
+    assert not any(name.startswith(("Preprocess/WriteShards/JoinTwins", "Preprocess/WriteShards/JoinInputs",
+                                    "Preprocess/WriteShards/NearDuplicateRoots/JoinInputs")) for name in names)
+
+
+ELEMENT_FILES = 5_000  # more than half the 4,096 buckets' count: a bucket's elements are fewer than the inputs
+
+
+def _element_counts(result, proto) -> dict[str, int]:
+    """Elements of each PCollection of a finished FnApiRunner run, by the name of its producer."""
+    made_by = _producers(proto)
+    counts: dict[str, int] = {}
+    for info in result.monitoring_infos():
+        if info.urn == "beam:metric:element_count:v1" and "PCOLLECTION" in info.labels:
+            name = made_by.get(info.labels["PCOLLECTION"], info.labels["PCOLLECTION"])
+            value = beam.metrics.monitoring_infos.extract_counter_value(info)
+            counts[name] = max(counts.get(name, 0), value)
+    return counts
+
+
+def test_no_element_after_the_workers_is_one_an_input(tmp_path, spec):
+    """The real job (FnApiRunner, 2 workers, --dedup and --near_dedup on) on 5,000 small files, with
+    the element count of every PCollection from the runner's own metrics: past the workers' stage
+    nothing comes one an input (there were ~6: the results by content key, by input for the near
+    drops, the plan records, the input lines, the totals), so nothing the runner holds grows with the
+    inputs but a reference a group of 1,000 and the buckets (at most 4,096, ~2,900 here)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from benchmarks.many_files import _words
+
+    words = _words()
+    rng = random.Random(36)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(ELEMENT_FILES):  # a dozen words drawn from thousands: no two share a MinHash band
+        (folder / f"doc{i:05d}.txt").write_text(" ".join(rng.choice(words) for _ in range(12)) + ".\n")
+    (folder / "copy.txt").write_text((folder / "doc00007.txt").read_text())
+    config = PreprocessConfig(inputs=(str(folder),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
+                              near_dedup=0.8, max_seq_length=64, min_tokens=1)
+    pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--direct_num_workers=2"]))
+    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(folder)], spec=spec, config=config,
+                                              local_workers=2)
+    proto = pipeline.to_runner_api()
+    result = pipeline.run()
+    result.wait_until_finish()
+    counts = _element_counts(result, proto)
+    manifest = json.loads((tmp_path / "out" / m.MANIFEST_FILE).read_text())
+    assert manifest[m.KEY_COUNTS][m.FILES_READ] == ELEMENT_FILES + 1
+    assert manifest[m.KEY_COUNTS][m.FILES_SKIPPED] == 1  # the copy, dropped by --dedup
+    assert counts.get("Preprocess/TokenizeAndChunk/ProcessUnits", 0) > 0, sorted(counts)
+    stage_two = {name: n for name, n in counts.items() if name.startswith("Preprocess/WriteShards/")}
+    assert stage_two, sorted(counts)
+    bound = ELEMENT_FILES * 3 // 4  # every bucket of 4,096 filled would still be under it
+    assert max(stage_two.values()) <= bound, sorted(stage_two.items(), key=lambda kv: -kv[1])[:5]
 
 
 def _random_results(rng: random.Random, n: int) -> list[UnitResult]:

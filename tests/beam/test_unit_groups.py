@@ -110,6 +110,16 @@ def test_grouped_and_resumed_inside_a_group_makes_the_same_output(inputs, alone,
     _same_output(alone, out)
 
 
+@pytest.mark.slow
+def test_the_end_of_the_job_in_many_bucket_tasks_makes_the_same_output(inputs, alone, tmp_path):
+    """The inputs' results read back in bucket tasks of about 2 inputs each (15 tasks; the default
+    is one task here) against one task: exact duplicates meet in one task whatever the cut, the
+    near duplicate is dropped by its own task, the shards, side files and manifest are the same."""
+    out = tmp_path / "tasks"
+    run_preprocess([inputs], out, *ARGS, "--group_inputs", "7", "--task_inputs", "2")
+    _same_output(alone, out)
+
+
 def test_groups_are_consecutive_small_files_within_their_bounds():
     units = [WorkUnit(source=f"/in/{i:02d}.txt", format="text", size=100) for i in range(10)]
     big = WorkUnit(source="/in/big.txt", format="text", size=2 << 20)

@@ -28,7 +28,7 @@ from schemas import manifest as m
 
 __all__ = ["REPORT_SIMILARITY", "MAX_BAND_GROUP", "candidate_pairs", "input_signature", "band_records", "score_pairs",
            "mark_near_duplicates", "cluster_roots", "result_bands", "input_bands", "FindNearDuplicateCandidates",
-           "MarkNearDuplicates"]
+           "NearDuplicateRoots", "near_dropped"]
 
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
 
@@ -220,14 +220,12 @@ def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tu
     return member, (root, round(similarity, 4))
 
 
-def drop_near(joined, threshold: float) -> list[UnitResult]:
-    """An input's results, skipped as a near duplicate of its cluster's root where it has one."""
-    _, group = joined
-    parts = [part for parts in group["parts"] for part in parts]
-    roots = list(group["root"])
-    if not roots:
+def near_dropped(parts: list[UnitResult], root: tuple[str, float] | None, threshold: float) -> list[UnitResult]:
+    """An input's results, skipped as a near duplicate of its cluster's root `root` (root, their
+    estimated similarity) where it has one."""
+    if root is None:
         return parts
-    kept, similarity = roots[0]
+    kept, similarity = root
     return [dropped_result(result, f"near duplicate of {kept} (similarity {similarity:.2f}, --near_dedup "
                                    f"{threshold})", near_duplicate_of=kept, similarity=similarity)
             if result.skip_reason is None else result
@@ -238,12 +236,15 @@ def _report_entry(scored: tuple) -> dict:
     return {m.KEY_PATH: scored[1], m.KEY_NEAR_DUPLICATE_OF: scored[0], m.KEY_SIMILARITY: scored[2]}
 
 
-class MarkNearDuplicates(beam.PTransform):
-    """(input, its results), the candidate pairs (`FindNearDuplicateCandidates`) and the (input, twin)
-    of the exact duplicates -> (the results, near duplicates dropped with `threshold`; the report
-    entries {path, near_duplicate_of, similarity}), as `mark_near_duplicates` gives them on results
-    `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from `temp_dir` for the
-    candidates and clusters' members only."""
+class NearDuplicateRoots(beam.PTransform):
+    """The candidate pairs (`FindNearDuplicateCandidates`) and the (input, twin) of the exact
+    duplicates -> (the roots: (member, (its cluster's root, their estimated similarity)) of every
+    member of a cluster of pairs at or above `threshold` but its root, or None without a threshold;
+    the report entries {path, near_duplicate_of, similarity}), as `mark_near_duplicates` finds them
+    on results `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from
+    `temp_dir` for the candidates and clusters' members only. The roots are few (the inputs
+    --near_dedup drops): the end of the job's bucket tasks get them as a side input and drop their
+    inputs among them (`near_dropped`), with no join of every input's results by input."""
 
     def __init__(self, threshold: float | None, temp_dir: str, drop_twins: bool = False) -> None:
         super().__init__()
@@ -251,8 +252,9 @@ class MarkNearDuplicates(beam.PTransform):
         self._temp_dir = temp_dir
         self._drop_twins = drop_twins
 
-    def expand(self, inputs_pairs_twins):
-        inputs, pairs, twins = inputs_pairs_twins
+    def expand(self, pairs_twins):
+        """`pairs_twins`: (pairs, twins), or the pairs alone without `drop_twins`."""
+        pairs, twins = pairs_twins if isinstance(pairs_twins, tuple) else (pairs_twins, None)
         temp_dir = self._temp_dir
         if self._drop_twins:  # a duplicate dropped by --dedup has no signature: its pairs are not scored
             for side in (0, 1):
@@ -261,9 +263,8 @@ class MarkNearDuplicates(beam.PTransform):
                          | f"UnlessTwin{side}" >> beam.FlatMap(_unless_twin))
         scored = pairs | "Score" >> beam.FlatMap(score_pair, temp_dir=temp_dir)
         report = scored | "Report" >> beam.Map(_report_entry)
-        results = inputs | "Results" >> beam.FlatMap(lambda kv: kv[1])
         if self._threshold is None:
-            return results, report
+            return None, report
         threshold = self._threshold
         roots = (
             scored
@@ -273,7 +274,4 @@ class MarkNearDuplicates(beam.PTransform):
             | "Clusters" >> beam.FlatMap(lambda kv: cluster_members(kv[1]))
             | "RootSimilarity" >> beam.Map(root_similarity, temp_dir=temp_dir)
         )
-        dropped = ({"parts": inputs, "root": roots}
-                   | "JoinInputs" >> beam.CoGroupByKey()
-                   | "DropNear" >> beam.FlatMap(drop_near, threshold=threshold))
-        return dropped, report
+        return roots, report

@@ -60,7 +60,7 @@ from pipeline.tokenizer.parsed import release_parses
 from pipeline.tokenizer.resolve import resolve_spec
 from pipeline.tokenizer.spec import TokenizerSpec
 from schemas import manifest as m
-from schemas.options import BACKEND_FAST, PACKING_SENTENCES
+from schemas.options import BACKEND_FAST, DEFAULT_TASK_INPUTS, PACKING_SENTENCES
 
 _log = logging.getLogger("maskbeam.preprocess")
 
@@ -75,6 +75,7 @@ class PreparedRun:
     why_not_fast: list[str]
     tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
     group_inputs: int = DEFAULT_GROUP_INPUTS  # --group_inputs: small inputs one worker call writes together
+    task_inputs: int = DEFAULT_TASK_INPUTS  # --task_inputs: inputs a bucket task of the end of the job reads back
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
@@ -251,7 +252,7 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
         _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
                                                   config=config,
                                                   local_workers=workers, tokenizer_threads=threads,
-                                                  group_inputs=run.group_inputs)
+                                                  group_inputs=run.group_inputs, inputs_per_task=run.task_inputs)
         result = pipeline.run()
         result.wait_until_finish()
         if runner and runner.endswith("DaskRunner"):

@@ -148,19 +148,20 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
 SPILL_PREFIX = "plan-bucket-"  # in TEMP_DIR: one bucket's plan records, between its two reads
 
 
-def _spill_path(temp_dir: str, bucket: str) -> str:
-    digest = hashlib.sha256(bucket.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+def _spill_path(temp_dir: str, bucket: str, kind: str = "") -> str:
+    digest = hashlib.sha256("\0".join([bucket, kind]).encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return posixpath.join(temp_dir, f"{SPILL_PREFIX}{digest}.pickle")
 
 
-def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], temp_dir: str
+def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], temp_dir: str, kind: str = ""
                  ) -> tuple[str, dict[str, int], str]:
     """(bucket, rows per split, the file its records are written to): the bucket's records leave
     the job's memory between the rows summary and the pieces (`spilled_pieces` reads them back).
-    The file is named by the bucket: a retry writes the same one."""
+    The file is named by the bucket and `kind` (a bucket's records spilled twice, as a bucket task's
+    and merged, go to two files): a retry writes the same one."""
     bucket, records = bucket_and_records
     records = sorted(map(_record, records), key=lambda r: r.sort_key)
-    path = _spill_path(temp_dir, bucket)
+    path = _spill_path(temp_dir, bucket, kind)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(pack([(r.key, r.source, r.parts) for r in records]))
     return bucket, bucket_rows((bucket, records))[1], path
