@@ -24,6 +24,7 @@ from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, NearDuplicateRoots, input_bands, result_bands
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.packed import allow, pack, unpack
+from pipeline.beam.reading.group_files import GroupFile, read_group_file, write_group_file
 from pipeline.beam.reading.listed_inputs import list_inputs
 from pipeline.beam.reading.work_units import (
     DEFAULT_GROUP_INPUTS,
@@ -208,9 +209,11 @@ class _ProcessUnitFn(_TokenizerFn):
         super().__init__(spec, context, tokenizer_threads)
         self._pack_bands = pack_bands
 
-    def process(self, unit: WorkUnit | UnitGroup):
+    def process(self, unit: WorkUnit | UnitGroup | GroupFile):
         context = self._worker_context
         clock = StageClock()
+        if isinstance(unit, GroupFile):
+            unit = read_group_file(unit)
         if isinstance(unit, UnitGroup):
             try:
                 results = process_group(unit, context, clock)
@@ -689,34 +692,42 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
     }
 
 
-def _list_pattern(pattern: str, split_bytes: int, output: str, split_text: bool = True) -> list[tuple[str, WorkUnit]]:
-    units = split_large_inputs(list_inputs([pattern], output).units, split_bytes, split_text)
-    return [(unit.source, unit) for unit in units]
+def _listed(patterns: tuple[str, ...], split_bytes: int, output: str, split_text: bool, group_inputs: int,
+            group_bytes: int, n_bins: int | None) -> Iterator[WorkUnit | GroupFile]:
+    """The units of every pattern (a file two match once: `list_inputs`), large files split or
+    marked for splitting, small ones in groups written to group files (`group_files`)."""
+    units = split_large_inputs(list_inputs(list(patterns), output).units, split_bytes, split_text)
+    temp_dir = posixpath.join(output, m.TEMP_DIR)
+    for item in group_units(units, group_inputs, group_bytes, n_bins):
+        yield write_group_file(temp_dir, item) if isinstance(item, UnitGroup) else item
 
 
 class ListInputs(beam.PTransform):
-    """`--input` patterns -> WorkUnits, listed by the workers: only the patterns travel in the job
-    graph (a graph carrying 100,000 listed files is megabytes; Dataflow refuses about 10 MB). A file
-    two patterns match is one unit; large files are split or marked for splitting."""
+    """`--input` patterns -> WorkUnits, listed by a worker: only the patterns travel in the job graph
+    (a graph carrying 100,000 listed files is megabytes; Dataflow refuses about 10 MB). A file two
+    patterns match is one unit; large files are split or marked for splitting. With `group_inputs`
+    above 1, small files come in groups (`work_units.group_units`, up to that many and
+    `group_bytes` a group, at least 4 a worker of `n_bins`), each as a reference to its group file:
+    no element, shuffle or worker past the lister holds the listing. One worker lists every
+    pattern: a shuffle of every unit by its source, to keep a file two patterns match once, was one
+    more copy of the listing in the local runner's memory."""
 
-    def __init__(self, patterns: list[str], split_bytes: int, output: str, split_text: bool = True) -> None:
+    def __init__(self, patterns: list[str], split_bytes: int, output: str, split_text: bool = True,
+                 group_inputs: int = 1, group_bytes: int = 0, n_bins: int | None = None) -> None:
         super().__init__()
-        self._patterns = sorted(set(patterns))
+        self._patterns = tuple(sorted(set(patterns)))
         self._split_bytes = split_bytes
         self._output = output
         self._split_text = split_text
+        self._group = (group_inputs, group_bytes, n_bins)
 
     def expand(self, root):
-        matched = (root
-                   | "Patterns" >> beam.Create(self._patterns)
-                   | "SpreadPatterns" >> beam.Reshuffle()
-                   | "Match" >> beam.FlatMap(_list_pattern, split_bytes=self._split_bytes, output=self._output,
-                                                split_text=self._split_text))
-        if len(self._patterns) == 1:
-            # One pattern lists each file once (`list_inputs` keeps one unit a source): no shuffle
-            # of every unit by its source, which held one more copy of the whole listing.
-            return matched | "Units" >> beam.Values()
-        return matched | "OncePerFile" >> beam.CombinePerKey(min) | "Units" >> beam.Values()
+        group_inputs, group_bytes, n_bins = self._group
+        return (root
+                | "Patterns" >> beam.Create([self._patterns])
+                | "Match" >> beam.FlatMap(_listed, split_bytes=self._split_bytes, output=self._output,
+                                          split_text=self._split_text, group_inputs=group_inputs,
+                                          group_bytes=group_bytes, n_bins=n_bins))
 
 
 class Preprocess(beam.PTransform):
@@ -745,7 +756,10 @@ class Preprocess(beam.PTransform):
         if self._patterns:
             split_text = no_cut_reason(self._spec.json) is None  # no proven cut: text inputs stay whole
             sources.append(root | "ListInputs" >> ListInputs(self._patterns, self._config.split_bytes,
-                                                                 self._config.output, split_text))
+                                                                 self._config.output, split_text,
+                                                                 group_inputs=self._group_inputs,
+                                                                 group_bytes=self._config.split_bytes,
+                                                                 n_bins=self._local_workers))
         if self._units:
             sources.append(root | "ListedUnits" >> beam.Create(self._units))
         units = sources[0] if len(sources) == 1 else tuple(sources) | "AllUnits" >> beam.Flatten()

@@ -74,17 +74,43 @@ def test_no_side_input_or_global_combine_carries_the_inputs(tmp_path, spec):
 
 def _listing_shuffles(patterns: list[str], output: str) -> list[str]:
     pipeline = beam.Pipeline()
-    _ = pipeline | "ListInputs" >> ListInputs(patterns, 1 << 20, output)
+    _ = pipeline | "ListInputs" >> ListInputs(patterns, 1 << 20, output, group_inputs=1000, group_bytes=1 << 20,
+                                              n_bins=2)
     return sorted(t.unique_name for t in pipeline.to_runner_api().components.transforms.values()
-                  if t.spec.urn == "beam:transform:group_by_key:v1"
-                  and not t.unique_name.startswith(("ListInputs/Patterns/", "ListInputs/SpreadPatterns/")))
+                  if t.spec.urn == "beam:transform:group_by_key:v1" and not t.unique_name.startswith("ListInputs/Patterns/"))
 
 
-def test_one_pattern_is_listed_without_a_shuffle_of_every_unit(tmp_path):
+def test_patterns_are_listed_without_a_shuffle_of_every_unit(tmp_path):
     """A shuffle of every listed unit by its source (to keep a file two patterns match once) held
-    one more copy of the whole listing; one pattern lists each file once and needs none."""
+    one more copy of the whole listing; one lister of every pattern needs none."""
     assert _listing_shuffles([str(tmp_path)], str(tmp_path / "out")) == []
-    assert _listing_shuffles([str(tmp_path), str(tmp_path / "*.txt")], str(tmp_path / "out")) != []
+    assert _listing_shuffles([str(tmp_path), str(tmp_path / "*.txt")], str(tmp_path / "out")) == []
+
+
+def test_the_lister_hands_on_groups_as_references_to_their_files(tmp_path):
+    """What the lister gives with groups: references to group files (no element holds the listing),
+    whose units are every small file once, in groups of consecutive paths within the bounds; a large
+    file alone."""
+    from pipeline.beam.reading.group_files import GroupFile, read_group_file
+
+    (tmp_path / "in").mkdir()
+    for i in range(23):
+        (tmp_path / "in" / f"doc{i:02d}.txt").write_text(f"Text number {i}.\n")
+    (tmp_path / "in" / "big.txt").write_text("x" * (2 << 20))
+    output = str(tmp_path / "out")
+    patterns = [str(tmp_path / "in"), str(tmp_path / "in" / "doc1*.txt")]
+    small = sorted((u for u in list_inputs(patterns, output).units if u.size < 1 << 20), key=lambda u: u.source)
+
+    def check(got):
+        groups = sorted((item for item in got if isinstance(item, GroupFile)), key=lambda g: g.source)
+        assert [item.source for item in got if not isinstance(item, GroupFile)] == [str(tmp_path / "in" / "big.txt")]
+        loaded = [read_group_file(ref) for ref in groups]
+        assert [len(group.units) for group in loaded] == [5, 5, 5, 5, 3]
+        assert [unit for group in loaded for unit in group.units] == small
+        assert all(ref.size == group.size and ref.inputs == len(group.units) for ref, group in zip(groups, loaded))
+
+    with TestPipeline() as pipeline:
+        assert_that(pipeline | ListInputs(patterns, 8 << 20, output, group_inputs=5, group_bytes=1 << 20), check)
 
 
 def test_files_several_patterns_match_are_listed_once(tmp_path):

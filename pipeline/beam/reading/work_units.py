@@ -217,7 +217,7 @@ class UnitGroup:
 
 def groupable(unit: WorkUnit) -> bool:
     """A small whole file of a file format (never a byte range, an input split or a dataset range)."""
-    return (not unit.path and not unit.split_bytes and unit.format != FORMAT_HF
+    return (isinstance(unit, WorkUnit) and not unit.path and not unit.split_bytes and unit.format != FORMAT_HF
             and unit.size <= GROUPED_INPUT_BYTES)
 
 
