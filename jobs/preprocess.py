@@ -288,7 +288,7 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
     if prepared is None:
         _log.info("--resume: %s is complete and every shard checks out; nothing to do", config.output)
         return None
-    prepared = dataclasses.replace(prepared, tokenizer_threads=known.tokenizer_threads,
+    prepared = dataclasses.replace(prepared.without_units(), tokenizer_threads=known.tokenizer_threads,
                                    group_inputs=known.group_inputs, task_inputs=known.task_inputs)
     quiet = command_line and known.log_level in (None, "WARNING", "ERROR")
     try:

@@ -33,7 +33,7 @@ from pipeline.beam.run.graph_memos import graph_memos
 from pipeline.beam.run.native_heap import compact_native_heap
 from pipeline.beam.run.no_rows import check_made_rows, made_rows
 from pipeline.beam.run.output_folder import forget_no_rows, prepare_output, warn_large_boilerplate
-from pipeline.beam.run.progress import UnitProgress, input_name
+from pipeline.beam.run.progress import UnitIndex, UnitProgress
 from pipeline.beam.run.resume import prepare_resume, reuse_line, run_record, start_run
 from pipeline.beam.run.runner_options import (
     ONE_WORKER_BYTES,
@@ -66,6 +66,26 @@ _log = logging.getLogger("maskbeam.preprocess")
 
 
 @dataclass(frozen=True)
+class ListingFacts:
+    """What the launcher keeps of the listing while the job runs (the workers list the inputs again):
+    the inputs and bytes, whether the job fits one worker, the units it hands the graph itself (dataset
+    row ranges), and the progress index (`progress.UnitIndex`, ~21 bytes a unit). A million WorkUnits
+    held for the whole run were ~600 MB of the launcher, and the progress' dict of them as much again."""
+
+    inputs: int
+    bytes: int
+    one_worker: bool
+    listed: tuple[WorkUnit, ...]
+    index: UnitIndex
+
+    @classmethod
+    def of(cls, units: list[WorkUnit]) -> ListingFacts:
+        index = UnitIndex(units)
+        return cls(inputs=index.inputs, bytes=index.bytes, one_worker=fits_one_worker(units),
+                   listed=tuple(u for u in units if u.format == FORMAT_HF), index=index)
+
+
+@dataclass(frozen=True)
 class PreparedRun:
     """A checked run: its config (with the tokenizer backend resolved), tokenizer and work units."""
 
@@ -76,6 +96,14 @@ class PreparedRun:
     tokenizer_threads: int | None = None  # --tokenizer_threads: rayon threads per SDK worker process
     group_inputs: int = DEFAULT_GROUP_INPUTS  # --group_inputs: small inputs one worker call writes together
     task_inputs: int = DEFAULT_TASK_INPUTS  # --task_inputs: inputs a bucket task of the end of the job reads back
+    facts: ListingFacts | None = None  # what running needs of `units` (which a caller may then drop)
+
+    def listing(self) -> ListingFacts:
+        return self.facts if self.facts is not None else ListingFacts.of(self.units)
+
+    def without_units(self) -> PreparedRun:
+        """This run holding only its listing's facts: the launcher's memory no longer grows with the inputs."""
+        return dataclasses.replace(self, units=[], facts=self.listing())
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
@@ -115,7 +143,7 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         prepare_output(config.output, overwrite, record)
         start_run(config.output, record)
     forget_no_rows(config.output)
-    return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast)
+    return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast, facts=ListingFacts.of(units))
 
 
 def _log_splitting(units: list[WorkUnit], split_bytes: int) -> None:
@@ -150,7 +178,8 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     temp_dir = posixpath.join(config.output, m.TEMP_DIR)
     remote = "://" in config.output and not config.output.startswith("file://")
     with quiet_worker_output(quiet) as workers:  # before the bar: it writes to the console stream set up here
-        progress = UnitProgress(run.units, temp_dir, every=progress_every, poll_seconds=5.0 if remote else 0.5,
+        progress = UnitProgress(run.listing().index, temp_dir, every=progress_every,
+                                poll_seconds=5.0 if remote else 0.5,
                                 terminal=terminal)
         result = _run_watched(run, beam_args, dask_local_workers, handle_signals, progress, workers)
         wall = time.perf_counter() - started
@@ -163,7 +192,7 @@ def run_pipeline(run: PreparedRun, beam_args: list[str], *, dask_local_workers: 
     warn_large_boilerplate(read_entries(folder, manifest))  # warnings before the summary: the summary ends the run
     _log.info("time: %.1f s wall; worker seconds per stage: %s", wall,
               ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(stages.items())) or "not reported")
-    for line in summary_lines(manifest, config.output, wall, sum(u.size for u in run.units)):
+    for line in summary_lines(manifest, config.output, wall, run.listing().bytes):
         _log.info(line)
     if not made_rows(manifest):
         check_made_rows(manifest, read_entries(folder, manifest))
@@ -192,13 +221,16 @@ def fits_one_worker(units: list[WorkUnit]) -> bool:
     return total <= ONE_WORKER_BYTES
 
 
-def job_runner_flags(config: PreprocessConfig, units: list[WorkUnit], beam_args: list[str]) -> list[str]:
-    """`beam_args` with the local runner's defaults for this job: a small job (`fits_one_worker`) on
+def job_runner_flags(config: PreprocessConfig, units: list[WorkUnit], beam_args: list[str],
+                     one_worker: bool | None = None) -> list[str]:
+    """`beam_args` with the local runner's defaults for this job: a small job (`fits_one_worker` of
+    `units`, or `one_worker` where given) on
     one in-process worker whatever it runs (one worker shares no GIL, and a worker process's start,
     which imports everything again, is ~1.5 CPU-s of each); a larger one on a worker per core, threads
     where the work releases the GIL (the fast backend without sentence packing), else processes."""
     threads_suit = config.tokenizer_backend == BACKEND_FAST and config.packing != PACKING_SENTENCES
-    return local_runner_defaults(beam_args, prefer_threads=threads_suit, one_worker=fits_one_worker(units))
+    one_worker = fits_one_worker(units) if one_worker is None else one_worker
+    return local_runner_defaults(beam_args, prefer_threads=threads_suit, one_worker=one_worker)
 
 
 def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None, handle_signals: bool,
@@ -230,10 +262,11 @@ def _run_watched(run: PreparedRun, beam_args: list[str], dask_local_workers: int
 def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | None):
     config = run.config
     config_threads = run.tokenizer_threads
+    facts = run.listing()
     with compact_native_heap(), dask_cluster(dask_local_workers) as dask_args, outside_ipython(), \
             whole_element_flushes(), side_input_sizes_without_module_scan(), graph_memos():
         beam_args = dask_defaults(runner_aliases(beam_args) + dask_args, dask_local_workers)
-        options = PipelineOptions(job_runner_flags(config, run.units, beam_args))
+        options = PipelineOptions(job_runner_flags(config, [], beam_args, one_worker=facts.one_worker))
         runner = options.view_as(StandardOptions).runner
         workers = local_worker_count(options)
         _log.info("tokenizer backend: %s%s", config.tokenizer_backend,
@@ -241,15 +274,14 @@ def _run_beam(run: PreparedRun, beam_args: list[str], dask_local_workers: int | 
         mode = options.view_as(DirectOptions).direct_running_mode if workers else ""
         _log.info("runner: %s%s; %s; output %s", runner,
                   f" with {plural(workers, 'worker')}, {mode}" if workers else "",
-                  plural(len({input_name(u) for u in run.units}), "input"), config.output)
+                  plural(facts.inputs, "input"), config.output)
         if not workers:
             _log.info("progress below comes from the finished work in %s; the runner's own UI shows each stage",
                       posixpath.join(config.output, m.TEMP_DIR))
         pipeline = beam.Pipeline(options=options)
         threads = tokenizer_threads(options, config_threads)
         # Files are listed again by the workers: the job graph carries the patterns, not the files.
-        listed = [u for u in run.units if u.format == FORMAT_HF]
-        _ = pipeline | "Preprocess" >> Preprocess(units=listed, patterns=list(config.inputs), spec=run.spec,
+        _ = pipeline | "Preprocess" >> Preprocess(units=list(facts.listed), patterns=list(config.inputs), spec=run.spec,
                                                   config=config,
                                                   local_workers=workers, tokenizer_threads=threads,
                                                   group_inputs=run.group_inputs, inputs_per_task=run.task_inputs)

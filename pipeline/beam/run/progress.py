@@ -7,11 +7,15 @@ metrics service. Each record file is read once; a listing holds a name a group, 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import posixpath
 import threading
 from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
 
 from pipeline.beam.reading.work_units import FORMAT_HF, WorkUnit
 from pipeline.beam.unit_results import GROUP_RECORD_SUFFIX, list_names, read_group_header, result_path
@@ -37,26 +41,81 @@ def input_name(unit: WorkUnit) -> str:
     return unit.path or unit.source
 
 
+def record_name(source: str) -> str:
+    """The name of a unit's own result record in the temp folder (`unit_results.result_path`)."""
+    return posixpath.basename(result_path("", source))
+
+
+_RESULT_SUFFIX = "-" + record_name("").split("-", 1)[1]  # "-result.json"
+
+
+def _name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _several(unit: WorkUnit) -> bool:
+    """Whether the unit may be one of several of its input (a byte range, a dataset's row range)."""
+    return bool(unit.path) or unit.format == FORMAT_HF
+
+
+class UnitIndex:
+    """Every unit of a run as the launcher's progress needs it, in arrays: the 64-bit hash of its
+    record's name (sorted), its bytes, and for an input of several units (a file read in byte
+    ranges, a --hf_dataset) the input's slot and its unit count: ~21 bytes a unit while the job runs,
+    where a dict of record names to units and a count by input name took ~1 KB. Progress counts
+    inputs as the summary does: an input is done when all its units are."""
+
+    def __init__(self, units: Sequence[WorkUnit]) -> None:
+        n = len(units)
+        hashes = np.fromiter((_name_hash(record_name(u.source)) for u in units), dtype=np.uint64, count=n)
+        order = np.argsort(hashes, kind="stable")
+        self._hashes = hashes[order]
+        self._sizes = np.fromiter((u.size for u in units), dtype=np.int64, count=n)[order]
+        parts = Counter(input_name(u) for u in units if _several(u))
+        slot_of = {name: i for i, name in enumerate(sorted(name for name, k in parts.items() if k > 1))}
+        self._slots = np.fromiter((slot_of.get(input_name(u), -1) if _several(u) else -1 for u in units),
+                                  dtype=np.int32, count=n)[order]
+        self._need = np.array([parts[name] for name in slot_of], dtype=np.int32)
+        self.units = n
+        self.inputs = n - int(self._need.sum()) + len(self._need)
+        self.bytes = int(self._sizes.sum())
+
+    def find(self, name: str) -> int:
+        """The place of the unit whose record is named `name`, or -1 (not one of this run's units)."""
+        h = np.uint64(_name_hash(name))
+        i = int(np.searchsorted(self._hashes, h))
+        return i if i < self.units and self._hashes[i] == h else -1
+
+    def size(self, i: int) -> int:
+        return int(self._sizes[i])
+
+    def slot(self, i: int) -> tuple[int, int]:
+        """(the input's slot, its unit count), (-1, 1) for an input of one unit."""
+        slot = int(self._slots[i])
+        return (slot, int(self._need[slot])) if slot >= 0 else (-1, 1)
+
+    @property
+    def slots(self) -> int:
+        return len(self._need)
+
+
 class UnitProgress:
     """Polls the temp folder every `poll_seconds` on a daemon thread and feeds a ProgressReporter:
     inputs done of total, bytes read, rows written so far, shards written."""
 
-    def __init__(self, units: list[WorkUnit], temp_dir: str, *, every: float, poll_seconds: float = 0.5,
-                 terminal: bool | None = None) -> None:
+    def __init__(self, units: Sequence[WorkUnit] | UnitIndex, temp_dir: str, *, every: float,
+                 poll_seconds: float = 0.5, terminal: bool | None = None) -> None:
         self._temp_dir = temp_dir
-        self._units = {self._record_name(u.source): u for u in units}  # by the name of its own record
+        self._index = units if isinstance(units, UnitIndex) else UnitIndex(units)
         self._seen: set[str] = set()  # group record files read
-        # Progress counts inputs as the summary does: a file split in byte ranges is one input, and so is
-        # a --hf_dataset (of many row ranges); an input is done when all its parts are.
-        self._parts = Counter(input_name(u) for u in self._units.values())
-        self.total = len(self._parts)
-        self._rows: dict[str, int] = {}  # a done unit's record name -> its rows
-        self._finished: Counter = Counter()  # an input of many units -> those done (no pass over all a tick)
+        self.total = self._index.inputs
+        self._marked = np.zeros(self._index.units, dtype=bool)  # units done
+        self._finished = np.zeros(self._index.slots, dtype=np.int32)  # an input of many units: those done
         self._done = self._done_bytes = self._rows_made = 0
         self._shards = 0
         self._poll_seconds = poll_seconds
         self._stop = threading.Event()
-        self.reporter = ProgressReporter(self.total, sum(u.size for u in units), desc="preprocess", every=every,
+        self.reporter = ProgressReporter(self.total, self._index.bytes, desc="preprocess", every=every,
                                          logger=_log, terminal=terminal)
         self._poll()
         self.reporter.start_from(self.done, self.done_bytes)
@@ -70,24 +129,19 @@ class UnitProgress:
     def done_bytes(self) -> int:
         return self._done_bytes
 
-    def _record_name(self, source: str) -> str:
-        return posixpath.basename(result_path(self._temp_dir, source))
-
-    def _mark(self, name: str, rows: int) -> None:
-        """The unit of record name `name` is done with `rows` rows (once: a later record of it changes
-        nothing)."""
-        if name in self._rows:
+    def _mark(self, i: int, rows: int) -> None:
+        """Unit `i` of the index is done with `rows` rows (once: a later record of it changes nothing)."""
+        if i < 0 or self._marked[i]:
             return
-        self._rows[name] = rows
+        self._marked[i] = True
         self._rows_made += rows
-        unit = self._units[name]
-        self._done_bytes += unit.size
-        whole = input_name(unit)
-        if self._parts[whole] == 1:
+        self._done_bytes += self._index.size(i)
+        slot, parts = self._index.slot(i)
+        if slot < 0:
             self._done += 1
             return
-        self._finished[whole] += 1
-        if self._finished[whole] == self._parts[whole]:
+        self._finished[slot] += 1
+        if self._finished[slot] == parts:
             self._done += 1
 
     def refresh(self) -> None:
@@ -97,10 +151,13 @@ class UnitProgress:
     def _poll(self) -> None:
         names = temp_names(self._temp_dir)
         for name in names:
-            if name in self._units and name not in self._rows:
+            if name.endswith(_RESULT_SUFFIX) and not name.endswith(GROUP_RECORD_SUFFIX):
+                i = self._index.find(name)
+                if i < 0 or self._marked[i]:
+                    continue
                 try:
                     record = json.loads(read_text(posixpath.join(self._temp_dir, name)))
-                    self._mark(name, int(record["result"]["counts"].get(m.ROWS, 0)))
+                    self._mark(i, int(record["result"]["counts"].get(m.ROWS, 0)))
                 except (ValueError, KeyError, OSError):
                     continue  # being written: counted at the next poll
             elif name.endswith(GROUP_RECORD_SUFFIX) and name not in self._seen:
@@ -109,9 +166,7 @@ class UnitProgress:
                     continue  # being written (an object store's upload), or not one
                 self._seen.add(name)
                 for source, rows in zip(header["sources"], header.get("rows", ())):
-                    member = self._record_name(source)
-                    if member in self._units:  # another run's are not counted
-                        self._mark(member, int(rows))
+                    self._mark(self._index.find(record_name(source)), int(rows))  # another run's: -1
         # The temp folder is deleted when the run finishes: never count down.
         self._shards = max(self._shards, len(fnmatch.filter(names, m.shard_record_name("*", "*"))))
 
@@ -154,5 +209,5 @@ class UnitProgress:
         if rows is None:
             self.reporter.update(self.done, self.done_bytes, self._extra())
         else:
-            self.reporter.update(self.total, sum(u.size for u in self._units.values()), self._extra(rows))
+            self.reporter.update(self.total, self._index.bytes, self._extra(rows))
         self.reporter.close()
