@@ -86,3 +86,47 @@ def test_a_file_read_in_byte_ranges_is_done_when_its_last_range_is(tmp_path):
     save_result(temp_dir, ranges[0], UnitResult(source=ranges[0].source, counts={m.ROWS: 1}))
     progress.refresh()
     assert (progress.done, progress.done_bytes, progress._extra()) == (1, 30, "4 rows")
+
+
+def test_the_compact_index_counts_as_a_dict_of_every_unit_would(tmp_path):
+    """The progress index (hashes of record names in arrays, ~21 bytes a unit) against the simple
+    count it replaced: random whole files, files read in byte ranges, a dataset's row ranges and
+    another run's units, finished in any order, some twice: the same inputs done, bytes and rows at
+    every step."""
+    import random
+
+    from pipeline.beam.reading.work_units import FORMAT_HF
+    from pipeline.beam.run.progress import UnitIndex, input_name, record_name
+
+    rng = random.Random(36)
+    units = []
+    for i in range(300):
+        kind = rng.random()
+        if kind < 0.1:
+            book = f"/in/big{i}.jsonl"
+            units += [WorkUnit(source=f"{book}@{a}", format="jsonl", size=7, path=book, start=a, stop=a + 7)
+                      for a in range(0, 7 * rng.randint(1, 4), 7)]
+        elif kind < 0.15:
+            units += [WorkUnit(source=f"hf://d{i}?split=train&rows={r}", format=FORMAT_HF, size=3, hf_name=f"d{i}",
+                               hf_split="train") for r in range(rng.randint(1, 3))]
+        else:
+            units.append(WorkUnit(source=f"/in/doc {i}\n\udc80.txt", format="text", size=rng.randint(0, 999)))
+    index = UnitIndex(units)
+    parts = {}
+    for u in units:
+        parts.setdefault(input_name(u), []).append(u)
+    assert (index.units, index.inputs, index.bytes) == (len(units), len(parts), sum(u.size for u in units))
+    progress = UnitProgress(index, str(tmp_path / m.TEMP_DIR), every=3600, terminal=False)
+    finished: set[str] = set()
+    order = units + rng.sample(units, 40) + [WorkUnit(source="/elsewhere.txt", format="text", size=5)]
+    rng.shuffle(order)
+    for step, unit in enumerate(order):
+        progress._mark(index.find(record_name(unit.source)), 2)
+        if unit in units:
+            finished.add(unit.source)
+        if step % 37 == 0 or step == len(order) - 1:
+            done = sum(all(p.source in finished for p in members) for members in parts.values())
+            assert progress.done == done
+            assert progress.done_bytes == sum(u.size for u in units if u.source in finished)
+            assert progress._rows_made == 2 * len(finished)
+    assert progress.done == progress.total == len(parts)

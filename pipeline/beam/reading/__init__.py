@@ -6,7 +6,9 @@
    (`formats.registry`); a large uncompressed file is spread as its format says (a `.jsonl` cut
    into line ranges, one unit each; a text file marked for input splits), and `--hf_dataset`
    rows become row ranges. `listed_inputs` is the listing every job shares: the units less the
-   job's own output and any MaskBeam output among the inputs.
+   job's own output and any MaskBeam output among the inputs. `group_files`: a group of small
+   inputs as the lister hands it on, its units in a file of the temp folder and a reference
+   through the runner.
 3. `reader.UnitReader`: one unit in two streaming passes, so memory does not grow with its size:
    `scan()` measures (content key, counts, script letters, signature, every reason to skip the
    whole input), then `documents()` hands out each document's clean text in pieces to tokenize.
