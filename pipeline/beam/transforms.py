@@ -213,7 +213,11 @@ class _ProcessUnitFn(_TokenizerFn):
         context = self._worker_context
         clock = StageClock()
         if isinstance(unit, GroupFile):
-            unit = read_group_file(unit)
+            try:
+                unit = read_group_file(unit)
+            except Exception as error:
+                raise WorkFailed(f"group file {unit.file} (of {unit.source} and the next {unit.inputs - 1} inputs)",
+                                 error) from error
         if isinstance(unit, UnitGroup):
             try:
                 results = process_group(unit, context, clock)
@@ -402,19 +406,19 @@ def _is_band_pack(element: object) -> bool:
 
 
 class TokenizeAndChunk(beam.PTransform):
-    """WorkUnit -> UnitResult: read, clean, tokenize and chunk each input into unmasked part files.
-    A large text input marked for splitting is scanned by one worker, its input splits tokenized
-    by many, and its rows stitched by one (`input_splits`).
+    """WorkUnit (or UnitGroup, GroupFile) -> UnitResult: read, clean, tokenize and chunk each input
+    into unmasked part files. A large text input marked for splitting is scanned by one worker, its
+    input splits tokenized by many, and its rows stitched by one (`input_splits`).
 
-    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands, stitched): a whole input's
-    result comes without its MinHash signature (2 KB, in its record in `temp_dir`, where
-    `WriteShards` reads back the few it scores), its packed bands in the second PCollection as
-    (partition, bytes) elements, straight from the workers' stage (a Flatten of them with the
-    results would be one more copy of every input's bands on the local runner). The signatures, in
-    every element between the workers and the near-duplicate joins, were the largest per-input
-    memory of a run on the local runner. `stitched` holds the results of the inputs read as input
-    splits (with their signatures), apart from the workers' results. `temp_dir` must then be
-    WriteShards' (its config's output's TEMP_DIR), where it reads those records back."""
+    With `pack_bands` (as `Preprocess` runs it), the output is (results, bands, stitched). Whole
+    inputs' results do not come as elements: a worker writes a unit's to one spill file
+    (`input_spills`, without their MinHash signatures, which stay in their records in `temp_dir`
+    for the few `WriteShards` scores) and the first PCollection has its `SpillRef`, beside the
+    results of byte ranges (with their signatures: a file's ranges are merged first). The packed
+    bands come in the second PCollection as (partition, slice of a band file), straight from the
+    workers' stage (a Flatten of them with the results would be one more copy on the local runner).
+    `stitched` holds the results of the inputs read as input splits (with their signatures). `temp_dir`
+    must then be WriteShards' (its config's output's TEMP_DIR), where it reads all of these back."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, temp_dir: str,
                  local_workers: int | None = None, tokenizer_threads: int | None = None,
@@ -490,6 +494,10 @@ def _whole_bands(result: UnitResult, temp_dir: str) -> list[tuple[int, bytes]]:
     """The packed bands of a whole input whose result still carries its signature (not packed by
     its worker): the signature to its own file in `temp_dir`."""
     return input_bands((result.source, [result]), temp_dir) if result.signature else []
+
+
+def _planned_tasks(kv, temp_dir: str, inputs_per_task: int) -> list[BucketTask]:
+    return plan_tasks(kv[1], temp_dir, inputs_per_task)
 
 
 def _task_size(task: BucketTask) -> int:
@@ -622,7 +630,7 @@ class WriteShards(beam.PTransform):
                  | "Spills" >> beam.Flatten()
                  | "SpillsTogether" >> beam.Map(lambda ref: (None, ref))
                  | "GroupSpills" >> beam.GroupByKey()
-                 | "PlanTasks" >> beam.FlatMap(lambda kv: plan_tasks(kv[1], temp_dir, self._inputs_per_task))
+                 | "PlanTasks" >> beam.FlatMap(_planned_tasks, temp_dir=temp_dir, inputs_per_task=self._inputs_per_task)
                  | "SpreadTasks" >> SpreadUnits(n_bins=self._local_workers, size=_task_size, key=_task_key))
         # --dedup drops the exact duplicates, whose pairs are then not scored: they come first.
         twins = tasks | "Twins" >> beam.FlatMap(twins_of) if config.dedup else None

@@ -24,6 +24,7 @@ from pipeline.beam.writing.input_spills import (
     input_bucket_of,
     plan_tasks,
     read_range,
+    spill_paths,
     task_inputs,
     write_spill,
 )
@@ -72,18 +73,26 @@ def _result(rng: random.Random, source: str, key: str, file: str = "") -> UnitRe
 
 
 def _inputs(seed: int, n: int) -> list[tuple[str, list[UnitResult]]]:
-    """n inputs: whole files (a fifth of them copies of another's content, some skipped) and a few
-    files read in byte ranges (each range its own key and plan bucket), names with newlines,
-    quotes and lone surrogates."""
+    """n inputs: whole files (a fifth of them copies of another's content, some skipped, a few with
+    a content key that is not hex) and a few files read in byte ranges (each range its own key and
+    plan bucket; some copies of another such file), names with newlines, quotes and lone surrogates."""
     rng = random.Random(seed)
     pool: list[str] = []
+    ranged: list[list[str]] = []
     out = []
     for i in range(n):
         name = _name(rng, i)
-        if rng.random() < 0.05:
-            ranges = [_result(rng, f"{name}@{r}", _key(rng, []), file=name) for r in range(rng.randint(2, 4))]
+        if rng.random() < 0.08:
+            if ranged and rng.random() < 0.3:
+                keys = rng.choice(ranged)  # an exact copy of an earlier file read in ranges
+            else:
+                keys = [_key(rng, []) for _ in range(rng.randint(2, 4))]
+                ranged.append(keys)
+            ranges = [_result(rng, f"{name}@{r}", key, file=name) for r, key in enumerate(keys)]
             ranges[0].counts[m.FILES_READ] = 1
             out.append((name, ranges))
+        elif rng.random() < 0.03:
+            out.append((name, [_result(rng, name, rng.choice(["not hex", "NOT HEX", "zz"]))]))
         else:
             out.append((name, [_result(rng, name, _key(rng, pool))]))
     return out
@@ -108,6 +117,11 @@ def test_every_input_reaches_exactly_the_task_of_its_bucket(tmp_path_factory, se
     assert len(tasks) == max(1, min(BUCKETS, -(-n // per_task)))
     assert tasks[0].lo == 0 and tasks[-1].hi == BUCKETS
     assert all(a.hi == b.lo for a, b in zip(tasks, tasks[1:]))
+    refs = {ref.path: ref for ref in _spilled(tmp_path, inputs, files, seed) if ref is not None}
+    listed = [path for task in tasks for path in spill_paths(task)]
+    assert set(listed) == set(refs)
+    for task in tasks:  # a task reads only the files holding some of its buckets
+        assert all(refs[path].lo < task.hi and refs[path].hi > task.lo for path in spill_paths(task))
     seen = []
     for task in tasks:
         for name, parts in task_inputs(task):
@@ -191,6 +205,17 @@ def test_bucket_tasks_give_what_the_all_in_memory_functions_give(tmp_path, seed,
     if n:
         assert got[3][m.KEY_COUNTS][m.FILES_READ] == sum(1 for _, parts in inputs
                                                         if parts[0].counts[m.FILES_READ])
+
+
+def test_a_large_inputs_spill_file_is_read_by_the_one_task_of_its_bucket(tmp_path):
+    """Every file read in byte ranges, every input over 1 MB and, with --group_inputs 1, every input
+    has a spill file of its own: read by every task, a million of them made 50 million opens."""
+    inputs = _inputs(11, 400)
+    refs = [write_spill(str(tmp_path), [name], [(name, parts)]) for name, parts in inputs]
+    tasks = plan_tasks(refs, str(tmp_path), 40)
+    assert len(tasks) == 10
+    assert sum(len(spill_paths(task)) for task in tasks) == 400
+    assert sum(len(task_inputs(task)) for task in tasks) == 400
 
 
 def test_a_spill_file_cut_short_is_named(tmp_path):

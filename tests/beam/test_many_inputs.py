@@ -426,3 +426,20 @@ def test_a_result_pickles_as_its_values_and_comes_back_whole():
         for back in (pickle.loads(pickle.dumps(value)), coder.decode(coder.encode(value)), copy.deepcopy(value)):
             assert back == value and list(back.counts) == list(value.counts)
     assert len(coder.encode(result)) < 400
+
+
+def test_no_step_of_the_graph_carries_the_tokenizer(tmp_path, spec):
+    """The tokenizer goes to the workers as a file (`spec_file.ship_spec`), never inside a step of
+    the job graph: a lambda reading `self` of WriteShards put the whole transform, spec and all,
+    into one step (249 KB for BERT's vocabulary; a 250k vocabulary's several MB against Dataflow's
+    ~10 MB limit for a whole graph)."""
+    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
+    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
+                              near_dedup=0.8)
+    pipeline = beam.Pipeline()
+    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
+                                              local_workers=2)
+    sizes = {t.unique_name: len(t.spec.payload) for t in pipeline.to_runner_api().components.transforms.values()}
+    largest = max(sizes, key=sizes.get)
+    assert sizes[largest] < 32_000, (largest, sizes[largest])
+    assert len(spec.json) > 200_000  # what a step carrying the spec would hold

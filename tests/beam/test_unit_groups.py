@@ -120,6 +120,31 @@ def test_the_end_of_the_job_in_many_bucket_tasks_makes_the_same_output(inputs, a
     _same_output(alone, out)
 
 
+@pytest.mark.slow
+def test_byte_ranges_and_input_splits_make_the_same_output_in_many_bucket_tasks(tmp_path):
+    """Two .jsonl files of equal content read in byte ranges (exact duplicates of each other: one
+    task must meet both), a text read in input splits, small files and a copy, in one task against
+    tasks of one input each: a byte range's rows go to its own key's plan bucket, which another task
+    may own, and are merged there (`input_tasks.merge_bucket`)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    words = _words()
+    for i in range(12):
+        (folder / f"doc{i:02d}.txt").write_text(file_text(i, words)[: 400 + 40 * i])
+    (folder / "doc03copy.txt").write_text((folder / "doc03.txt").read_text())
+    (folder / "big.jsonl").write_text("".join(json.dumps({"text": file_text(100 + i, words)[:300]}) + "\n"
+                                              for i in range(40)))
+    (folder / "big2.jsonl").write_text((folder / "big.jsonl").read_text())
+    (folder / "book.txt").write_text("\n\n".join(file_text(200 + i, words)[:500] for i in range(20)))
+    args = [*ARGS, "--split_bytes", "2048", "--group_inputs", "5"]
+    run_preprocess([folder], tmp_path / "one", *args)
+    run_preprocess([folder], tmp_path / "many", *args, "--task_inputs", "1")
+    _same_output(tmp_path / "one", tmp_path / "many")
+    manifest = manifest_with_inputs(str(tmp_path / "many"))
+    reasons = " | ".join(e[m.KEY_REASON] for e in manifest[m.KEY_SKIPPED])
+    assert "big.jsonl (--dedup)" in reasons and "doc03.txt (--dedup)" in reasons, reasons
+
+
 def test_groups_are_consecutive_small_files_within_their_bounds():
     units = [WorkUnit(source=f"/in/{i:02d}.txt", format="text", size=100) for i in range(10)]
     big = WorkUnit(source="/in/big.txt", format="text", size=2 << 20)

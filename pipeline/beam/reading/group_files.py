@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.reading.work_units import UnitGroup, WorkUnit
 from pipeline.beam.unit_results import unit_file_stem
+from pipeline.beam.writing.arrow_io import write_bytes
 
 __all__ = ["GroupFile", "write_group_file", "read_group_file", "GROUP_FILE_SUFFIX"]
 
@@ -39,8 +40,7 @@ class GroupFile:
 def write_group_file(temp_dir: str, group: UnitGroup) -> GroupFile:
     """The group's units to a file named by their paths (a retry writes the same file)."""
     path = unit_file_stem(temp_dir, "\0".join(["units", *(unit.source for unit in group.units)])) + GROUP_FILE_SUFFIX
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pack(group.units))
+    write_bytes(path, pack(group.units))
     return GroupFile(path, len(group.units), group.size, group.source)
 
 

@@ -107,9 +107,16 @@ def write_stream_atomically(path: str, schema: pa.Schema, batches: Iterator[pa.R
 
 def write_text(path: str, text: str) -> None:
     """Write a small text file through FileSystems (locally: temp name, then rename)."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write a file through FileSystems whole or not at all under its name (locally: temp name, then
+    rename): a reader never sees a part of it, as when a runner reruns the step that wrote it while
+    another step reads it."""
     temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(text.encode("utf-8"))
+        handle.write(data)
     publish_file(temp, path)
 
 

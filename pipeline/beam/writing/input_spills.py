@@ -23,6 +23,7 @@ hash of its name: it is alone whatever the bucket.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import posixpath
 import struct
@@ -35,6 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.dedup.exact import input_key
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.unit_results import UnitResult, _unpickled_result, unit_file_stem
+from pipeline.beam.writing.arrow_io import write_bytes
 from pipeline.beam.writing.shard_plan import BUCKET_CHARS
 from schemas.options import DEFAULT_TASK_INPUTS
 
@@ -51,15 +53,20 @@ _NUL = "\0"  # never in a path: a name made of several inputs' is apart from any
 
 @dataclass(frozen=True)
 class SpillRef:
-    """A spill file (`write_spill`) and how many inputs it holds: all that goes through the runner."""
+    """A spill file (`write_spill`), how many inputs it holds and the range of its buckets [lo, hi):
+    all that goes through the runner. Only the tasks whose buckets meet that range read the file
+    (a large input's file is read by one task, a group's by most)."""
 
     path: str
     inputs: int
+    lo: int = 0
+    hi: int = BUCKETS
 
 
 @dataclass(frozen=True)
 class BucketTask:
-    """Buckets [lo, hi) of every spill file listed in `index` (`plan_tasks`); task `index` of `count`."""
+    """Buckets [lo, hi) of the spill files listed in `spills` (`plan_tasks`: those holding any of
+    them); task `index` of `count`."""
 
     index: int
     count: int
@@ -88,11 +95,14 @@ def task_owns(task: BucketTask, plan_bucket: str) -> bool:
 
 def input_bucket_of(name: str, parts: list[UnitResult]) -> int:
     """The bucket of an input: its content key's (`exact.input_key`: equal for exact duplicates, and
-    a whole input's plan bucket), or a hash of its name's when it has none."""
-    number = _hex_bucket(input_key(parts))
+    a whole input's plan bucket; a hash of the key where it is not hex), or a hash of its name's
+    when it has none (it is then alone whatever the bucket)."""
+    key = input_key(parts)
+    number = _hex_bucket(key)
     if number is not None:
         return number
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8", "surrogatepass")).digest()[:4], "big") % BUCKETS
+    text = key or "\0" + name
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:4], "big") % BUCKETS
 
 
 def write_spill(temp_dir: str, sources: Iterable[str], inputs: Iterable[tuple[str, list[UnitResult]]]
@@ -114,9 +124,8 @@ def write_spill(temp_dir: str, sources: Iterable[str], inputs: Iterable[tuple[st
         offset += len(blob)
     head = pack(header)
     path = unit_file_stem(temp_dir, _NUL.join(["spill", *sources])) + SPILL_SUFFIX
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(_HEAD.pack(len(head)) + head + b"".join(sections))
-    return SpillRef(path, count)
+    write_bytes(path, _HEAD.pack(len(head)) + head + b"".join(sections))
+    return SpillRef(path, count, header[0][0], header[-1][0] + 1)
 
 
 def read_range(path: str, lo: int, hi: int) -> Iterator[tuple[str, list[UnitResult]]]:
@@ -145,20 +154,28 @@ def _read_exactly(handle, size: int, path: str) -> bytes:
 def plan_tasks(refs: Iterable[SpillRef | None], temp_dir: str, inputs_per_task: int = INPUTS_PER_TASK
                ) -> list[BucketTask]:
     """The bucket tasks of a run from its spill files' references (any order; None ignored): the
-    files listed in one index file of `temp_dir`, the buckets cut into equal ranges, one a task of
-    about `inputs_per_task` inputs (content keys are hashes: the inputs spread evenly over the
-    buckets, but for the copies of one content, which share one). At least one task: with no input,
-    one of no file, for the totals and the inputs file."""
+    buckets cut into equal ranges, one a task of about `inputs_per_task` inputs (content keys are
+    hashes: the inputs spread evenly over the buckets, but for the copies of one content, which
+    share one), each task's spill files (those whose buckets meet its range) listed in an index
+    file of `temp_dir`. At least one task: with no input, one of no file, for the totals and the
+    inputs file."""
     if inputs_per_task < 1:
         raise ValueError(f"inputs_per_task must be >= 1, got {inputs_per_task}")
     refs = sorted((ref for ref in refs if ref is not None), key=lambda ref: ref.path)
     inputs = sum(ref.inputs for ref in refs)
     count = max(1, min(BUCKETS, -(-inputs // inputs_per_task)))
     digest = hashlib.sha256("\n".join(ref.path for ref in refs).encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    index = posixpath.join(temp_dir, f"{digest}{INDEX_SUFFIX}")
-    with FileSystems.create(index, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pack([ref.path for ref in refs]))
-    return [BucketTask(i, count, i * BUCKETS // count, (i + 1) * BUCKETS // count, index) for i in range(count)]
+    lows = [i * BUCKETS // count for i in range(count)]
+    files: list[list[str]] = [[] for _ in range(count)]
+    for ref in refs:  # by path: each task's list in path order
+        for i in range(bisect.bisect_right(lows, ref.lo) - 1, bisect.bisect_left(lows, ref.hi)):
+            files[i].append(ref.path)
+    tasks = []
+    for i in range(count):
+        index = posixpath.join(temp_dir, f"{digest}-{i:05d}-of-{count:05d}{INDEX_SUFFIX}")
+        write_bytes(index, pack(files[i]))
+        tasks.append(BucketTask(i, count, lows[i], lows[i + 1] if i + 1 < count else BUCKETS, index))
+    return tasks
 
 
 def spill_paths(task: BucketTask) -> list[str]:

@@ -23,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.arrow_io import write_bytes
 from pipeline.beam.writing.planning import shard_count
 from pipeline.beam.writing.sharding import PartSlice, ShardTask, config_key
 from schemas import manifest as m
@@ -162,8 +163,7 @@ def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], t
     bucket, records = bucket_and_records
     records = sorted(map(_record, records), key=lambda r: r.sort_key)
     path = _spill_path(temp_dir, bucket, kind)
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pack([(r.key, r.source, r.parts) for r in records]))
+    write_bytes(path, pack([(r.key, r.source, r.parts) for r in records]))
     return bucket, bucket_rows((bucket, records))[1], path
 
 
@@ -201,8 +201,7 @@ def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary
         blobs.append(blob)
         offset += len(blob)
     if blobs:
-        with FileSystems.create(pieces_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            handle.write(b"".join(blobs))
+        write_bytes(pieces_path, b"".join(blobs))
     return out
 
 
@@ -234,8 +233,7 @@ class SpilledTask:
 
 def spill_task(task: ShardTask, temp_dir: str) -> SpilledTask:
     file = posixpath.join(temp_dir, f"shard-task-{task.split}-{task.index:06d}.pickle")
-    with FileSystems.create(file, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(pack(task))
+    write_bytes(file, pack(task))
     return SpilledTask(file, task.split, task.index, task.path, sum(piece.stop - piece.start for piece in task.slices))
 
 
