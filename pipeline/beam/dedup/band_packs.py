@@ -27,7 +27,10 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.kernels.text.quality import band_hashes
 
 MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first only (clusters still join)
-BAND_PARTITIONS = 4  # shuffle keys; a key's consumer holds its share (1/4) of every input's bands
+# Shuffle keys; a key's consumer holds its share (1/32) of every input's bands. At 4, a million inputs
+# made two rounds of ~1.8 GB (a quarter of the bands each on two workers) the run's peak; at 32 an
+# input's name is written once a partition its bands meet (~28 of 32): ~2.3 KB of temp folder an input.
+BAND_PARTITIONS = 32
 DIGEST_BYTES = 16  # of sha256: a collision among 10^9 inputs has a chance of ~10^-21
 _HEAD = struct.Struct("<BHB")  # a member: its signature's place, its name's length in bytes, its bands here
 _BAND = np.dtype("<u8")
