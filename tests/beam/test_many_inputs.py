@@ -49,17 +49,22 @@ ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
                                 "Preprocess/WriteShards/BucketTasks"}
 
 
+def _job_graph(tmp_path, spec, **options):
+    """The preprocess job's graph (runner API proto) on one small file, --dedup and --near_dedup on."""
+    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
+    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert",
+                              **{"dedup": True, "near_dedup": 0.8, **options})
+    pipeline = beam.Pipeline()
+    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
+                                              local_workers=2)
+    return pipeline.to_runner_api()
+
+
 def test_no_side_input_or_global_combine_carries_the_inputs(tmp_path, spec):
     """Beam's local runner materialises a side input per bundle and a CombineGlobally keeps its list
     as a side input too: with the unit results (2 KB of MinHash signature each) as
     `AsSingleton(units)`, 20,000 files of 250 bytes reached 10 GB."""
-    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
-    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert",
-                              dedup=True, near_dedup=0.8)
-    pipeline = beam.Pipeline()
-    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
-                                              local_workers=2)
-    proto = pipeline.to_runner_api()
+    proto = _job_graph(tmp_path, spec)
     consumers, combines = set(), []
     for transform in proto.components.transforms.values():
         if transform.spec.urn == "beam:transform:pardo:v1":
@@ -138,11 +143,7 @@ def _producers(proto) -> dict[str, str]:
 def test_only_results_of_byte_ranges_are_gathered_by_input(tmp_path, spec):
     """The unit results (a 2 KB MinHash signature each) were all shuffled by input, though only a file
     read in byte ranges has more than one: that GroupByKey was the peak of a run on many small files."""
-    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
-    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert")
-    pipeline = beam.Pipeline()
-    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config)
-    proto = pipeline.to_runner_api()
+    proto = _job_graph(tmp_path, spec, dedup=False, near_dedup=None)
     made_by = _producers(proto)
     transforms = {t.unique_name: t for t in proto.components.transforms.values()}
     chain, name = [], "Preprocess/WriteShards/GroupInputs"
@@ -173,13 +174,7 @@ def test_only_small_things_cross_a_flatten_and_no_input_is_joined_by_input(tmp_p
     results; the inputs), a join by input after the near-duplicate clusters (JoinInputs) and one by
     input with the exact duplicates (JoinTwins); now the inputs' results stay in spill files and
     only references are flattened."""
-    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
-    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
-                              near_dedup=0.8)
-    pipeline = beam.Pipeline()
-    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
-                                              local_workers=2)
-    proto = pipeline.to_runner_api()
+    proto = _job_graph(tmp_path, spec)
     flattens = {t.unique_name for t in proto.components.transforms.values()
                 if t.spec.urn == "beam:transform:flatten:v1" and len(t.inputs) > 1}
     assert flattens <= ALLOWED_FLATTENS, flattens - ALLOWED_FLATTENS
@@ -435,13 +430,7 @@ def test_no_step_of_the_graph_carries_the_tokenizer(tmp_path, spec):
     the job graph: a lambda reading `self` of WriteShards put the whole transform, spec and all,
     into one step (249 KB for BERT's vocabulary; a 250k vocabulary's several MB against Dataflow's
     ~10 MB limit for a whole graph)."""
-    (tmp_path / "a.txt").write_text("A short paragraph of text.\n")
-    config = PreprocessConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
-                              near_dedup=0.8)
-    pipeline = beam.Pipeline()
-    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(tmp_path)], spec=spec, config=config,
-                                              local_workers=2)
-    sizes = {t.unique_name: len(t.spec.payload) for t in pipeline.to_runner_api().components.transforms.values()}
+    sizes = {t.unique_name: len(t.spec.payload) for t in _job_graph(tmp_path, spec).components.transforms.values()}
     largest = max(sizes, key=sizes.get)
     assert sizes[largest] < 32_000, (largest, sizes[largest])
     assert len(spec.json) > 200_000  # what a step carrying the spec would hold
