@@ -8,17 +8,18 @@ those shuffles were all of the growth of a run's memory with its number of input
 input, 6.7 GB for a million files. Now a worker writes the results of one work unit (a group of
 small inputs, or a large input) to one spill file (`write_spill`), sorted by the input's bucket of
 content keys (the plan's buckets, `shard_plan.BUCKET_CHARS`), and only a reference (`SpillRef`,
-its path and input count) goes on. Once every unit is done, `plan_tasks` cuts the buckets into
-ranges of about INPUTS_PER_TASK inputs (`BucketTask`), and a task reads its range from every
-spill file (`read_range`: one header and one read a file): exact duplicates meet in it (equal
-content, equal bucket), and it writes its buckets' plan records and its sorted run of
-inputs-file lines itself (`input_tasks`). Memory is one task's inputs on each worker and, in the
-runner, a reference a work unit; the bytes on disk are ~400 an input.
+its path, input count and bucket range) goes on. Once every unit is done, `plan_tasks` cuts the
+buckets into ranges of about INPUTS_PER_TASK inputs (`BucketTask`), and a task reads its range
+from every spill file holding any of its buckets (`read_range`: one header and one read a file):
+exact duplicates meet in it (equal content, equal bucket), and it writes its buckets' plan records
+and its sorted run of inputs-file lines itself (`input_tasks`). Memory is one task's inputs on each
+worker and, in the runner, a reference a work unit; the bytes on disk are ~400 an input.
 
 A spill file: an 8-byte little-endian header length, the header (the packed list of (bucket,
 offset, length) of its sections, by bucket), then one packed section a bucket: the list of (input,
 its results). An input without a content key (skipped, or it read nothing) goes to the bucket of a
-hash of its name: it is alone whatever the bucket.
+hash of its name: it is alone whatever the bucket. Every file is written whole under a temporary
+name, then renamed (`arrow_io.write_bytes`): a step a runner reruns never cuts a file another reads.
 """
 
 from __future__ import annotations
