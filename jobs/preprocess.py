@@ -282,7 +282,8 @@ def _run_checked(parser: argparse.ArgumentParser, known: argparse.Namespace, bea
     try:
         if known.push_to_hub:
             check_repo_id(known.push_to_hub)
-        prepared = prepare_run(config, known.tokenizer_backend, resume=known.resume, overwrite=known.overwrite)
+        prepared = prepare_run(config, known.tokenizer_backend, resume=known.resume, overwrite=known.overwrite,
+                               keep_units=False)
     except (ValueError, TokenizerError, InputError, FileExistsError, *publish_errors) as error:
         parser.error(str(error))
     if prepared is None:

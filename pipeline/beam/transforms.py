@@ -25,14 +25,16 @@ from pipeline.beam.dedup.near import FindNearDuplicateCandidates, NearDuplicateR
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.reading.group_files import GroupFile, read_group_file, write_group_file
-from pipeline.beam.reading.listed_inputs import list_inputs
+from pipeline.beam.reading.listed_inputs import InputListing
 from pipeline.beam.reading.work_units import (
     DEFAULT_GROUP_INPUTS,
     UnitGroup,
     WorkUnit,
+    group_size,
     group_units,
     groupable,
-    split_large_inputs,
+    iter_groups,
+    iter_split_large_inputs,
 )
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.spec_file import SpecFile, ship_spec
@@ -702,11 +704,13 @@ def tokenizer_record(spec: TokenizerSpec, name: str) -> dict:
 
 def _listed(patterns: tuple[str, ...], split_bytes: int, output: str, split_text: bool, group_inputs: int,
             group_bytes: int, n_bins: int | None) -> Iterator[WorkUnit | GroupFile]:
-    """The units of every pattern (a file two match once: `list_inputs`), large files split or
-    marked for splitting, small ones in groups written to group files (`group_files`)."""
-    units = split_large_inputs(list_inputs(list(patterns), output).units, split_bytes, split_text)
+    """The units of every pattern (a file two match once: `listed_inputs.InputListing`), large files
+    split or marked for splitting, small ones in groups written to group files (`group_files`), as
+    the files are listed: the lister never holds the listing."""
+    listing = InputListing(list(patterns), output)
+    units = iter_split_large_inputs(listing, split_bytes, split_text)
     temp_dir = posixpath.join(output, m.TEMP_DIR)
-    for item in group_units(units, group_inputs, group_bytes, n_bins):
+    for item in iter_groups(units, group_size(group_inputs, listing.files, n_bins), group_bytes):
         yield write_group_file(temp_dir, item) if isinstance(item, UnitGroup) else item
 
 

@@ -92,7 +92,7 @@ def test_the_compact_index_counts_as_a_dict_of_every_unit_would(tmp_path):
     """The progress index (hashes of record names in arrays, ~21 bytes a unit) against the simple
     count it replaced: random whole files, files read in byte ranges, a dataset's row ranges and
     another run's units, finished in any order, some twice: the same inputs done, bytes and rows at
-    every step."""
+    every step. The index is made from a stream, as the launcher lists the inputs."""
     import random
 
     from pipeline.beam.reading.work_units import FORMAT_HF
@@ -111,7 +111,7 @@ def test_the_compact_index_counts_as_a_dict_of_every_unit_would(tmp_path):
                                hf_split="train") for r in range(rng.randint(1, 3))]
         else:
             units.append(WorkUnit(source=f"/in/doc {i}\n\udc80.txt", format="text", size=rng.randint(0, 999)))
-    index = UnitIndex(units)
+    index = UnitIndex(iter(units))  # the launcher builds it from a stream of units
     parts = {}
     for u in units:
         parts.setdefault(input_name(u), []).append(u)

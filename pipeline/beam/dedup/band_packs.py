@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +32,10 @@ MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first on
 # input's name is written once a partition its bands meet (~28 of 32): ~2.3 KB of temp folder an input.
 BAND_PARTITIONS = 32
 DIGEST_BYTES = 16  # of sha256: a collision among 10^9 inputs has a chance of ~10^-21
-_HEAD = struct.Struct("<BHB")  # a member: its signature's place, its name's length in bytes, its bands here
+_VALUE = struct.Struct("<III")  # a value: its members, its entries, its members' bytes
+_MEMBER = struct.Struct("<BH")  # a member: its signature's place, its name's length in bytes
 _BAND = np.dtype("<u8")
+_OWNER = np.dtype("<u4")
 
 
 def candidate_pairs(members: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
@@ -53,31 +55,84 @@ def content_digest(content: str) -> bytes:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).digest()[:DIGEST_BYTES]
 
 
+def _value(members: list[bytes], bands: np.ndarray, owners: np.ndarray) -> bytes:
+    """One packed value: the header, its bands, the index of each band's member, then the members."""
+    table = b"".join(members)
+    return (_VALUE.pack(len(members), len(bands), len(table)) + bands.astype(_BAND, copy=False).tobytes()
+            + owners.astype(_OWNER, copy=False).tobytes() + table)
+
+
 def pack_bands(name: str, content: str, signature: np.ndarray, place: int) -> list[tuple[int, bytes]]:
-    """(partition, packed member) for each partition holding some of the bands of `signature`."""
+    """(partition, packed value of this one member) for each partition holding some of the bands of
+    `signature`."""
     encoded = name.encode("utf-8", "surrogatepass")
     if len(encoded) > 0xFFFF:
         raise ValueError(f"an input name of {len(encoded)} bytes is too long to pack (at most 65,535): "
                          f"{name[:80]}...")
-    digest = content_digest(content)
+    member = _MEMBER.pack(place, len(encoded)) + encoded + content_digest(content)
     bands = np.array(band_hashes(signature), dtype=_BAND)
     partitions = bands % BAND_PARTITIONS
     out = []
     for p in np.unique(partitions):
         mine = bands[partitions == p]
-        out.append((int(p), _HEAD.pack(place, len(encoded), len(mine)) + encoded + digest + mine.tobytes()))
+        out.append((int(p), _value([member], mine, np.zeros(len(mine), _OWNER))))
     return out
 
 
+def _entries(value: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(bands, the index of each band's member) of one packed value: views, nothing copied."""
+    _, entries, _ = _VALUE.unpack_from(value)
+    return (np.frombuffer(value, dtype=_BAND, count=entries, offset=_VALUE.size),
+            np.frombuffer(value, dtype=_OWNER, count=entries, offset=_VALUE.size + entries * _BAND.itemsize))
+
+
+def _table_start(entries: int) -> int:
+    return _VALUE.size + entries * (_BAND.itemsize + _OWNER.itemsize)
+
+
+def _split_table(table: bytes, count: int) -> list[bytes]:
+    """The packed bytes of each of the `count` members one after the other in `table`."""
+    members, start = [], 0
+    for _ in range(count):
+        stop = start + _MEMBER.size + _MEMBER.unpack_from(table, start)[1] + DIGEST_BYTES
+        members.append(table[start:stop])
+        start = stop
+    return members
+
+
+def _members(value: bytes) -> list[bytes]:
+    count, entries, length = _VALUE.unpack_from(value)
+    start = _table_start(entries)
+    return _split_table(value[start:start + length], count)
+
+
+def unpack_member(member: bytes) -> tuple[str, bytes, int]:
+    """(name, content digest, signature place) of one packed member."""
+    place, length = _MEMBER.unpack_from(member)
+    start = _MEMBER.size
+    return (member[start:start + length].decode("utf-8", "surrogatepass"),
+            member[start + length:start + length + DIGEST_BYTES], place)
+
+
 def merged_packs(packs: Iterable[tuple[int, bytes]], every_partition: bool = False) -> list[tuple[int, bytes]]:
-    """The packed members of many inputs (a group's) as one value a partition: one element each
+    """The packed values of many inputs (a group's) as one value a partition: one element each
     for the shuffle instead of one an input and partition (80,000 elements for 10,000 inputs).
     With `every_partition`, a partition without a member gets an empty value (b""): its key is in
     the shuffle whatever the inputs."""
     by_partition: dict[int, list[bytes]] = {p: [] for p in range(BAND_PARTITIONS)} if every_partition else {}
     for partition, packed in packs:
         by_partition.setdefault(partition, []).append(packed)
-    return [(partition, b"".join(members)) for partition, members in sorted(by_partition.items())]
+    out = []
+    for partition, values in sorted(by_partition.items()):
+        members: list[bytes] = []
+        bands, owners = [], []
+        for value in values:
+            value_bands, value_owners = _entries(value)
+            bands.append(value_bands)
+            owners.append(value_owners.astype(np.int64) + len(members))
+            members.extend(_members(value))
+        out.append((partition, _value(members, np.concatenate(bands), np.concatenate(owners)) if members else b""))
+    return out
 
 
 @dataclass(frozen=True)
@@ -110,78 +165,98 @@ def write_band_file(path: str, packs: Iterable[tuple[int, bytes]]) -> list[tuple
     return out
 
 
-def read_band_slices(values: Iterable[bytes | BandSlice | None]) -> list[bytes]:
-    """The packed values behind a partition's values as the shuffle gives them: bytes as they are,
-    slices read from their files (one open a file), None (no member) left out."""
-    out: list[bytes] = []
+@dataclass(frozen=True)
+class _MemberTable:
+    """Where the members (names, digests, places) of one value lie: in `value` itself (in memory),
+    or `length` bytes at `offset` of the band file `path`. Read only for the inputs of shared bands."""
+
+    count: int
+    value: bytes = b""
+    path: str = ""
+    offset: int = 0
+    length: int = 0
+
+    def members(self) -> list[bytes]:
+        if not self.path:
+            return _members(self.value)
+        with FileSystems.open(self.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.seek(self.offset)
+            return _split_table(_read_exactly(handle, self.length, self.path, self.offset), self.count)
+
+
+def _read_exactly(handle, length: int, path: str, offset: int) -> bytes:
+    data = handle.read(length)
+    if len(data) != length:
+        raise OSError(f"{path} holds {len(data)} bytes at {offset}, not the {length} of its MinHash bands: was the "
+                      f"temp folder changed during the run?")
+    return data
+
+
+def read_band_entries(values: Iterable[bytes | BandSlice | None]
+                      ) -> tuple[list[np.ndarray], list[np.ndarray], list[_MemberTable]]:
+    """(bands, the index of each band's member, where the members lie) of each of a partition's
+    values as the shuffle gives them: packed values as they are, slices read from their files (one
+    open a file; each slice's bands alone, not its members), None (no member) left out."""
+    bands, owners, tables = [], [], []
     slices: dict[str, list[BandSlice]] = {}
     for value in values:
         if isinstance(value, BandSlice):
             slices.setdefault(value.path, []).append(value)
         elif value:
-            out.append(value)
+            value_bands, value_owners = _entries(value)
+            bands.append(value_bands)
+            owners.append(value_owners)
+            tables.append(_MemberTable(_VALUE.unpack_from(value)[0], value=value))
     for path in sorted(slices):
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             for piece in sorted(slices[path], key=lambda s: s.offset):
                 handle.seek(piece.offset)
-                data = handle.read(piece.length)
-                if len(data) != piece.length:
-                    raise OSError(f"{path} holds {len(data)} bytes at {piece.offset}, not the {piece.length} of its "
-                                  f"MinHash bands: was the temp folder changed during the run?")
-                out.append(data)
-    return out
-
-
-def _members(value: bytes) -> Iterator[tuple[int, int]]:
-    """(offset, band count) of each member packed in one value."""
-    offset, end = 0, len(value)
-    while offset < end:
-        _, length, count = _HEAD.unpack_from(value, offset)
-        yield offset, count
-        offset += _HEAD.size + length + DIGEST_BYTES + count * _BAND.itemsize
-
-
-def unpack_member(value: bytes, offset: int = 0) -> tuple[str, bytes, int]:
-    """(name, content digest, signature place) of the member packed at `offset` of a value."""
-    place, length, _ = _HEAD.unpack_from(value, offset)
-    start = offset + _HEAD.size
-    return (value[start:start + length].decode("utf-8", "surrogatepass"),
-            value[start + length:start + length + DIGEST_BYTES], place)
+                count, entries, table = _VALUE.unpack(_read_exactly(handle, _VALUE.size, path, piece.offset))
+                if _table_start(entries) + table != piece.length:
+                    raise OSError(f"{path} holds a value of {_table_start(entries) + table} bytes at {piece.offset}, "
+                                  f"not the {piece.length} of its MinHash bands: was the temp folder changed during "
+                                  f"the run?")
+                data = _read_exactly(handle, entries * (_BAND.itemsize + _OWNER.itemsize), path, piece.offset)
+                bands.append(np.frombuffer(data, dtype=_BAND, count=entries))
+                owners.append(np.frombuffer(data, dtype=_OWNER, count=entries, offset=entries * _BAND.itemsize))
+                tables.append(_MemberTable(count, path=path, offset=piece.offset + _table_start(entries), length=table))
+    return bands, owners, tables
 
 
 def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlice | None]],
                        more: Iterable[tuple[int, bytes]] = ()) -> list[tuple[str, str, int, int]]:
     """(earlier, later, earlier's signature place, later's) of the `candidate_pairs` of every band
     of one partition shared by two inputs or more, with the values of `more` (partition, value) of
-    this partition among its members. Only the members of shared bands are unpacked."""
+    this partition among its members. Only the bands are held for all members (12 bytes a band, and
+    the sort's arrays): the members (names and digests) are read for the inputs of shared bands."""
     partition, values = partition_and_packs
-    values = [*read_band_slices(values), *(value for p, value in more if p == partition)]
-    places_of: list[tuple[int, int]] = []  # (value, offset) of each member
-    per_member = []
-    for index, value in enumerate(values):
-        for offset, count in _members(value):
-            start = offset + _HEAD.size + _HEAD.unpack_from(value, offset)[1] + DIGEST_BYTES
-            per_member.append(np.frombuffer(value, dtype=_BAND, count=count, offset=start))
-            places_of.append((index, offset))
-    if not per_member:
+    value_bands, value_owners, tables = read_band_entries([*values, *(value for p, value in more if p == partition)])
+    if not tables:
         return []
-    bands = np.concatenate(per_member)
-    owners = np.repeat(np.arange(len(per_member), dtype=np.int32), [len(b) for b in per_member])
-    del per_member
+    bases = np.cumsum([0] + [table.count for table in tables])
+    bands = np.concatenate(value_bands)
+    owners = np.concatenate([o.astype(np.int64) + base for o, base in zip(value_owners, bases.tolist())])
+    del value_bands, value_owners
     order = np.argsort(bands, kind="stable")
     bands, owners = bands[order], owners[order]
+    del order
     starts = np.flatnonzero(np.r_[True, bands[1:] != bands[:-1]])
     stops = np.r_[starts[1:], len(bands)]
+    del bands
     shared = stops - starts >= 2
+    starts, stops = starts[shared], stops[shared]
+    if not len(starts):
+        return []
+    needed = np.unique(np.concatenate([owners[a:b] for a, b in zip(starts.tolist(), stops.tolist())]))
     members: dict[int, tuple[str, bytes, int]] = {}
+    which = np.searchsorted(bases, needed, side="right") - 1
+    for index in np.unique(which).tolist():
+        packed = tables[index].members()
+        for owner in needed[which == index].tolist():
+            members[owner] = unpack_member(packed[owner - int(bases[index])])
     out = []
-    for start, stop in zip(starts[shared], stops[shared]):
-        band_members = []
-        for owner in owners[start:stop].tolist():
-            if owner not in members:
-                index, offset = places_of[owner]
-                members[owner] = unpack_member(values[index], offset)
-            band_members.append(members[owner])
+    for start, stop in zip(starts.tolist(), stops.tolist()):
+        band_members = [members[owner] for owner in owners[start:stop].tolist()]
         places = {name: place for name, _, place in band_members}
         out.extend((a, b, places[a], places[b])
                    for a, b in candidate_pairs([(name, digest) for name, digest, _ in band_members]))

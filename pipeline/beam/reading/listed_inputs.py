@@ -1,17 +1,19 @@
 """The inputs a job reads, as every job lists them: the files `--input` names
-(`work_units.expand_inputs`), less the job's own `--output` and any MaskBeam output found among them
+(`work_units.pattern_units`), less the job's own `--output` and any MaskBeam output found among them
 (a preprocess output, or a train_tokenizer folder): their manifests, shards and tokenizer files are
 no training text, and each output left out is said in one line."""
 
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.reading.work_units import InputError, WorkUnit, expand_inputs, outside
+from pipeline.beam.reading.work_units import InputError, WorkUnit, merged_units, pattern_units
 from pipeline.beam.run.output_folder import is_maskbeam_output
 from pipeline.beam.writing.arrow_io import read_text
 from pipeline.console.formatting import plural, printable
@@ -42,49 +44,93 @@ def own_tokenizer_folder(folder: str) -> bool:
         return False
 
 
-def _output_folders(units: list[WorkUnit]) -> set[str]:
-    """The folders among the units' paths that are MaskBeam outputs: a manifest or run file of ours,
-    or a train_tokenizer run file, is in them (seen by name first, then read)."""
-    candidates = set()
-    for unit in units:
-        folder, name = posixpath.split(unit.file)
-        if name == m.MANIFEST_FILE or name == m.TOKENIZER_RUN_FILE:
-            candidates.add(folder)
-        elif name == m.RUN_FILE and posixpath.basename(folder) == m.TEMP_DIR:
-            candidates.add(posixpath.dirname(folder))
+def _output_candidate(path: str) -> str | None:
+    """The folder `path` would make a MaskBeam output, seen by its name: a manifest or run file of
+    ours, or a train_tokenizer run file (then read to be sure: `_output_folders`)."""
+    folder, name = posixpath.split(path)
+    if name == m.MANIFEST_FILE or name == m.TOKENIZER_RUN_FILE:
+        return folder
+    if name == m.RUN_FILE and posixpath.basename(folder) == m.TEMP_DIR:
+        return posixpath.dirname(folder)
+    return None
+
+
+def _output_folders(candidates: set[str]) -> set[str]:
+    """The candidate folders that are MaskBeam outputs."""
     return {folder for folder in candidates if is_maskbeam_output(folder) or own_tokenizer_folder(folder)}
 
 
-def _without_outputs(units: list[WorkUnit], left_out: dict[str, int]) -> list[WorkUnit]:
-    """`units` less those in a MaskBeam output among them; counts each output's files into `left_out`."""
-    for folder in sorted(_output_folders(units), key=len):
-        if any(folder.startswith(outer.rstrip("/") + "/") for outer in left_out):
-            continue  # inside an output already left out
-        kept = outside(units, folder)
-        left_out[folder] = len(units) - len(kept)
-        units = kept
-    return units
+def _resolved(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
-def list_inputs(patterns: list[str], output: str) -> ListedInputs:
-    """The units of `patterns` (see `work_units.expand_inputs`: deduplicated, sorted by path) outside
-    `output` and outside any MaskBeam output among them. Each pattern is judged alone, as the
+def _prefix(folder: str) -> str:
+    return _resolved(folder).rstrip("/") + "/"
+
+
+class InputListing:
+    """The units of `patterns` (each `work_units.pattern_units`: merged, a path two name once, in
+    path order) outside `output` and outside any MaskBeam output among them, listed as they are
+    read: iterating lists the files again, and no listing is ever held whole (a million units were
+    ~600 MB of the launcher and as much of the lister). Each pattern is judged alone, as the
     workers list them (transforms.ListInputs), so the launcher and the workers find the same units.
+
+    Made, it has listed each pattern once by name (the outputs among its files, and how many files
+    each holds: `left_out`, which `log` says).
 
     Raises:
         InputError: naming the first pattern that matches no file, or only files of MaskBeam outputs.
     """
-    found: dict[str, WorkUnit] = {}
-    left_out: dict[str, int] = {}
-    for pattern in patterns:
-        listed = outside(expand_inputs([pattern]), output)
-        outputs: dict[str, int] = {}
-        kept = _without_outputs(listed, outputs)
-        if listed and not kept:
-            raise InputError(f"--input {pattern!r} names only files of MaskBeam outputs ("
-                             f"{', '.join(sorted(outputs))}), which are no training text: give the books' folder")
-        for folder, files in outputs.items():
-            left_out[folder] = max(left_out.get(folder, 0), files)  # two patterns may name the same output
-        for unit in kept:
-            found.setdefault(unit.source, unit)
-    return ListedInputs(units=[found[source] for source in sorted(found)], left_out=left_out)
+
+    def __init__(self, patterns: list[str], output: str) -> None:
+        self._output = output
+        self.left_out: dict[str, int] = {}
+        self.files = 0  # listed files, kept ones, of every pattern (a file two name counts twice)
+        self._excluded: list[tuple[str, tuple[str, ...]]] = []  # (pattern, folder prefixes left out)
+        for pattern in patterns:
+            by_folder: dict[str, int] = {}
+            candidates = set()
+            own = _prefix(output)
+            for unit in pattern_units(pattern):
+                folder = posixpath.dirname(unit.source)
+                by_folder[folder] = by_folder.get(folder, 0) + 1
+                candidate = _output_candidate(unit.source)
+                if candidate is not None:
+                    candidates.add(candidate)
+            listed = {f: k for f, k in by_folder.items() if not (_resolved(f) + "/").startswith(own)}
+            prefixes = [own]
+            for folder in sorted(_output_folders(candidates), key=len):
+                prefix = _prefix(folder)
+                if any(prefix.startswith(outer) for outer in prefixes[1:]):
+                    continue  # inside an output already left out
+                inside = [f for f in listed if (_resolved(f) + "/").startswith(prefix)]
+                if inside:
+                    files = sum(listed.pop(f) for f in inside)
+                    self.left_out[folder] = max(self.left_out.get(folder, 0), files)  # two patterns may name it
+                prefixes.append(prefix)
+            if by_folder and not listed and len(prefixes) > 1:
+                raise InputError(f"--input {pattern!r} names only files of MaskBeam outputs ("
+                                 f"{', '.join(sorted(self.left_out))}), which are no training text: give the books' "
+                                 f"folder")
+            self.files += sum(listed.values())
+            self._excluded.append((pattern, tuple(prefixes)))
+
+    def __iter__(self) -> Iterator[WorkUnit]:
+        def kept(pattern: str, prefixes: tuple[str, ...]) -> Iterator[WorkUnit]:
+            for unit in pattern_units(pattern):
+                path = _resolved(unit.path or unit.source)
+                if not any(path.startswith(prefix) for prefix in prefixes):
+                    yield unit
+
+        return merged_units([kept(pattern, prefixes) for pattern, prefixes in self._excluded])
+
+    def log(self, logger: logging.Logger) -> None:
+        for folder, files in sorted(self.left_out.items()):
+            logger.info("--input: left out %s of the MaskBeam output %s (not training text)", plural(files, "file"),
+                        printable(folder, keep_newlines=False))
+
+
+def list_inputs(patterns: list[str], output: str) -> ListedInputs:
+    """`InputListing(patterns, output)` as a list (`ListedInputs`)."""
+    listing = InputListing(patterns, output)
+    return ListedInputs(units=list(listing), left_out=listing.left_out)

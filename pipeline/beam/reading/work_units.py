@@ -6,8 +6,11 @@ registry's (`reading.formats.registry`); reading a unit is `reading.reader`."""
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import os
 import posixpath
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -27,7 +30,7 @@ from pipeline.beam.reading.formats.registry import (
     format_of_path,
     input_format,
 )
-from pipeline.beam.reading.listing import GLOB_CHARS, InputError, list_local
+from pipeline.beam.reading.listing import GLOB_CHARS, InputError, iter_local
 from pipeline.console.preflight import no_input_message
 from schemas.options import DEFAULT_GROUP_INPUTS, GROUPED_INPUT_BYTES
 
@@ -36,7 +39,8 @@ HF_ROWS_PER_UNIT = 20_000
 # The format names and hf helpers are the registry's and formats.hf's, named here too for the callers
 # that build or inspect units.
 __all__ = ["FORMAT_TEXT", "FORMAT_JSONL", "FORMAT_PARQUET", "FORMAT_HF", "COMPRESSED_SUFFIXES", "InputError",
-           "WorkUnit", "split_large_inputs", "outside", "unsplittable_inputs", "expand_inputs",
+           "WorkUnit", "split_large_inputs", "iter_split_large_inputs", "pattern_units", "merged_units",
+           "iter_groups", "group_size", "outside", "unsplittable_inputs", "expand_inputs",
            "load_hf_dataset", "hf_revision", "hf_units", "HF_ROWS_PER_UNIT", "UnitGroup", "group_units", "groupable",
            "GROUPED_INPUT_BYTES", "DEFAULT_GROUP_INPUTS"]
 
@@ -78,16 +82,20 @@ def split_large_inputs(units: list[WorkUnit], split_bytes: int, split_text: bool
     (a tokenizer whose text has no proven cut: each split would read to the document's end).
     Compressed files cannot be split (a suffix or a signature says so): one worker streams each;
     nor can a UTF-16 file be cut into line ranges (two-byte newlines)."""
-    out = []
+    return list(iter_split_large_inputs(units, split_bytes, split_text))
+
+
+def iter_split_large_inputs(units: Iterable[WorkUnit], split_bytes: int, split_text: bool = True
+                            ) -> Iterator[WorkUnit]:
+    """`split_large_inputs` unit by unit, for a listing that is never held whole."""
     for unit in units:
         spread = _spread(unit, split_bytes)
         if spread == SPREAD_INPUT_SPLITS:
-            out.append(dataclasses.replace(unit, split_bytes=split_bytes) if split_text else unit)
+            yield dataclasses.replace(unit, split_bytes=split_bytes) if split_text else unit
         elif spread == SPREAD_LINE_RANGES:
-            out.extend(_line_ranges(unit, split_bytes))
+            yield from _line_ranges(unit, split_bytes)
         else:
-            out.append(unit)
-    return out
+            yield unit
 
 
 def _spread(unit: WorkUnit, split_bytes: int) -> str:
@@ -138,17 +146,46 @@ def _match(pattern: str) -> list:
     return [m for result in results for m in result.metadata_list]
 
 
-def _listed(pattern: str) -> list[tuple[str, int, float, str]]:
-    """(path, size, modified, refused) of each entry a pattern names."""
+def _listed(pattern: str) -> Iterator[tuple[str, int, float, str]]:
+    """(path, size, modified, refused) of each entry a pattern names, in path order: a local
+    pattern's as its folders are read (`listing.iter_local`), another's from Beam's match (a list)."""
     if "://" not in pattern:
-        return [(e.path, e.size, e.modified, e.refused) for e in list_local(pattern)]
+        return ((e.path, e.size, e.modified, e.refused) for e in iter_local(pattern))
     matches = []
     if not GLOB_CHARS & set(pattern):
         # A literal path: a directory (or object prefix) if anything lies below it, else a file.
         matches = _match(posixpath.join(pattern.rstrip("/"), "**"))
     if not matches:
         matches = _match(pattern)
-    return [(meta.path, meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0), "") for meta in matches]
+    return iter(sorted((meta.path, meta.size_in_bytes, float(meta.last_updated_in_seconds or 0.0), "")
+                       for meta in matches))
+
+
+def pattern_units(pattern: str) -> Iterator[WorkUnit]:
+    """The units of one pattern's files, in path order, as they are listed.
+
+    Raises:
+        InputError: the pattern cannot be listed, or matches no file (an empty folder included);
+            raised here, before any unit is yielded.
+    """
+    try:
+        entries = _listed(pattern)
+        first = next(entries, None)
+    except Exception as error:  # Beam raises BeamIOError and others for bad patterns
+        raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
+    if first is None:
+        raise InputError(no_input_message(pattern))
+    return (WorkUnit(source=path, format=format_of_path(path).name, size=size, modified=modified, refused=refused)
+            for path, size, modified, refused in itertools.chain([first], entries))
+
+
+def merged_units(streams: Iterable[Iterable[WorkUnit]]) -> Iterator[WorkUnit]:
+    """Streams of units in path order merged into one in path order, a path two streams hold once."""
+    last = None
+    for unit in heapq.merge(*streams, key=lambda u: u.source):
+        if unit.source != last:
+            last = unit.source
+            yield unit
 
 
 def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
@@ -160,18 +197,7 @@ def expand_inputs(patterns: list[str]) -> list[WorkUnit]:
     Raises:
         InputError: naming the first pattern that matches no file (an empty folder included).
     """
-    found: dict[str, tuple[int, float, str]] = {}
-    for pattern in patterns:
-        try:
-            entries = _listed(pattern)
-        except Exception as error:  # Beam raises BeamIOError and others for bad patterns
-            raise InputError(f"--input {pattern!r}: cannot be listed ({error})") from error
-        if not entries:
-            raise InputError(no_input_message(pattern))
-        for path, size, modified, refused in entries:
-            found[path] = (size, modified, refused)
-    return [WorkUnit(source=path, format=format_of_path(path).name, size=size, modified=modified, refused=refused)
-            for path, (size, modified, refused) in sorted(found.items())]
+    return list(merged_units([pattern_units(pattern) for pattern in patterns]))
 
 
 def hf_units(name: str, split: str, text_column: str, revision: str = "") -> list[WorkUnit]:
@@ -230,18 +256,29 @@ def group_units(units: list[WorkUnit], max_inputs: int, max_bytes: int,
     depend on the groups (each input's rows are its own, wherever they are written)."""
     small = sorted((u for u in units if groupable(u)), key=lambda u: u.source)
     out: list[WorkUnit | UnitGroup] = [u for u in units if not groupable(u)]
-    if n_bins:
-        max_inputs = min(max_inputs, max(1, -(-len(small) // (4 * n_bins))))
-    if max_inputs <= 1:
-        return out + small
+    return out + list(iter_groups(small, group_size(max_inputs, len(small), n_bins), max_bytes))
+
+
+def group_size(max_inputs: int, small_inputs: int, n_bins: int | None) -> int:
+    """Inputs a group: `max_inputs`, less when `n_bins` workers would get fewer than 4 groups each
+    of `small_inputs`."""
+    return min(max_inputs, max(1, -(-small_inputs // (4 * n_bins)))) if n_bins else max_inputs
+
+
+def iter_groups(units: Iterable[WorkUnit], max_inputs: int, max_bytes: int) -> Iterator[WorkUnit | UnitGroup]:
+    """`units` (in path order) with their small whole files in groups of consecutive ones, up to
+    `max_inputs` inputs and `max_bytes` bytes each (`max_inputs` 1: none), as they come; every other
+    unit as it is."""
     group: list[WorkUnit] = []
     size = 0
-    for unit in small:
+    for unit in units:
+        if max_inputs <= 1 or not groupable(unit):
+            yield unit
+            continue
         if group and (len(group) >= max_inputs or size + unit.size > max_bytes):
-            out.append(UnitGroup(tuple(group)) if len(group) > 1 else group[0])
+            yield UnitGroup(tuple(group)) if len(group) > 1 else group[0]
             group, size = [], 0
         group.append(unit)
         size += unit.size
     if group:
-        out.append(UnitGroup(tuple(group)) if len(group) > 1 else group[0])
-    return out
+        yield UnitGroup(tuple(group)) if len(group) > 1 else group[0]

@@ -5,10 +5,12 @@ folder or resume), then build and run the Beam pipeline and report where the tim
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import posixpath
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -17,15 +19,14 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.beam.reading.compression import is_compressed
 from pipeline.beam.reading.formats.registry import FORMAT_JSONL, FORMAT_TEXT
-from pipeline.beam.reading.listed_inputs import list_inputs
+from pipeline.beam.reading.listed_inputs import InputListing
 from pipeline.beam.reading.work_units import (
     DEFAULT_GROUP_INPUTS,
     FORMAT_HF,
     WorkUnit,
     hf_revision,
     hf_units,
-    split_large_inputs,
-    unsplittable_inputs,
+    iter_split_large_inputs,
 )
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.data_flush import side_input_sizes_without_module_scan, whole_element_flushes
@@ -78,11 +79,30 @@ class ListingFacts:
     listed: tuple[WorkUnit, ...]
     index: UnitIndex
 
+    split: tuple[WorkUnit, ...] = ()  # large text inputs many workers share in byte ranges (said at the start)
+    alone: tuple[WorkUnit, ...] = ()  # compressed inputs over --split_bytes, each streamed by one worker
+
     @classmethod
-    def of(cls, units: list[WorkUnit]) -> ListingFacts:
-        index = UnitIndex(units)
-        return cls(inputs=index.inputs, bytes=index.bytes, one_worker=fits_one_worker(units),
-                   listed=tuple(u for u in units if u.format == FORMAT_HF), index=index)
+    def of(cls, units: Iterable[WorkUnit], split_bytes: int = 0) -> ListingFacts:
+        """The facts of `units` in one pass: a stream of them is never held whole."""
+        one_worker = OneWorker()
+        listed: list[WorkUnit] = []
+        split: list[WorkUnit] = []
+        alone: list[WorkUnit] = []
+
+        def seen(unit: WorkUnit) -> WorkUnit:
+            one_worker.add(unit)
+            if unit.format == FORMAT_HF:
+                listed.append(unit)
+            if unit.split_bytes:
+                split.append(unit)
+            if split_bytes and unit.size > split_bytes and is_compressed(unit.source):
+                alone.append(unit)
+            return unit
+
+        index = UnitIndex(seen(unit) for unit in units)
+        return cls(inputs=index.inputs, bytes=index.bytes, one_worker=one_worker.fits, listed=tuple(listed),
+                   index=index, split=tuple(split), alone=tuple(alone))
 
 
 @dataclass(frozen=True)
@@ -107,8 +127,11 @@ class PreparedRun:
 
 
 def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: bool,
-                overwrite: bool) -> PreparedRun | None:
+                overwrite: bool, keep_units: bool = True) -> PreparedRun | None:
     """Validate everything and get the output folder ready, before any data moves.
+
+    The inputs are listed as a stream into the run's facts (`ListingFacts`); the units themselves
+    are kept (`PreparedRun.units`) only with `keep_units` (and listed whole for `resume` alone).
 
     Returns:
         The prepared run, or None when `resume` finds the output already complete.
@@ -120,19 +143,22 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
     spec = resolve_spec(config.tokenizer)  # the checked spec, kept on disk by its bytes (resolve.py)
     backend, why_not_fast = choose_backend(tokenizer_backend, spec.json)
     config = dataclasses.replace(config, tokenizer_backend=backend)
-    inputs = list_inputs(list(config.inputs), config.output)
+    inputs = InputListing(list(config.inputs), config.output)
     inputs.log(_log)
-    listed = inputs.units
     whole = no_cut_reason(spec.json)
     if whole is not None:
         _log.info("tokenizer: no place where its text may be cut is proven (%s): each document is encoded whole "
                   "(up to %s characters) and large text inputs are not split into byte ranges", whole,
                   f"{MAX_CARRY_CHARS:,}")
-    units = split_large_inputs(listed, config.split_bytes, split_text=whole is None)
-    _log_splitting(units, config.split_bytes)
+    units: Iterable[WorkUnit] = iter_split_large_inputs(inputs, config.split_bytes, split_text=whole is None)
     if config.hf_dataset:
         config = dataclasses.replace(config, hf_revision=hf_revision(config.hf_dataset, config.hf_split))
-        units += hf_units(config.hf_dataset, config.hf_split, config.text_column, config.hf_revision)
+        units = itertools.chain(units, hf_units(config.hf_dataset, config.hf_split, config.text_column,
+                                                config.hf_revision))
+    if keep_units or resume:  # --resume compares every input with its record
+        units = list(units)
+    facts = ListingFacts.of(units, config.split_bytes)
+    _log_splitting(facts, config.split_bytes)
     record = run_record(config, spec.fingerprint)
     release_parses()  # the launcher's checks are done: let the parsed tokenizer.json go
     if resume:
@@ -143,17 +169,17 @@ def prepare_run(config: PreprocessConfig, tokenizer_backend: str, *, resume: boo
         prepare_output(config.output, overwrite, record)
         start_run(config.output, record)
     forget_no_rows(config.output)
-    return PreparedRun(config=config, spec=spec, units=units, why_not_fast=why_not_fast, facts=ListingFacts.of(units))
+    return PreparedRun(config=config, spec=spec, units=units if keep_units else [], why_not_fast=why_not_fast,
+                       facts=facts)
 
 
-def _log_splitting(units: list[WorkUnit], split_bytes: int) -> None:
+def _log_splitting(facts: ListingFacts, split_bytes: int) -> None:
     """Say which large inputs many workers share and which one worker streams alone."""
-    split = [u for u in units if u.split_bytes]
+    split, alone = facts.split, facts.alone
     if split:
         _log.info("%d large text input(s) are tokenized by many workers in byte ranges of about %s "
                   "(--split_bytes): %s", len(split), human_bytes(split_bytes),
                   ", ".join(posixpath.basename(u.source) for u in split[:5]) + (" ..." if len(split) > 5 else ""))
-    alone = unsplittable_inputs(units, split_bytes)
     if alone:
         _log.info("%d compressed input(s) over --split_bytes %s are each streamed by one worker (a compressed "
                   "stream cannot be split; store it uncompressed or in parts to spread it): %s", len(alone),
@@ -209,16 +235,31 @@ def _read_run_manifest(output: str) -> tuple[dict, str]:
     return json.loads(read_text(path)), folder
 
 
-def fits_one_worker(units: list[WorkUnit]) -> bool:
-    """Whether a job is small enough for one in-process local worker: at most ONE_WORKER_BYTES of
-    uncompressed text and .jsonl files (never a compressed input, a Parquet file or a dataset range,
-    whose text may be many times the size it is listed with)."""
-    total = 0
-    for unit in units:
+class OneWorker:
+    """Whether a job is small enough for one in-process local worker, unit by unit: at most
+    ONE_WORKER_BYTES of uncompressed text and .jsonl files (never a compressed input, a Parquet file
+    or a dataset range, whose text may be many times the size it is listed with)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.other = False
+
+    def add(self, unit: WorkUnit) -> None:
         if unit.format not in (FORMAT_TEXT, FORMAT_JSONL) or is_compressed(unit.file):
-            return False
-        total += unit.size
-    return total <= ONE_WORKER_BYTES
+            self.other = True
+        self.total += unit.size
+
+    @property
+    def fits(self) -> bool:
+        return not self.other and self.total <= ONE_WORKER_BYTES
+
+
+def fits_one_worker(units: Iterable[WorkUnit]) -> bool:
+    """`OneWorker` of `units`."""
+    one = OneWorker()
+    for unit in units:
+        one.add(unit)
+    return one.fits
 
 
 def job_runner_flags(config: PreprocessConfig, units: list[WorkUnit], beam_args: list[str],

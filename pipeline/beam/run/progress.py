@@ -12,8 +12,9 @@ import json
 import logging
 import posixpath
 import threading
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -65,16 +66,26 @@ class UnitIndex:
     where a dict of record names to units and a count by input name took ~1 KB. Progress counts
     inputs as the summary does: an input is done when all its units are."""
 
-    def __init__(self, units: Sequence[WorkUnit]) -> None:
-        n = len(units)
-        hashes = np.fromiter((_name_hash(record_name(u.source)) for u in units), dtype=np.uint64, count=n)
-        order = np.argsort(hashes, kind="stable")
-        self._hashes = hashes[order]
-        self._sizes = np.fromiter((u.size for u in units), dtype=np.int64, count=n)[order]
-        parts = Counter(input_name(u) for u in units if _several(u))
+    def __init__(self, units: Iterable[WorkUnit]) -> None:
+        hashes, sizes = array("Q"), array("q")  # one pass over the units, which may be a stream
+        several: list[tuple[int, str]] = []  # (place, input) of each unit that may be one of several
+        for unit in units:
+            if _several(unit):
+                several.append((len(hashes), input_name(unit)))
+            hashes.append(_name_hash(record_name(unit.source)))
+            sizes.append(unit.size)
+        n = len(hashes)
+        hashes_np = np.frombuffer(hashes, dtype=np.uint64) if n else np.empty(0, np.uint64)
+        order = np.argsort(hashes_np, kind="stable")
+        self._hashes = hashes_np[order]
+        self._sizes = (np.frombuffer(sizes, dtype=np.int64) if n else np.empty(0, np.int64))[order]
+        del hashes, sizes, hashes_np
+        parts = Counter(name for _, name in several)
         slot_of = {name: i for i, name in enumerate(sorted(name for name, k in parts.items() if k > 1))}
-        self._slots = np.fromiter((slot_of.get(input_name(u), -1) if _several(u) else -1 for u in units),
-                                  dtype=np.int32, count=n)[order]
+        slots = np.full(n, -1, dtype=np.int32)
+        for place, name in several:
+            slots[place] = slot_of.get(name, -1)
+        self._slots = slots[order]
         self._need = np.array([parts[name] for name in slot_of], dtype=np.int32)
         self.units = n
         self.inputs = n - int(self._need.sum()) + len(self._need)
