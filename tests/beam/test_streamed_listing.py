@@ -205,10 +205,13 @@ def test_streamed_groups_are_the_groups_of_the_list(tmp_path):
         assert sorted(grouped, key=str) == sorted(group_units(units, max_inputs, 20_000), key=str)
 
 
-def test_the_pairing_holds_bands_not_names(tmp_path):
+def test_the_pairing_holds_bands_not_names_and_a_large_partition_in_passes(tmp_path, monkeypatch):
     """One partition of 20,000 inputs' bands, in band files of 500 inputs: the pairing holds 12
     bytes a band and its sort, and reads the names of the inputs of shared bands only (every input's
-    name was read and held, with an array view of its bands: ~300 bytes an input)."""
+    name was read and held, with an array view of its bands: ~300 bytes an input). Past
+    MAX_PAIRING_BANDS bands it pairs in passes, each a share of the band hashes: the same pairs, in
+    a fraction of the memory."""
+    from pipeline.beam.dedup import band_packs
     from pipeline.beam.dedup.band_packs import pack_bands, pairs_in_partition, write_band_file
 
     rng = np.random.default_rng(36)
@@ -230,3 +233,10 @@ def test_the_pairing_holds_bands_not_names(tmp_path):
     peak = _peak_of(lambda: pairs.extend(pairs_in_partition((0, slices))))
     assert len(pairs) >= n // 1000 // 2 and all(int(a[-11:-4]) + 1 == int(b[-11:-4]) for a, b, _, _ in pairs)
     assert peak / n < 150, f"{peak / n:.0f} bytes an input"
+    bands = sum(piece.entries for piece in slices)
+    assert n < bands < 3 * n  # ~2 of an input's 64 bands in each of 32 partitions
+    monkeypatch.setattr(band_packs, "MAX_PAIRING_BANDS", bands // 8)
+    in_passes = []
+    peak_in_passes = _peak_of(lambda: in_passes.extend(pairs_in_partition((0, slices))))
+    assert sorted(in_passes) == sorted(pairs)
+    assert peak_in_passes < peak / 3, (peak_in_passes, peak)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,10 @@ MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first on
 # made two rounds of ~1.8 GB (a quarter of the bands each on two workers) the run's peak; at 32 an
 # input's name is written once a partition its bands meet (~28 of 32): ~2.3 KB of temp folder an input.
 BAND_PARTITIONS = 32
+# Bands one pass of a partition's pairing holds (12 bytes each, and the sort's ~20): a partition
+# of more is paired in passes over its band files, each a share of the band hashes. At a million
+# inputs a partition holds ~2 million bands: 2 passes of ~30 MB.
+MAX_PAIRING_BANDS = 1 << 20
 DIGEST_BYTES = 16  # of sha256: a collision among 10^9 inputs has a chance of ~10^-21
 _VALUE = struct.Struct("<III")  # a value: its members, its entries, its members' bytes
 _MEMBER = struct.Struct("<BH")  # a member: its signature's place, its name's length in bytes
@@ -145,6 +149,7 @@ class BandSlice:
     path: str
     offset: int
     length: int
+    entries: int = 0  # bands in the slice: what the pairing sizes its passes by
 
 
 def write_band_file(path: str, packs: Iterable[tuple[int, bytes]]) -> list[tuple[int, BandSlice | None]]:
@@ -156,7 +161,7 @@ def write_band_file(path: str, packs: Iterable[tuple[int, bytes]]) -> list[tuple
     out: list[tuple[int, BandSlice | None]] = []
     offset = 0
     for partition, value in merged:
-        out.append((partition, BandSlice(path, offset, len(value)) if value else None))
+        out.append((partition, BandSlice(path, offset, len(value), _VALUE.unpack_from(value)[1]) if value else None))
         offset += len(value)
     if offset:
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -192,21 +197,16 @@ def _read_exactly(handle, length: int, path: str, offset: int) -> bytes:
     return data
 
 
-def read_band_entries(values: Iterable[bytes | BandSlice | None]
-                      ) -> tuple[list[np.ndarray], list[np.ndarray], list[_MemberTable]]:
+def _band_values(values: list[bytes | BandSlice]) -> Iterator[tuple[np.ndarray, np.ndarray, _MemberTable]]:
     """(bands, the index of each band's member, where the members lie) of each of a partition's
-    values as the shuffle gives them: packed values as they are, slices read from their files (one
-    open a file; each slice's bands alone, not its members), None (no member) left out."""
-    bands, owners, tables = [], [], []
+    values, one at a time: packed values as they are, slices read from their files (one open a
+    file; each slice's bands alone, not its members)."""
     slices: dict[str, list[BandSlice]] = {}
     for value in values:
         if isinstance(value, BandSlice):
             slices.setdefault(value.path, []).append(value)
-        elif value:
-            value_bands, value_owners = _entries(value)
-            bands.append(value_bands)
-            owners.append(value_owners)
-            tables.append(_MemberTable(_VALUE.unpack_from(value)[0], value=value))
+        else:
+            yield (*_entries(value), _MemberTable(_VALUE.unpack_from(value)[0], value=value))
     for path in sorted(slices):
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             for piece in sorted(slices[path], key=lambda s: s.offset):
@@ -217,10 +217,13 @@ def read_band_entries(values: Iterable[bytes | BandSlice | None]
                                   f"not the {piece.length} of its MinHash bands: was the temp folder changed during "
                                   f"the run?")
                 data = _read_exactly(handle, entries * (_BAND.itemsize + _OWNER.itemsize), path, piece.offset)
-                bands.append(np.frombuffer(data, dtype=_BAND, count=entries))
-                owners.append(np.frombuffer(data, dtype=_OWNER, count=entries, offset=entries * _BAND.itemsize))
-                tables.append(_MemberTable(count, path=path, offset=piece.offset + _table_start(entries), length=table))
-    return bands, owners, tables
+                yield (np.frombuffer(data, dtype=_BAND, count=entries),
+                       np.frombuffer(data, dtype=_OWNER, count=entries, offset=entries * _BAND.itemsize),
+                       _MemberTable(count, path=path, offset=piece.offset + _table_start(entries), length=table))
+
+
+def _entry_count(value: bytes | BandSlice) -> int:
+    return value.entries if isinstance(value, BandSlice) else _VALUE.unpack_from(value)[1]
 
 
 def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlice | None]],
@@ -230,12 +233,31 @@ def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlic
     this partition among its members. Only the bands are held for all members (12 bytes a band, and
     the sort's arrays): the members (names and digests) are read for the inputs of shared bands."""
     partition, values = partition_and_packs
-    value_bands, value_owners, tables = read_band_entries([*values, *(value for p, value in more if p == partition)])
+    values = [v for v in (*values, *(value for p, value in more if p == partition)) if v]
+    passes = max(1, -(-sum(_entry_count(v) for v in values) // MAX_PAIRING_BANDS))
+    out = []
+    for part in range(passes):
+        out.extend(_pairs_in_pass(values, part, passes))
+    return out
+
+
+def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> list[tuple[str, str, int, int]]:
+    """`pairs_in_partition` of the bands whose hash (over the partitions) is `part` modulo `passes`."""
+    value_bands, value_owners, tables = [], [], []
+    base = 0
+    for bands, owners, table in _band_values(values):
+        if passes > 1:
+            mine = (bands // BAND_PARTITIONS) % passes == part
+            bands, owners = bands[mine], owners[mine]
+        value_bands.append(bands)
+        value_owners.append(owners.astype(np.int64) + base)
+        tables.append(table)
+        base += table.count
     if not tables:
         return []
     bases = np.cumsum([0] + [table.count for table in tables])
     bands = np.concatenate(value_bands)
-    owners = np.concatenate([o.astype(np.int64) + base for o, base in zip(value_owners, bases.tolist())])
+    owners = np.concatenate(value_owners)
     del value_bands, value_owners
     order = np.argsort(bands, kind="stable")
     bands, owners = bands[order], owners[order]

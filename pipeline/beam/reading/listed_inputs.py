@@ -76,7 +76,8 @@ class InputListing:
     workers list them (transforms.ListInputs), so the launcher and the workers find the same units.
 
     Made, it has listed each pattern once by name (the outputs among its files, and how many files
-    each holds: `left_out`, which `log` says).
+    each holds: `left_out`, which `log` says). A pattern of an object store is listed once and
+    kept (Beam's match gives a list; listing a bucket again costs a request a thousand objects).
 
     Raises:
         InputError: naming the first pattern that matches no file, or only files of MaskBeam outputs.
@@ -87,18 +88,23 @@ class InputListing:
         self.left_out: dict[str, int] = {}
         self.files = 0  # listed files, kept ones, of every pattern (a file two name counts twice)
         self._excluded: list[tuple[str, tuple[str, ...]]] = []  # (pattern, folder prefixes left out)
+        self._kept: dict[str, list[WorkUnit]] = {}  # the units of each object-store pattern
         for pattern in patterns:
             by_folder: dict[str, int] = {}
             candidates = set()
             own = _prefix(output)
-            for unit in pattern_units(pattern):
+            units = pattern_units(pattern)
+            if "://" in pattern:
+                units = self._kept[pattern] = list(units)
+            for unit in units:
                 folder = posixpath.dirname(unit.source)
                 by_folder[folder] = by_folder.get(folder, 0) + 1
                 candidate = _output_candidate(unit.source)
                 if candidate is not None:
                     candidates.add(candidate)
             listed = {f: k for f, k in by_folder.items() if not (_resolved(f) + "/").startswith(own)}
-            prefixes = [own]
+            outside_own = bool(listed)
+            prefixes, outputs = [own], []
             for folder in sorted(_output_folders(candidates), key=len):
                 prefix = _prefix(folder)
                 if any(prefix.startswith(outer) for outer in prefixes[1:]):
@@ -107,17 +113,17 @@ class InputListing:
                 if inside:
                     files = sum(listed.pop(f) for f in inside)
                     self.left_out[folder] = max(self.left_out.get(folder, 0), files)  # two patterns may name it
+                    outputs.append(folder)
                 prefixes.append(prefix)
-            if by_folder and not listed and len(prefixes) > 1:
+            if outside_own and not listed:
                 raise InputError(f"--input {pattern!r} names only files of MaskBeam outputs ("
-                                 f"{', '.join(sorted(self.left_out))}), which are no training text: give the books' "
-                                 f"folder")
+                                 f"{', '.join(sorted(outputs))}), which are no training text: give the books' folder")
             self.files += sum(listed.values())
             self._excluded.append((pattern, tuple(prefixes)))
 
     def __iter__(self) -> Iterator[WorkUnit]:
         def kept(pattern: str, prefixes: tuple[str, ...]) -> Iterator[WorkUnit]:
-            for unit in pattern_units(pattern):
+            for unit in self._kept.get(pattern) or pattern_units(pattern):
                 path = _resolved(unit.path or unit.source)
                 if not any(path.startswith(prefix) for prefix in prefixes):
                     yield unit

@@ -8,6 +8,7 @@ Everything goes through Beam's FileSystems, so the same code writes to local dis
 from __future__ import annotations
 
 import hashlib
+import resource
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -191,14 +192,31 @@ def read_part_rows(path: str, seq_len: int, start: int, stop: int) -> Iterator[P
             offset += batch.num_rows
 
 
+REMOTE_PARTS_OPEN = 64
+MAX_LOCAL_PARTS_OPEN = 4096
+
+
+def local_parts_open() -> int:
+    """Local parts a shard writer keeps open: MAX_LOCAL_PARTS_OPEN, within an eighth of the
+    process' soft limit of open files (2 shard writers and the rest of the job share it)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_LOCAL_PARTS_OPEN
+    return max(REMOTE_PARTS_OPEN, min(MAX_LOCAL_PARTS_OPEN, soft // 8))
+
+
 class PartReaders:
     """Open parts, kept for the slices of one shard: a group's part holds the rows of many inputs,
     whose slices come in content-key order, so each part is opened once, not once per input. A
     local part is memory-mapped (a batch costs only the pages of the rows taken); a remote part
     keeps its handle and its last batch read. At most `max_open` parts are held (least recently
-    used closed first)."""
+    used closed first): by default `REMOTE_PARTS_OPEN` remote ones (each handle has a read buffer),
+    and as many local ones as a shard's parts, within an eighth of the process' file limit
+    (`local_parts_open`). A shard's inputs come in content-key order, from every group's part: at a
+    million inputs (1,000 groups), 64 open parts meant a reopen for 94% of the slices, and ~13
+    minutes of the run."""
 
-    def __init__(self, max_open: int = 64) -> None:
+    def __init__(self, max_open: int | None = None) -> None:
         self._open: dict[str, tuple[object, pa.ipc.RecordBatchFileReader, list[int]]] = {}
         self._last: dict[str, tuple[int, pa.RecordBatch]] = {}
         self._max_open = max_open
@@ -207,11 +225,14 @@ class PartReaders:
         if path in self._open:
             self._open[path] = self._open.pop(path)  # most recently used last
         else:
+            local = "://" not in path or path.startswith("file://")
+            if self._max_open is None:
+                self._max_open = local_parts_open() if local else REMOTE_PARTS_OPEN
             if len(self._open) >= self._max_open:
                 oldest = next(iter(self._open))
                 self._open.pop(oldest)[0].close()
                 self._last.pop(oldest, None)
-            if "://" not in path or path.startswith("file://"):
+            if local:
                 handle = pa.memory_map(path.removeprefix("file://"), "r")
                 reader = pa.ipc.open_file(handle)
             else:
