@@ -240,3 +240,32 @@ def test_the_pairing_holds_bands_not_names_and_a_large_partition_in_passes(tmp_p
     peak_in_passes = _peak_of(lambda: in_passes.extend(pairs_in_partition((0, slices))))
     assert sorted(in_passes) == sorted(pairs)
     assert peak_in_passes < peak / 3, (peak_in_passes, peak)
+
+
+def test_a_changed_band_file_is_named_not_misread(tmp_path):
+    """A band file whose member index points past its members, or whose members' table was cut or
+    overwritten, is an error naming the file (the pairing reads numbers and names from it, nothing
+    that runs)."""
+    import struct
+
+    from pipeline.beam.dedup.band_packs import pack_bands, pairs_in_partition, write_band_file
+
+    signature = np.arange(256, dtype=np.uint64)
+    packs = [p for name in ("/in/a.txt", "/in/b.txt") for p in pack_bands(name, name, signature, 0) if p[0] == 3]
+    path = tmp_path / "g-bands.bin"
+    [piece] = [v for p, v in write_band_file(str(path), packs) if p == 3]
+    assert {(a, b) for a, b, _, _ in pairs_in_partition((3, [piece]))} == {("/in/a.txt", "/in/b.txt")}
+    good = path.read_bytes()
+    count, entries, _ = struct.unpack_from("<III", good, piece.offset)
+    owners_at = piece.offset + 12 + 8 * entries
+    planted = bytearray(good)
+    planted[owners_at:owners_at + 4] = struct.pack("<I", 7)  # a member past the two
+    path.write_bytes(bytes(planted))
+    with pytest.raises(OSError, match=f"{path}.*member past its 2"):
+        pairs_in_partition((3, [piece]))
+    planted = bytearray(good)
+    table_at = owners_at + 4 * entries
+    planted[table_at + 1:table_at + 3] = struct.pack("<H", 200)  # the first name's length overwritten
+    path.write_bytes(bytes(planted))
+    with pytest.raises(OSError, match=f"{path} at {table_at} does not hold the 2 members"):
+        pairs_in_partition((3, [piece]))

@@ -94,13 +94,22 @@ def _table_start(entries: int) -> int:
     return _VALUE.size + entries * (_BAND.itemsize + _OWNER.itemsize)
 
 
-def _split_table(table: bytes, count: int) -> list[bytes]:
-    """The packed bytes of each of the `count` members one after the other in `table`."""
+def _split_table(table: bytes, count: int, where: str = "a packed value") -> list[bytes]:
+    """The packed bytes of each of the `count` members one after the other in `table`.
+
+    Raises:
+        OSError: the table does not hold exactly `count` members (`where` names it).
+    """
     members, start = [], 0
     for _ in range(count):
+        if start + _MEMBER.size > len(table):
+            break
         stop = start + _MEMBER.size + _MEMBER.unpack_from(table, start)[1] + DIGEST_BYTES
         members.append(table[start:stop])
         start = stop
+    if len(members) != count or start != len(table):
+        raise OSError(f"{where} does not hold the {count} members of its MinHash bands: was the temp folder changed "
+                      f"during the run?")
     return members
 
 
@@ -186,7 +195,8 @@ class _MemberTable:
             return _members(self.value)
         with FileSystems.open(self.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             handle.seek(self.offset)
-            return _split_table(_read_exactly(handle, self.length, self.path, self.offset), self.count)
+            return _split_table(_read_exactly(handle, self.length, self.path, self.offset), self.count,
+                                f"{self.path} at {self.offset}")
 
 
 def _read_exactly(handle, length: int, path: str, offset: int) -> bytes:
@@ -246,6 +256,9 @@ def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> l
     value_bands, value_owners, tables = [], [], []
     base = 0
     for bands, owners, table in _band_values(values):
+        if len(owners) and int(owners.max()) >= table.count:
+            raise OSError(f"{table.path or 'a packed value'} names a member past its {table.count}: was the temp "
+                          f"folder changed during the run?")
         if passes > 1:
             mine = (bands // BAND_PARTITIONS) % passes == part
             bands, owners = bands[mine], owners[mine]
