@@ -635,13 +635,17 @@ class WriteShards(beam.PTransform):
                  | "PlanTasks" >> beam.FlatMap(_planned_tasks, temp_dir=temp_dir, inputs_per_task=self._inputs_per_task)
                  | "SpreadTasks" >> SpreadUnits(n_bins=self._local_workers, size=_task_size, key=_task_key))
         # --dedup drops the exact duplicates, whose pairs are then not scored: they come first.
-        twins = tasks | "Twins" >> beam.FlatMap(twins_of) if config.dedup else None
+        chunk = self._inputs_per_task  # what a task holds, whatever the copies of one content in it
+        twins = None
+        if config.dedup:  # only the twins among the pairs' members matter: not one element a copy
+            paired = pairs | "PairedInputs" >> beam.FlatMap(lambda pair: pair[:2]) | "PairedOnce" >> beam.Distinct()
+            twins = tasks | "Twins" >> beam.FlatMap(twins_of, chunk=chunk, among=beam.pvalue.AsList(paired))
         roots, near_report = ((pairs if twins is None else (pairs, twins))
                               | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
                                                                            drop_twins=config.dedup))
         roots_side = beam.pvalue.AsDict(roots) if roots is not None else None
         done = tasks | "BucketTasks" >> beam.FlatMap(run_task, temp_dir=temp_dir, drop=config.dedup,
-                                                     roots=roots_side, threshold=config.near_dedup)
+                                                     roots=roots_side, threshold=config.near_dedup, chunk=chunk)
         # A bucket's spill, with the plan records other tasks found for it (byte ranges'), merged.
         buckets = (done
                    | "BucketItems" >> beam.FlatMap(_bucket_item)

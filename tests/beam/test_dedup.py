@@ -128,6 +128,13 @@ def _signature_results(rng: np.random.Generator) -> list:
     crowd = bases[0].tobytes().hex()
     results += [UnitResult(source=f"/in/crowd{i:03d}.txt", key=f"c{i}", signature=crowd)
                 for i in range(MAX_BAND_GROUP + 6)]
+    # A crowd of copies (one content: no pair among them) with a few other contents, names whose
+    # order as strings and as UTF-8 bytes must agree (a lone surrogate, accents, astral): the first
+    # by path pairs with the other contents only.
+    copies = bases[1].tobytes().hex()
+    odd = ["\udc80", "é", "\U0001f600", "Z", "\ud7ff", "\ue000"]
+    results += [UnitResult(source=f"/in/copies/{odd[i % len(odd)]}{i:03d}.txt", key="copy" if i % 9 else f"other{i}",
+                           signature=copies) for i in range(3 * MAX_BAND_GROUP)]
     return results
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import string
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from pipeline.beam.writing.input_tasks import (
     TAG_RECORD,
     TAG_RUN,
     TAG_TOTALS,
+    TASK_CHUNK,
     merge_bucket,
     run_task,
     twins_of,
@@ -131,14 +133,15 @@ def test_every_input_reaches_exactly_the_task_of_its_bucket(tmp_path_factory, se
     assert sorted(seen, key=key) == sorted(inputs, key=key)
 
 
-def _run_all(tmp_path: Path, inputs: list, per_task: int, drop: bool, roots: dict | None, threshold: float | None):
+def _run_all(tmp_path: Path, inputs: list, per_task: int, drop: bool, roots: dict | None, threshold: float | None,
+             chunk: int = TASK_CHUNK):
     """Every task run, the buckets merged, the runs merged: (plan records by bucket, lines, totals, twins)."""
     tasks = plan_tasks(_spilled(tmp_path, inputs, 4, per_task), str(tmp_path), per_task)
     by_bucket: dict[str, list] = {}
     runs, totals, twins = [], [], []
     for task in tasks:
-        twins.extend(twins_of(task))
-        for tag, value in run_task(task, str(tmp_path), drop, roots, threshold):
+        twins.extend(twins_of(task, chunk))
+        for tag, value in run_task(task, str(tmp_path), drop, roots, threshold, chunk):
             if tag == TAG_BUCKET:
                 by_bucket.setdefault(value[0], []).append((tag, value))
             elif tag == TAG_RECORD:
@@ -184,18 +187,34 @@ def _oracle(inputs: list, drop: bool, roots: dict | None, threshold: float | Non
     return plan, (tmp_path / "oracle" / "inputs.jsonl").read_bytes(), record, totals, sorted(twins)
 
 
-@pytest.mark.parametrize("seed, n, per_task, drop, near", [
-    (1, 0, 5, False, False), (2, 1, 1, True, False), (3, 300, 7, True, True), (4, 300, 10_000, False, True),
-    (5, 500, 1, True, True), (6, 80, 3, False, False)])
-def test_bucket_tasks_give_what_the_all_in_memory_functions_give(tmp_path, seed, n, per_task, drop, near):
+def _copies(inputs: list, seed: int) -> list[tuple[str, list[UnitResult]]]:
+    """The inputs with most whole files' content one content's (the hostile case: one bucket, one
+    task), its copies skipped and not."""
+    rng = random.Random(seed)
+    key = "".join(rng.choice(HEX) for _ in range(64))
+    return [(name, [replace(parts[0], key=key)]) if len(parts) == 1 and parts[0].key and rng.random() < 0.7
+            else (name, parts) for name, parts in inputs]
+
+
+@pytest.mark.parametrize("seed, n, per_task, drop, near, chunk, copies", [
+    (1, 0, 5, False, False, TASK_CHUNK, False), (2, 1, 1, True, False, TASK_CHUNK, False),
+    (3, 300, 7, True, True, TASK_CHUNK, False), (4, 300, 10_000, False, True, TASK_CHUNK, False),
+    (5, 500, 1, True, True, TASK_CHUNK, False), (6, 80, 3, False, False, TASK_CHUNK, False),
+    # a task holding more than `chunk` (copies of one content): read twice, spilled and run in chunks
+    (7, 400, 10_000, False, True, 7, True), (8, 400, 50, True, True, 1, True), (9, 300, 10_000, True, False, 64, False),
+    (10, 250, 40, False, False, 2, True)])
+def test_bucket_tasks_give_what_the_all_in_memory_functions_give(tmp_path, seed, n, per_task, drop, near, chunk,
+                                                                 copies):
     inputs = _inputs(seed, n)
+    if copies:
+        inputs = _copies(inputs, seed)
     rng = random.Random(seed)
     names = sorted(name for name, _ in inputs)
     roots = None
     if near and len(names) > 2:  # a tenth of the inputs near duplicates of an earlier one
         roots = {b: (a, round(rng.uniform(0.8, 1.0), 4)) for a, b in
                  (sorted(rng.sample(names, 2)) for _ in range(len(names) // 10))}
-    got = _run_all(tmp_path / "job", inputs, per_task, drop, roots, 0.8)
+    got = _run_all(tmp_path / "job", inputs, per_task, drop, roots, 0.8, chunk)
     expected = _oracle(inputs, drop, roots, 0.8, tmp_path)
     assert got[0] == expected[0]  # the plan's buckets, record by record
     assert got[1] == expected[1]  # the inputs file, byte by byte
@@ -243,3 +262,16 @@ def test_a_planted_spill_file_runs_no_code(tmp_path):
         path.write_bytes(struct.pack("<Q", len(head)) + head + body)
         with pytest.raises(PackedValueRefused):
             list(read_range(str(path), 0, BUCKETS))
+
+
+def test_twins_among_the_paired_inputs_are_those_twins_only(tmp_path):
+    """--dedup asks the twins of the near-duplicate candidates' members only (one element a copy of
+    every content was the runner's to hold): the same twins, filtered; none asked, none read."""
+    inputs = _copies(_inputs(12, 300), 12)
+    tasks = plan_tasks(_spilled(tmp_path, inputs, 4, 12), str(tmp_path), 40)
+    every = sorted(twin for task in tasks for twin in twins_of(task, 7))
+    assert len(every) > 100
+    among = {name for name, _ in inputs[::3]}
+    assert sorted(twin for task in tasks for twin in twins_of(task, 7, among=among)) == sorted(
+        twin for twin in every if twin[0] in among)
+    assert [twin for task in tasks for twin in twins_of(task, 7, among=[])] == []

@@ -276,8 +276,9 @@ def test_bucketed_shard_plan_is_plan_shards_plan(n, num_shards, dupe_factor):
     assert _bucketed_plan(results, config, bytes_per_row) == expected
 
 
-@pytest.mark.parametrize("n, num_shards", [(0, None), (300, 7), (60, 200)])
-def test_spilled_buckets_and_shard_tasks_give_plan_shards_plan(tmp_path, n, num_shards):
+@pytest.mark.parametrize("n, num_shards, chunks", [(0, None, 1), (300, 7, 1), (60, 200, 1), (300, 7, 4),
+                                                 (400, 150, 3)])
+def test_spilled_buckets_and_shard_tasks_give_plan_shards_plan(tmp_path, n, num_shards, chunks):
     """The job's plan with its buckets' records, the shards' pieces and the shard tasks in files of
     the temp folder (only references in the shuffles: every input's slices were held twice more
     while the shards were gathered and spread) is `plan_shards`' plan."""
@@ -292,6 +293,8 @@ def test_spilled_buckets_and_shard_tasks_give_plan_shards_plan(tmp_path, n, num_
         for bucket, record in packed_plan_record(result):
             buckets.setdefault(bucket, []).append(record)
     spilled = [spill_bucket(item, str(tmp_path)) for item in buckets.items()]
+    if chunks > 1:  # each bucket's records in several sorted files, as a task holding many copies spills them
+        spilled = [_in_chunks(bucket, records, chunks, rng, tmp_path) for bucket, records in buckets.items()]
     summary = row_summary([spilled_rows(item) for item in spilled])
     pieces: dict[tuple[str, int], list] = {}
     for item in spilled:
@@ -304,6 +307,17 @@ def test_spilled_buckets_and_shard_tasks_give_plan_shards_plan(tmp_path, n, num_
     assert all(isinstance(task, SpilledTask) for task in tasks)
     assert [load_task(task) for task in tasks] == expected
     assert [task.rows for task in tasks] == [sum(p.stop - p.start for p in t.slices) for t in expected]
+
+
+def _in_chunks(bucket: str, records: list, chunks: int, rng: random.Random, tmp_path) -> tuple:
+    """A bucket's records spilled in up to `chunks` files of a random share each (sorted within each:
+    `iter_spilled` merges them); (bucket, rows, files) as `input_tasks.merge_bucket` gives it."""
+    shares: list[list] = [[] for _ in range(chunks)]
+    for record in records:
+        rng.choice(shares).append(record)
+    parts = [spill_bucket((bucket, share), str(tmp_path), f"chunk{i}") for i, share in enumerate(shares) if share]
+    rows = {split: sum(part[1][split] for part in parts) for split in m.SPLITS}
+    return bucket, rows, tuple(path for part in parts for path in part[2])
 
 
 class SlowToPickle:

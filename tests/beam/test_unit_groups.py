@@ -121,6 +121,35 @@ def test_the_end_of_the_job_in_many_bucket_tasks_makes_the_same_output(inputs, a
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dedup", [False, True])
+def test_many_copies_of_one_content_in_one_task_are_held_in_chunks(tmp_path, dedup):
+    """The copies of one content share one bucket, so one task reads them all (the hostile case for
+    the end of the job's memory). With --task_inputs 3 the task holds 3 inputs at a time: it reads
+    its spill files twice (the first of each content by path first), spills its bucket's records in
+    chunks (merged as the shards' pieces are cut) and writes a run of lines each 3; the output is
+    byte for byte the one task that holds all 40 copies gives. Without --dedup the copies keep their
+    rows (one bucket's rows in many chunks), with it they are dropped."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    words = _words()
+    text = file_text(7, words)[:900]
+    for i in range(40):
+        (folder / f"copy{(i * 17) % 40:02d}.txt").write_text(text)
+    for i in range(8):
+        (folder / f"doc{i:02d}.txt").write_text(file_text(300 + i, words)[: 400 + 50 * i])
+    args = ["--max_seq_length", "64", "--min_tokens", "8", "--validation_fraction", "0.2", "--num_shards", "3",
+            "--group_inputs", "6", *(["--dedup"] if dedup else [])]
+    run_preprocess([folder], tmp_path / "whole", *args)
+    run_preprocess([folder], tmp_path / "chunks", *args, "--task_inputs", "3")
+    _same_output(tmp_path / "whole", tmp_path / "chunks")
+    manifest = manifest_with_inputs(str(tmp_path / "chunks"))
+    twins = {e[m.KEY_PATH]: e[m.KEY_DUPLICATE_OF] for e in manifest[m.KEY_DUPLICATES]}
+    assert len(twins) == 39 and set(twins.values()) == {str(folder / "copy00.txt")}
+    rows = {Path(e[m.KEY_PATH]).name: e[m.KEY_ROWS] for e in manifest[m.KEY_INPUTS]}
+    assert (rows.get("copy39.txt", 0) > 0) != dedup  # kept with its rows, or dropped by --dedup
+
+
+@pytest.mark.slow
 def test_byte_ranges_and_input_splits_make_the_same_output_in_many_bucket_tasks(tmp_path):
     """Two .jsonl files of equal content read in byte ranges (exact duplicates of each other: one
     task must meet both), a text read in input splits, small files and a copy, in one task against

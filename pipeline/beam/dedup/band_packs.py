@@ -282,17 +282,86 @@ def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> l
     starts, stops = starts[shared], stops[shared]
     if not len(starts):
         return []
-    needed = np.unique(np.concatenate([owners[a:b] for a, b in zip(starts.tolist(), stops.tolist())]))
-    members: dict[int, tuple[str, bytes, int]] = {}
-    which = np.searchsorted(bases, needed, side="right") - 1
-    for index in np.unique(which).tolist():
-        packed = tables[index].members()
-        for owner in needed[which == index].tolist():
-            members[owner] = unpack_member(packed[owner - int(bases[index])])
+    # A band of more members than MAX_BAND_GROUP (the copies of one content share every band) pairs
+    # each with its first only: its members are read a value's table at a time, never held.
+    distinct = np.array([len(np.unique(owners[a:b])) for a, b in zip(starts.tolist(), stops.tolist())])
+    large = distinct > MAX_BAND_GROUP
+    small = [(a, b) for a, b in zip(starts[~large].tolist(), stops[~large].tolist())]
+    needed = (np.unique(np.concatenate([owners[a:b] for a, b in small])) if small
+              else np.zeros(0, dtype=np.int64))
+    members = _read_members(needed, tables, bases)
     out = []
-    for start, stop in zip(starts.tolist(), stops.tolist()):
+    large_pairs: dict[bytes, list[tuple[str, str, int, int]]] = {}  # by members: copies share all their bands
+    for start, stop, is_large in zip(starts.tolist(), stops.tolist(), large.tolist()):
+        if is_large:
+            band_owners = np.unique(owners[start:stop])
+            key = hashlib.sha256(band_owners.tobytes()).digest()
+            if key not in large_pairs:
+                large_pairs[key] = _first_member_pairs(band_owners, tables, bases)
+            out.extend(large_pairs[key])
+            continue
         band_members = [members[owner] for owner in owners[start:stop].tolist()]
         places = {name: place for name, _, place in band_members}
         out.extend((a, b, places[a], places[b])
                    for a, b in candidate_pairs([(name, digest) for name, digest, _ in band_members]))
     return out
+
+
+def _read_members(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray
+                  ) -> dict[int, tuple[str, bytes, int]]:
+    """owner -> its member (name, digest, place) of the (sorted, distinct) `owners`."""
+    which = np.searchsorted(bases, owners, side="right") - 1
+    members = {}
+    for index in np.unique(which).tolist():
+        packed = tables[index].members()
+        for owner in owners[which == index].tolist():
+            members[owner] = unpack_member(packed[owner - int(bases[index])])
+    return members
+
+
+def _first_member_pairs(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray
+                        ) -> list[tuple[str, str, int, int]]:
+    """`candidate_pairs` of one band of many members (sorted, distinct `owners`), in two reads of
+    their tables: the first by path (names compared as UTF-8 bytes, which order as the code points
+    do) and, should the members be fewer names than owners, the names; then the pairs of the first
+    with every member of other content. Holds the pairs, not the members."""
+    first: bytes | None = None
+    names: set[bytes] | None = set()
+    for member in _owner_tables(owners, tables, bases):
+        name = _member_name(member)
+        if first is None or name < _member_name(first):
+            first = member
+        if names is not None:
+            names.add(name)
+            if len(names) > MAX_BAND_GROUP:
+                names = None
+    if names is not None:  # the same inputs under several owners: few names, paired as any band
+        found = {unpack_member(member)[0]: unpack_member(member) for member in _owner_tables(owners, tables, bases)}
+        return [(a, b, found[a][2], found[b][2])
+                for a, b in candidate_pairs([(name, digest) for name, digest, _ in found.values()])]
+    first_name, first_digest, first_place = unpack_member(first)
+    pairs = set()
+    for member in _owner_tables(owners, tables, bases):
+        if _member_digest(member) != first_digest:
+            name, _, place = unpack_member(member)
+            pairs.add((first_name, name, first_place, place))
+    return sorted(pairs)
+
+
+def _owner_tables(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray) -> Iterator[bytes]:
+    """The packed members of `owners`, a value's table read at a time."""
+    which = np.searchsorted(bases, owners, side="right") - 1
+    for index in np.unique(which).tolist():
+        packed = tables[index].members()
+        base = int(bases[index])
+        for owner in owners[which == index].tolist():
+            yield packed[owner - base]
+
+
+def _member_name(member: bytes) -> bytes:
+    return member[_MEMBER.size:_MEMBER.size + _MEMBER.unpack_from(member)[1]]
+
+
+def _member_digest(member: bytes) -> bytes:
+    start = _MEMBER.size + _MEMBER.unpack_from(member)[1]
+    return member[start:start + DIGEST_BYTES]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import mmap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +119,15 @@ def write_bytes(path: str, data: bytes) -> None:
     temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(data)
+    publish_file(temp, path)
+
+
+def write_chunks(path: str, chunks: Iterable[bytes]) -> None:
+    """`write_bytes` of the bytes `chunks` gives, written as they come: the file is never held."""
+    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
+    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        for chunk in chunks:
+            handle.write(chunk)
     publish_file(temp, path)
 
 

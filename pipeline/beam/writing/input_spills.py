@@ -42,7 +42,8 @@ from pipeline.beam.writing.shard_plan import BUCKET_CHARS
 from schemas.options import DEFAULT_TASK_INPUTS
 
 __all__ = ["BUCKETS", "INPUTS_PER_TASK", "SPILL_SUFFIX", "SpillRef", "BucketTask", "input_bucket_of", "write_spill",
-           "read_range", "plan_tasks", "bucket_name", "task_owns", "spill_paths", "task_inputs"]
+           "read_range", "plan_tasks", "bucket_name", "task_owns", "spill_paths", "task_inputs",
+           "iter_task_inputs"]
 
 BUCKETS = 16 ** BUCKET_CHARS  # 4,096: the shard plan's buckets (hex content keys' first characters)
 INPUTS_PER_TASK = DEFAULT_TASK_INPUTS  # --task_inputs: a task holds about this many inputs' results, ~40 MB
@@ -184,9 +185,15 @@ def spill_paths(task: BucketTask) -> list[str]:
         return unpack(handle.read())
 
 
+def iter_task_inputs(task: BucketTask) -> Iterator[tuple[str, list[UnitResult]]]:
+    """Every (input, its results) of the task's buckets, from every spill file of the run, one
+    file's range at a time."""
+    for path in spill_paths(task):
+        yield from read_range(path, task.lo, task.hi)
+
+
 def task_inputs(task: BucketTask) -> list[tuple[str, list[UnitResult]]]:
-    """Every (input, its results) of the task's buckets, from every spill file of the run."""
-    return [item for path in spill_paths(task) for item in read_range(path, task.lo, task.hi)]
+    return list(iter_task_inputs(task))
 
 
 # What spill files hold (`pipeline.beam.packed`): results, as their own reduce builds them.

@@ -11,19 +11,20 @@ as the input list. The plan is the one `plan_shards` makes (tests compare them).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import posixpath
-from collections.abc import Iterable
+import struct
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.unit_results import UnitResult
-from pipeline.beam.writing.arrow_io import write_bytes
+from pipeline.beam.writing.arrow_io import write_bytes, write_chunks
 from pipeline.beam.writing.planning import shard_count
 from pipeline.beam.writing.sharding import PartSlice, ShardTask, config_key
 from schemas import manifest as m
@@ -123,27 +124,59 @@ def bucket_pieces(bucket_and_records: tuple[str, Iterable[PlanRecord]], summary:
     """((split, shard index), (global first row, slices)) of the shards this bucket's rows fall in."""
     bucket, records = bucket_and_records
     records = sorted(records, key=lambda r: r.sort_key)
-    out = []
+    rows = bucket_rows((bucket, records))[1]
+    return list(iter_bucket_pieces(bucket, rows, lambda: records, summary, config, bytes_per_row))
+
+
+def iter_bucket_pieces(bucket: str, rows: dict[str, int], records: Callable[[], Iterable[PlanRecord]],
+                       summary: RowSummary, config: PreprocessConfig, bytes_per_row: int
+                       ) -> Iterator[tuple[tuple[str, int], tuple[int, tuple[PartSlice, ...]]]]:
+    """`bucket_pieces` of a bucket of `rows` per split whose records (`records()`: sorted, read
+    again for each split and copy) are streamed: one shard's piece at a time is held, whatever the
+    bucket holds (the copies of one content share one)."""
     for split in m.SPLITS:
-        parts = _split_parts(records, split)
-        rows = sum(r for _, r, _, _ in parts)
-        if not rows:
+        if not rows.get(split):
             continue
         per_copy = summary.per_copy[split]
         total = per_copy * config.copies
         count = _count(summary, split, config, bytes_per_row)
-        offsets = np.cumsum([0] + [r for _, r, _, _ in parts])
         start = summary.starts[split][bucket]
         for copy in range(config.copies):
-            begin, end = copy * per_copy + start, copy * per_copy + start + rows
-            index = _first_shard(begin, total, count)
-            while index < count and index * total // count < end:
-                lo, hi = max(begin, index * total // count), min(end, (index + 1) * total // count)
-                slices = _slices(parts, offsets, lo - begin, hi - begin, copy)
-                if slices:
-                    out.append(((split, index), (lo, tuple(slices))))
-                index += 1
-    return out
+            parts = ((path, n, r.key, base) for r in records() for s, path, n, base in r.parts if s == split)
+            yield from _copy_pieces(parts, split, copy * per_copy + start, rows[split], total, count, copy)
+
+
+def _copy_pieces(parts: Iterable[tuple[str, int, str, int]], split: str, begin: int, rows: int, total: int,
+                 count: int, copy: int) -> Iterator[tuple[tuple[str, int], tuple[int, tuple[PartSlice, ...]]]]:
+    """The pieces of one copy of a bucket's rows of one split, global rows [begin, begin + rows),
+    cut at the shards' bounds: a part (its rows [s, e) of the bucket's) is in a shard's piece where
+    it meets the shard's rows [lo, hi) (s < hi and e > lo: a part of no rows inside a shard gives
+    an empty slice, at a bound none), as `plan_shards` cuts them."""
+    end = begin + rows
+
+    def bounds(i: int) -> tuple[int, int]:
+        return max(begin, i * total // count) - begin, min(end, (i + 1) * total // count) - begin
+
+    index = _first_shard(begin, total, count)
+    lo, hi = bounds(index)
+    slices: list[PartSlice] = []
+    position = 0
+    for path, n, key, base in parts:
+        s, e = position, position + n
+        position = e
+        while True:
+            if s < hi and e > lo:
+                slices.append(PartSlice(path, key, max(lo, s) - s, min(hi, e) - s, copy, base))
+            if e <= hi or index + 1 >= count:
+                break
+            if slices:
+                yield (split, index), (begin + lo, tuple(slices))
+            index, slices = index + 1, []
+            lo, hi = bounds(index)
+    if position != rows:
+        raise ValueError(f"a bucket's records hold {position} rows of {split} for the {rows} its summary has")
+    if slices:
+        yield (split, index), (begin + lo, tuple(slices))
 
 
 SPILL_PREFIX = "plan-bucket-"  # in TEMP_DIR: one bucket's plan records, between its two reads
@@ -154,27 +187,54 @@ def _spill_path(temp_dir: str, bucket: str, kind: str = "") -> str:
     return posixpath.join(temp_dir, f"{SPILL_PREFIX}{digest}.pickle")
 
 
+SPILL_BLOCK = 512  # records a block of a bucket's spill file: what a reader of it holds at once
+_BLOCK_HEAD = struct.Struct("<I")
+
+SpilledBucket = tuple[str, dict[str, int], tuple[str, ...]]  # (bucket, rows per split, its sorted files)
+
+
 def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], temp_dir: str, kind: str = ""
-                 ) -> tuple[str, dict[str, int], str]:
+                 ) -> SpilledBucket:
     """(bucket, rows per split, the file its records are written to): the bucket's records leave
     the job's memory between the rows summary and the pieces (`spilled_pieces` reads them back).
-    The file is named by the bucket and `kind` (a bucket's records spilled twice, as a bucket task's
-    and merged, go to two files): a retry writes the same one."""
+    The file is named by the bucket and `kind` (a bucket's records spilled in several files, as a
+    bucket task's chunks and the records of other tasks, go to several): a retry writes the same one.
+    The records are sorted, in blocks of SPILL_BLOCK (`iter_spilled` merges a bucket's files)."""
     bucket, records = bucket_and_records
     records = sorted(map(_record, records), key=lambda r: r.sort_key)
     path = _spill_path(temp_dir, bucket, kind)
-    write_bytes(path, pack([(r.key, r.source, r.parts) for r in records]))
-    return bucket, bucket_rows((bucket, records))[1], path
+    blocks = (pack([(r.key, r.source, r.parts) for r in records[i:i + SPILL_BLOCK]])
+              for i in range(0, len(records), SPILL_BLOCK))
+    write_chunks(path, (_BLOCK_HEAD.pack(len(block)) + block for block in blocks))
+    return bucket, bucket_rows((bucket, records))[1], (path,)
 
 
-def spilled_rows(spilled: tuple[str, dict[str, int], str]) -> tuple[str, dict[str, int]]:
+def spilled_rows(spilled: SpilledBucket) -> tuple[str, dict[str, int]]:
     """(bucket, rows per split) of a spilled bucket: its entry of the summary (`bucket_rows`)."""
     return spilled[0], spilled[1]
 
 
-def read_spilled(path: str) -> list[PlanRecord]:
+def _spilled_file(path: str) -> Iterator[PlanRecord]:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return [PlanRecord(key, source, parts) for key, source, parts in unpack(handle.read())]
+        while head := handle.read(_BLOCK_HEAD.size):
+            (size,) = _BLOCK_HEAD.unpack(head) if len(head) == _BLOCK_HEAD.size else (-1,)
+            block = handle.read(size) if size >= 0 else b""
+            if size < 0 or len(block) != size:
+                raise ValueError(f"plan spill file {path} is cut short: the run's temp folder was changed while "
+                                 f"the job ran")
+            for key, source, parts in unpack(block):
+                yield PlanRecord(key, source, parts)
+
+
+def iter_spilled(paths: tuple[str, ...]) -> Iterator[PlanRecord]:
+    """A spilled bucket's records in order, its files (each sorted) merged a block each at a time."""
+    if len(paths) == 1:
+        return _spilled_file(paths[0])
+    return heapq.merge(*(_spilled_file(path) for path in paths), key=lambda r: r.sort_key)
+
+
+def read_spilled(paths: tuple[str, ...]) -> list[PlanRecord]:
+    return list(iter_spilled(paths))
 
 
 @dataclass(frozen=True)
@@ -187,21 +247,28 @@ class PieceRef:
     length: int
 
 
-def spilled_pieces(spilled: tuple[str, dict[str, int], str], summary: RowSummary, config: PreprocessConfig,
+def spilled_pieces(spilled: SpilledBucket, summary: RowSummary, config: PreprocessConfig,
                    bytes_per_row: int) -> list[tuple[tuple[str, int], tuple[int, PieceRef]]]:
-    """`bucket_pieces` of a spilled bucket, its records read back from its file, each piece's slices
-    written to the bucket's pieces file and referred to (`PieceRef`, read by `read_pieces`)."""
-    bucket, _, path = spilled
-    pieces = bucket_pieces((bucket, read_spilled(path)), summary, config, bytes_per_row)
-    out, blobs, offset = [], [], 0
-    pieces_path = path + ".pieces"
-    for shard, (first_row, slices) in pieces:
-        blob = pack(slices)
-        out.append((shard, (first_row, PieceRef(pieces_path, offset, len(blob)))))
-        blobs.append(blob)
-        offset += len(blob)
-    if blobs:
-        write_bytes(pieces_path, b"".join(blobs))
+    """`bucket_pieces` of a spilled bucket, its records read back from its files (held when they
+    are one file, a task's chunk; else streamed, for each split and copy), each piece's slices
+    written to the bucket's pieces file as they come and referred to (`PieceRef`, read by
+    `read_pieces`)."""
+    bucket, rows, paths = spilled
+    held = read_spilled(paths) if len(paths) == 1 else None
+    records = (lambda: held) if held is not None else (lambda: iter_spilled(paths))
+    out: list[tuple[tuple[str, int], tuple[int, PieceRef]]] = []
+    pieces_path = paths[0] + ".pieces"
+
+    def blobs() -> Iterator[bytes]:
+        offset = 0
+        for shard, (first_row, slices) in iter_bucket_pieces(bucket, rows, records, summary, config, bytes_per_row):
+            blob = pack(slices)
+            out.append((shard, (first_row, PieceRef(pieces_path, offset, len(blob)))))
+            offset += len(blob)
+            yield blob
+
+    if any(rows.values()):
+        write_chunks(pieces_path, blobs())
     return out
 
 
@@ -244,22 +311,6 @@ def load_task(task: ShardTask | SpilledTask) -> ShardTask:
         return unpack(handle.read())
 
 
-def _slices(parts: list[tuple[str, int, str, int]], offsets: np.ndarray, local_begin: int, local_end: int,
-            copy: int) -> list[PartSlice]:
-    """The part slices of rows [local_begin, local_end) of this bucket (`plan_shards`' cut)."""
-    slices = []
-    first = int(np.searchsorted(offsets, local_begin, side="right")) - 1
-    position = local_begin
-    while position < local_end:
-        part_path, _, key, base = parts[first]
-        stop = min(local_end, int(offsets[first + 1]))
-        slices.append(PartSlice(part_path, key, position - int(offsets[first]), stop - int(offsets[first]), copy,
-                                base))
-        position = stop
-        first += 1
-    return slices
-
-
 def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, tuple[PartSlice, ...]]],
                config: PreprocessConfig) -> ShardTask:
     """One shard's task from its pieces (in row order), with the plan hash `plan_shards` gives it."""
@@ -271,7 +322,8 @@ def shard_task(split: str, index: int, count: int, pieces: Iterable[tuple[int, t
 
 
 __all__ = ["BUCKET_CHARS", "SPILL_PREFIX", "PlanRecord", "RowSummary", "bucket_pieces", "bucket_rows", "plan_record",
-           "read_spilled", "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows",
+           "read_spilled", "iter_spilled", "iter_bucket_pieces", "SpilledBucket", "SPILL_BLOCK",
+           "row_summary", "shard_keys", "shard_task", "spill_bucket", "spilled_pieces", "spilled_rows",
            "PieceRef", "read_pieces", "SpilledTask", "spill_task", "load_task", "packed_plan_record"]
 
 
