@@ -105,3 +105,23 @@ def test_the_pairing_of_many_copies_reads_their_names_not_holds_them(tmp_path):
     assert {(a, b) for a, b, _, _ in pairs} == {("/corpus/some/folder/copy-0000000.txt",
                                                  "/corpus/some/folder/copy-0000777.txt")}
     assert peak < 150 * n, f"{peak / n:.0f} bytes a copy"
+
+
+def test_a_plan_spill_file_cut_short_is_named(tmp_path):
+    """A bucket's plan records are read back a block at a time: a file cut in a block or in a
+    block's length is an error naming it, never fewer rows read as if complete."""
+    import pytest
+
+    from pipeline.beam.writing.shard_plan import SPILL_BLOCK, iter_spilled, plan_record, spill_bucket
+
+    records = [record for i in range(SPILL_BLOCK + 10) for _, record in plan_record(_copy(i))]
+    _, rows, (path,) = spill_bucket(("ab0", records), str(tmp_path))
+    assert rows[m.TRAIN] == 3 * len(records) and len(list(iter_spilled((path,)))) == len(records)
+    data = open(path, "rb").read()
+    second_block = 8 + 4 + int.from_bytes(data[8:12], "little")  # a cut on a block's bound is found too
+    for cut in (len(data) - 5, len(data) - (len(data) - 4) // 2, second_block, 2):
+        with open(path, "wb") as handle:
+            handle.write(data[:cut])
+        with pytest.raises(ValueError, match="cut short") as error:
+            list(iter_spilled((path,)))
+        assert path in str(error.value)

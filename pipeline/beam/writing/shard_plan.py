@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
 import json
 import posixpath
 import struct
@@ -189,6 +190,7 @@ def _spill_path(temp_dir: str, bucket: str, kind: str = "") -> str:
 
 SPILL_BLOCK = 512  # records a block of a bucket's spill file: what a reader of it holds at once
 _BLOCK_HEAD = struct.Struct("<I")
+_COUNT_HEAD = struct.Struct("<Q")
 
 SpilledBucket = tuple[str, dict[str, int], tuple[str, ...]]  # (bucket, rows per split, its sorted files)
 
@@ -205,7 +207,8 @@ def spill_bucket(bucket_and_records: tuple[str, Iterable[PlanRecord | bytes]], t
     path = _spill_path(temp_dir, bucket, kind)
     blocks = (pack([(r.key, r.source, r.parts) for r in records[i:i + SPILL_BLOCK]])
               for i in range(0, len(records), SPILL_BLOCK))
-    write_chunks(path, (_BLOCK_HEAD.pack(len(block)) + block for block in blocks))
+    write_chunks(path, itertools.chain([_COUNT_HEAD.pack(len(records))],
+                                       (_BLOCK_HEAD.pack(len(block)) + block for block in blocks)))
     return bucket, bucket_rows((bucket, records))[1], (path,)
 
 
@@ -215,15 +218,25 @@ def spilled_rows(spilled: SpilledBucket) -> tuple[str, dict[str, int]]:
 
 
 def _spilled_file(path: str) -> Iterator[PlanRecord]:
+    """A bucket's spill file: its record count, then blocks (length, packed records)."""
+    cut = ValueError(f"plan spill file {path} is cut short: the run's temp folder was changed while the job ran")
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        head = handle.read(_COUNT_HEAD.size)
+        if len(head) != _COUNT_HEAD.size:
+            raise cut
+        (expected,) = _COUNT_HEAD.unpack(head)
+        seen = 0
         while head := handle.read(_BLOCK_HEAD.size):
             (size,) = _BLOCK_HEAD.unpack(head) if len(head) == _BLOCK_HEAD.size else (-1,)
             block = handle.read(size) if size >= 0 else b""
             if size < 0 or len(block) != size:
-                raise ValueError(f"plan spill file {path} is cut short: the run's temp folder was changed while "
-                                 f"the job ran")
-            for key, source, parts in unpack(block):
+                raise cut
+            records = unpack(block)
+            seen += len(records)
+            for key, source, parts in records:
                 yield PlanRecord(key, source, parts)
+        if seen != expected:
+            raise cut
 
 
 def iter_spilled(paths: tuple[str, ...]) -> Iterator[PlanRecord]:
