@@ -42,11 +42,14 @@ from pipeline.beam.writing.sharding import plan_shards
 from schemas import manifest as m
 
 # The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), the
-# MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), and the
-# roots of the near-duplicate clusters (one an input --near_dedup drops) for the bucket tasks.
+# MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), the
+# roots of the near-duplicate clusters (one an input --near_dedup drops) for the bucket tasks, and
+# with --dedup the members of the near-duplicate candidate pairs (each once) for the twins' lookup:
+# as many as the pairs name, never one a copy (the copies of one content pair only their first).
 ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
                                 "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition",
-                                "Preprocess/WriteShards/BucketTasks"}
+                                "Preprocess/WriteShards/BucketTasks",
+                                "Preprocess/WriteShards/Twins"}
 
 
 def _job_graph(tmp_path, spec, **options):

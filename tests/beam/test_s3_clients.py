@@ -86,6 +86,23 @@ def test_clients_are_shared_only_for_the_same_configuration(endpoint, monkeypatc
     assert as_dict.client.client is changed_env.client.client
 
 
+def test_the_aws_options_beam_builds_s3_clients_from_key_them_too(endpoint):
+    """Beam 2.78's S3 client takes the --aws_* options as defaults under the --s3_* ones: a run
+    whose --aws_region_name differs gets a client of its own region (the key of --s3_* names alone
+    handed it the client built for the first)."""
+    from apache_beam.options import pipeline_options
+
+    if not hasattr(pipeline_options, "AwsOptions"):
+        pytest.skip("this Beam builds its S3 client from the --s3_* options alone")
+    flags = ["--s3_endpoint_url", endpoint, "--s3_access_key_id", "testing", "--s3_secret_access_key", "testing"]
+    first = s3io.S3IO(options=PipelineOptions([*flags, "--aws_region_name", "us-east-1"]))
+    other = s3io.S3IO(options=PipelineOptions([*flags, "--aws_region_name", "eu-west-1"]))
+    assert first.client.client is not other.client.client
+    assert (first.client.client.meta.region_name, other.client.client.meta.region_name) == ("us-east-1", "eu-west-1")
+    assert s3io.S3IO(options=PipelineOptions([*flags, "--aws_region_name", "eu-west-1"])).client.client is (
+        other.client.client)
+
+
 def test_a_shared_client_reads_and_keeps_two_downloads_apart(endpoint):
     first, second = s3io.S3IO(options=_options(endpoint)), s3io.S3IO(options=_options(endpoint))
     assert first.client.client is second.client.client

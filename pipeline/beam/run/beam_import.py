@@ -8,11 +8,6 @@ MaskBeam never uses. While Beam is imported, importing either raises ImportError
 as "not installed" (it guards both imports for that); afterwards each imports as usual for whoever
 wants it (datasets, a user's code). Beam's other imports are unchanged.
 
-boto3 (with botocore and s3transfer, ~0.09 CPU-s) is hidden the same way, but Beam's S3 support is
-kept: Beam's boto3 wrapper (`apache_beam.io.aws.clients.s3.boto3_client`) guards its own `import
-boto3` and holds None for it; where boto3 is installed, it gets a stand-in that imports boto3 the
-first time an S3 client is built. A job that touches no `s3://` path never imports boto3.
-
 beartype (~0.1 CPU-s) is imported by Beam's `typehints.typehints` for two names only, `is_subhint`
 (called by `is_consistent_with` where Beam's own rules do not decide: never in a preprocess job) and
 the `BeartypeDoorException` it raises. While Beam imports, `beartype`, `beartype.door` and
@@ -21,12 +16,26 @@ and an exception class that call raises in place of beartype's (`_BEARTYPE`); af
 packages import as usual. Any other Beam module left holding a stand-in is given the real objects.
 
 requests and httplib2 (~0.1 CPU-s each with what they import: urllib3, charset_normalizer, pyparsing)
-are deferred: Beam imports each at the top of a module that uses it only inside functions (the GCE
-metadata lookup, Beam's HTTP client for its stager), which a job on local files never calls. While
-Beam imports, each is a `DeferredModule` that imports the real module on its first attribute lookup
-(and forwards every lookup after); afterwards `import requests` gives the real module as usual. A
-job that calls neither never imports them. (grpc cannot be deferred: the in-process runner's
+and boto3 (~0.09 CPU-s with botocore and s3transfer) are deferred: Beam imports each at the top of a
+module that uses it only inside functions (the GCE metadata lookup, Beam's HTTP client for its
+stager, its S3 client's constructor), which a job on local files never calls. While Beam imports,
+each is a `DeferredModule` that imports the real module on its first attribute lookup (and forwards
+every lookup after); afterwards `import requests` gives the real module as usual. A job that calls
+none of them never imports them: one that touches no `s3://` path never imports boto3. (boto3 was
+hidden, as pandas is, until Beam 2.78's `s3io` took its failed `import boto3` for "AWS support not
+installed".) (grpc cannot be deferred: the in-process runner's
 `channel_factory` subclasses one of its classes when it is imported.)
+
+Beam does not take element types from annotations in this process (`disable_type_annotations`, a
+public switch of Beam's, process-wide). MaskBeam's annotations are written for readers and type
+checkers, as strings (`from __future__ import annotations`): Beam 2.77 and older read such strings as
+`Any`; Beam 2.78 began resolving them into pipeline type hints, which type-checks every step against
+them (the first step whose input another step types `object` stops the job: `TypeCheckError`) and
+picks coders from them. With the switch, every Beam from 2.60 on builds the graph it always built:
+elements typed by Beam's own inference (lambdas, Beam's transforms' declared hints) and coded as
+before, as the determinism tests pin. A program that embeds MaskBeam's transforms in a pipeline of
+its own and wants its annotations checked declares them with `with_input_types`/`with_output_types`,
+which the switch leaves in force.
 """
 
 from __future__ import annotations
@@ -40,9 +49,8 @@ import types
 
 _lock = threading.Lock()
 _lock_deferred = threading.Lock()
-HIDDEN = ("pandas", "bson", "pymongo", "boto3")  # Beam imports each only where installed (boto3: see LazyBoto3)
-DEFERRED = ("requests", "httplib2")  # Beam uses each only inside functions a job never calls
-BOTO3_CLIENT = "apache_beam.io.aws.clients.s3.boto3_client"
+HIDDEN = ("pandas", "bson", "pymongo")  # Beam imports each only where installed
+DEFERRED = ("requests", "httplib2", "boto3")  # Beam uses each only inside functions a job never calls
 # What Beam's MongoDB connector logs when it finds no pymongo: true, and of no concern to a job.
 _NO_MONGO = ("apache_beam.io.mongodbio", "Could not find a compatible bson package.")
 
@@ -57,6 +65,7 @@ def import_beam() -> None:
     with _lock:
         if "apache_beam" in sys.modules:
             import apache_beam  # noqa: F401 - already imported (or importing elsewhere): nothing to gain
+            _no_types_from_annotations()
             return
         hidden = [name for name in HIDDEN if name not in sys.modules]
         for name in hidden:
@@ -77,10 +86,16 @@ def import_beam() -> None:
             for name, module in {**stand_ins, **deferred}.items():
                 if sys.modules.get(name) is module:
                     del sys.modules[name]
-        if "boto3" in hidden:
-            _defer_boto3()
         if stand_ins:
             _no_stand_in_left_but_typehints(stand_ins)
+        _no_types_from_annotations()
+
+
+def _no_types_from_annotations() -> None:
+    """Beam reads no element types from annotations (see the module's docstring)."""
+    from apache_beam.typehints import disable_type_annotations
+
+    disable_type_annotations()
 
 
 class DeferredModule(types.ModuleType):
@@ -167,37 +182,3 @@ def _no_stand_in_left_but_typehints(stand_ins: dict[str, types.ModuleType]) -> N
             home, _, name = fake.rpartition(".") if fake not in stand_ins else (fake, "", "")
             real = importlib.import_module(home)
             setattr(module, attr, getattr(real, name) if name else real)
-
-
-class LazyBoto3:
-    """Stands for the `boto3` module in Beam's boto3 wrapper (`boto3_client`, which imported it as
-    None while it was hidden) until an S3 client is first built: then imports boto3, puts it in the
-    wrapper's own place and answers as it does."""
-
-    def __init__(self, wrapper) -> None:
-        self._wrapper = wrapper
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str):
-        if name.startswith("__"):  # copy, pickle and inspect probes: a stand-in has none of these
-            raise AttributeError(name)
-        with self._lock:
-            boto3 = importlib.import_module("boto3")
-            self._wrapper.boto3 = boto3
-        return getattr(boto3, name)
-
-
-def _defer_boto3() -> None:
-    """After Beam's import with boto3 hidden: where boto3 is installed, Beam's S3 wrapper as it would
-    have been, with boto3 imported on first use."""
-    wrapper = sys.modules.get(BOTO3_CLIENT)
-    if wrapper is None or getattr(wrapper, "boto3", True) is not None:
-        return
-    if importlib.util.find_spec("boto3") is None:  # not installed: Beam's own "Missing boto3" error stays
-        return
-    wrapper.boto3 = LazyBoto3(wrapper)
-
-
-def boto3_deferred() -> bool:
-    """Whether Beam's S3 wrapper still holds the stand-in (boto3 not imported for it yet)."""
-    return isinstance(getattr(sys.modules.get(BOTO3_CLIENT), "boto3", None), LazyBoto3)

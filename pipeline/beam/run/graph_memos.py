@@ -33,9 +33,9 @@ from apache_beam.transforms import userstate
 # PipelineOptions.__init__ keeps nothing else. get_dofn_specs: reads only the DoFn's methods.
 REVIEWED_VIEW_AS = {
     ("3fd63693be9c56f3f335a2828c98595036835564dc3c0db838fbae11e408ef0f",
-     "d51172d3bd0f03ebb18bd27b35443d3f2a76793c045e58cec8d083b32f0bc0ed"): "apache-beam 2.77",
+     "d51172d3bd0f03ebb18bd27b35443d3f2a76793c045e58cec8d083b32f0bc0ed"): "apache-beam 2.77, 2.78",
 }
-REVIEWED_DOFN_SPECS = {"eeb36145d3115aa02ec8d05667f4190084047c5229734d49250d6a950db0e923": "apache-beam 2.77"}
+REVIEWED_DOFN_SPECS = {"eeb36145d3115aa02ec8d05667f4190084047c5229734d49250d6a950db0e923": "apache-beam 2.77, 2.78"}
 _log = logging.getLogger("maskbeam.runner")
 _lock = threading.Lock()
 _users = [0]

@@ -57,7 +57,7 @@ def local_runner_defaults(beam_args: list[str], prefer_threads: bool = False, on
 # whose probe was read: it imports IPython and returns whether `get_ipython()` gives a shell, False on
 # an ImportError or any other error, and has no other effect.
 REVIEWED_IPYTHON_PROBES = {
-    "caf08d14497267f62f9c7a16babb806e82a0e733276d0b181915caad77da503f": "apache-beam 2.77",
+    "caf08d14497267f62f9c7a16babb806e82a0e733276d0b181915caad77da503f": "apache-beam 2.77, 2.78",
 }
 _probe_lock = threading.Lock()
 _probe_users = [0]

@@ -11,13 +11,14 @@ sharing wraps the constructor of Beam's private boto3 wrapper (`apache_beam.io.a
 boto3_client.Client`), and it does so only where that is known to be right:
 
 - only a constructor whose source is one we reviewed (`REVIEWED_CONSTRUCTORS`, by sha256; checked
-  against apache-beam 2.60 to 2.77): any other Beam gets no sharing, a warning, and its own clients
+  against apache-beam 2.60 to 2.78): any other Beam gets no sharing, a warning, and its own clients
   (slower, never wrong). `tests/beam/test_s3_clients.py` fails loudly when the installed Beam's
   constructor is not a reviewed one, so an upgrade is reviewed, not silently unpatched;
-- a client is reused only for exactly the configuration it was built from: every `s3_*` option Beam
-  declares (read from `S3Options` itself, not from a list of ours), every `AWS_*` environment
-  variable boto3 reads when it builds a session, and the process (a client is not carried across a
-  fork).
+- a client is reused only for exactly the configuration it was built from: every `s3_*` option and,
+  from Beam 2.78 on (whose S3 client takes the `--aws_*` options as defaults under the `--s3_*`
+  ones), every `aws_*` option Beam declares (read from `S3Options` and `AwsOptions` themselves, not
+  from a list of ours), every `AWS_*` environment variable boto3 reads when it builds a session,
+  and the process (a client is not carried across a fork).
 
 Low-level boto3 clients are thread-safe and Beam's wrapper keeps its per-download state on itself,
 so each wrapper still gets its own state and only the boto3 client underneath is shared.
@@ -43,8 +44,11 @@ _installed: set[int] = set()  # id() of wrapper classes whose constructor is our
 # sha256 of `inspect.getsource(boto3_client.Client.__init__)` for the Beam releases whose constructor
 # was read: it builds the client from the S3Options (or a dict of them) and the boto3 session alone,
 # and sets only `client` and the download state `_download_request/_download_stream/_download_pos`.
+# 2.78 reads the options through `client_options`: the `aws_*` options (credentials possibly resolved
+# by `--aws_credentials_secret_manager`, cached per process by Beam) overridden by the `s3_*` ones.
 REVIEWED_CONSTRUCTORS = {
     "1cf60e5ab4b1b18021cf0464d836b40cd65aab307ae9148c2f66326f3d9b6d8b": "apache-beam 2.77",
+    "246eebe75afe59946bc8c56f1736c8a62b720c1ab70df7c20af84526467676ab": "apache-beam 2.78",
 }
 
 
@@ -57,14 +61,17 @@ def constructor_digest(wrapper: type) -> str | None:
 
 
 def s3_option_names() -> tuple[str, ...]:
-    """Every option Beam's `S3Options` declares (what its S3 client may be built from)."""
+    """Every option Beam's `S3Options` and, where Beam has them (2.78 on), `AwsOptions` declare (what
+    its S3 client may be built from)."""
     import argparse
 
     from apache_beam.options import pipeline_options
 
     parser = argparse.ArgumentParser(add_help=False)
-    pipeline_options.S3Options._add_argparse_args(parser)
-    return tuple(sorted(action.dest for action in parser._actions))
+    for options in ("S3Options", "AwsOptions"):
+        if hasattr(pipeline_options, options):
+            getattr(pipeline_options, options)._add_argparse_args(parser)
+    return tuple(sorted({action.dest for action in parser._actions}))
 
 
 def configuration(options) -> tuple:
@@ -74,8 +81,10 @@ def configuration(options) -> tuple:
 
     names = s3_option_names()
     if isinstance(options, pipeline_options.PipelineOptions):
-        s3 = options.view_as(pipeline_options.S3Options)
-        values = tuple((name, repr(getattr(s3, name, None))) for name in names)
+        views = [options.view_as(getattr(pipeline_options, cls)) for cls in ("S3Options", "AwsOptions")
+                 if hasattr(pipeline_options, cls)]
+        values = tuple((name, repr(next((getattr(view, name) for view in views if hasattr(view, name)), None)))
+                       for name in names)
     else:
         values = tuple((name, repr(options.get(name))) for name in names)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
