@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from schemas import manifest as m
-from tests.conftest import BOOKS, REPO, TOKENIZER_DIR, corpus_book, run_preprocess
+from tests.conftest import BOOKS, HAVE_CORPUS, REPO, TOKENIZER_DIR, corpus_book, run_preprocess
 
 pytestmark = pytest.mark.slow  # on the shared corpus, else on the embedded sample
 ARGS = ["--num_shards", "24", "--dupe_factor", "4", "--validation_fraction", "0.05"]
@@ -30,8 +30,8 @@ def _final_shards(out):
     return [p for p in (out / m.TRAIN).glob("data-*.arrow")] if (out / m.TRAIN).exists() else []
 
 
-def _start(out, *extra: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(BOOKS), "--output", str(out),
+def _start(out, *extra: str, stderr=subprocess.DEVNULL, books: Path = BOOKS) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(books), "--output", str(out),
             "--tokenizer", str(TOKENIZER_DIR), *ARGS, *extra]
     return subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=str(REPO)), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=stderr, text=True)
@@ -136,8 +136,14 @@ def test_resume_refuses_another_config_and_skips_a_complete_output(tmp_path, cap
 
 def test_sigterm_to_the_launcher_stops_its_workers(tmp_path):
     """A scheduler's `kill PID` reaches only the launcher: it must take its worker processes down."""
-    out = tmp_path / "out"
-    proc = _start(out, "--tokenizer_backend", "hf", stderr=subprocess.PIPE)
+    out, books, workers = tmp_path / "out", BOOKS, []
+    if not HAVE_CORPUS:  # the sample's 3 books: a job under 16 MB runs in the launcher, and ends at once
+        books, workers = tmp_path / "books", ["--direct_running_mode", "multi_processing"]
+        books.mkdir()
+        for i in range(8):
+            for book in sorted(BOOKS.glob("*.txt")):
+                (books / f"{i}-{book.name}").write_bytes(f"Copy {i}.\n\n".encode() + book.read_bytes())
+    proc = _start(out, "--tokenizer_backend", "hf", *workers, stderr=subprocess.PIPE, books=books)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and not list((out / m.TEMP_DIR).glob("*-result.json")):
         time.sleep(0.01)
