@@ -2,12 +2,16 @@
 sha256 compared (shards, inputs.jsonl, manifest, the rest), so a memory change is shown to change no byte.
 
     python -m benchmarks.same_output --before /path/to/other/checkout [--work DIR] [--configs default,dedup]
+        [--before_python /path/to/venv/bin/python]
 
 The corpus (made once under WORK/corpus): 60 small files cut from the sample books, 6 exact copies,
 near duplicates (a word changed) and a chain of them, plus a large text file and a large .jsonl
 that `--split_bytes 40000` reads in byte ranges; `split_only` is a corpus of those two alone.
 Each configuration runs in both checkouts into the same output path (the manifest names it), one
 after the other; prints one JSON line a configuration and a last line {"same": true|false}.
+`--before_python` runs the before side under another interpreter: another environment's libraries
+(e.g. a venv with `--system-site-packages` and another apache-beam) against this one's, with the same
+checkout on both sides or two.
 """
 
 from __future__ import annotations
@@ -73,10 +77,11 @@ def output_hashes(output: Path) -> dict[str, str]:
             for p in sorted(output.rglob("*")) if p.is_file()}
 
 
-def run_job(checkout: Path, corpus: Path, output: Path, args: list[str], log: Path) -> int:
+def run_job(checkout: Path, corpus: Path, output: Path, args: list[str], log: Path, python: str = sys.executable
+            ) -> int:
     shutil.rmtree(output, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    argv = [sys.executable, "-m", "jobs.preprocess", "--input", str(corpus), "--output", str(output),
+    argv = [python, "-m", "jobs.preprocess", "--input", str(corpus), "--output", str(output),
             "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "64", "--validation_fraction", "0.1", *args]
     with open(log, "w") as handle:
         return subprocess.run(argv, cwd=checkout, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> bool:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the other checkout (its root)")
     parser.add_argument("--after", default=str(Path(__file__).resolve().parents[1]), help="this checkout by default")
+    parser.add_argument("--before_python", default=sys.executable,
+                        help="the interpreter of the before side (default: this one)")
     parser.add_argument("--work", default="/tmp/maskbeam-same-output")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("job_args", nargs="*", help="more jobs.preprocess options for every run (after --)")
@@ -97,9 +104,10 @@ def main(argv: list[str] | None = None) -> bool:
         corpus = split if name == "split_only" else mixed
         output = work / "out"
         hashes, codes = {}, {}
-        for side, checkout in (("before", args.before), ("after", args.after)):
+        for side, checkout, python in (("before", args.before, args.before_python),
+                                       ("after", args.after, sys.executable)):
             codes[side] = run_job(Path(checkout), corpus, output, [*CONFIGS[name], *args.job_args],
-                                  work / f"{name}-{side}.log")
+                                  work / f"{name}-{side}.log", python)
             hashes[side] = output_hashes(output) if codes[side] == 0 else {}
         differ = sorted(k for k in set(hashes["before"]) | set(hashes["after"])
                         if hashes["before"].get(k) != hashes["after"].get(k))

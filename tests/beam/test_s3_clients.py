@@ -49,8 +49,24 @@ def test_the_installed_beam_has_a_reviewed_s3_client_constructor():
     digest = s3_clients.constructor_digest(type("Unwrapped", (), {"__init__": original}))
     assert digest in s3_clients.REVIEWED_CONSTRUCTORS, (
         f"apache_beam.io.aws.clients.s3.boto3_client.Client.__init__ changed (sha256 {digest}): review it")
+    settings = s3_clients.settings_digest()
+    assert settings in s3_clients.REVIEWED_CLIENT_SETTINGS, (
+        f"the functions Beam's S3 client takes its settings from changed (sha256 {settings}): review "
+        f"{', '.join(s3_clients.CLIENT_SETTINGS)}")
     assert s3_clients.reuse_s3_clients() is True
     assert boto3_client.Client.__init__.__wrapped__ is original
+
+
+def test_a_reviewed_constructor_with_changed_client_settings_is_left_alone(monkeypatch, caplog):
+    """From Beam 2.78 the constructor hands its options to `client_options`: a Beam that changes
+    where the settings come from there, under the same constructor, keeps its own clients."""
+    original = getattr(boto3_client.Client.__init__, "__wrapped__", boto3_client.Client.__init__)
+    same_constructor = type("SameConstructor", (), {"__init__": original})
+    monkeypatch.setattr(s3_clients, "REVIEWED_CLIENT_SETTINGS", {"0" * 64: "another Beam"})
+    with caplog.at_level(logging.WARNING, logger="maskbeam.beam"):
+        assert s3_clients.reuse_s3_clients(same_constructor) is False
+    assert "client settings" in caplog.text and "not ones MaskBeam reviewed" in caplog.text
+    assert same_constructor.__init__ is original
 
 
 def test_a_changed_constructor_is_left_alone_with_a_warning(caplog):
@@ -84,6 +100,10 @@ def test_clients_are_shared_only_for_the_same_configuration(endpoint, monkeypatc
     # the dict form of the options (Beam's other call style) is keyed the same way
     as_dict = s3io.S3IO(options=_options(endpoint).get_all_options())
     assert as_dict.client.client is changed_env.client.client
+    # botocore reads the CA bundle too (and the proxies, and HOME's ~/.aws): not AWS_*, keyed all the same
+    before = s3_clients.configuration(_options(endpoint))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/another/ca-bundle.pem")
+    assert s3_clients.configuration(_options(endpoint)) != before
 
 
 def test_the_aws_options_beam_builds_s3_clients_from_key_them_too(endpoint):

@@ -26,16 +26,22 @@ hidden, as pandas is, until Beam 2.78's `s3io` took its failed `import boto3` fo
 installed".) (grpc cannot be deferred: the in-process runner's
 `channel_factory` subclasses one of its classes when it is imported.)
 
-Beam does not take element types from annotations in this process (`disable_type_annotations`, a
-public switch of Beam's, process-wide). MaskBeam's annotations are written for readers and type
-checkers, as strings (`from __future__ import annotations`): Beam 2.77 and older read such strings as
-`Any`; Beam 2.78 began resolving them into pipeline type hints, which type-checks every step against
-them (the first step whose input another step types `object` stops the job: `TypeCheckError`) and
-picks coders from them. With the switch, every Beam from 2.60 on builds the graph it always built:
-elements typed by Beam's own inference (lambdas, Beam's transforms' declared hints) and coded as
-before, as the determinism tests pin. A program that embeds MaskBeam's transforms in a pipeline of
-its own and wants its annotations checked declares them with `with_input_types`/`with_output_types`,
-which the switch leaves in force.
+Beam takes no element types from annotations in this process (`disable_type_annotations`, a public
+switch of Beam's, process-wide). MaskBeam's annotations are written for readers and type checkers, as
+strings (`from __future__ import annotations`). Beam 2.77 and older could not resolve such strings
+and declared those steps' types `Any`; Beam 2.78 resolves them into pipeline type hints and checks
+every step against them: a step annotated `UnitResult | SpillRef` behind one Beam types `object`
+stopped every job with a TypeCheckError. With the switch, Beam types MaskBeam's steps as it types
+unannotated code, by its bytecode inference and its own transforms' hints (a few steps then get
+Beam's tuple or string coders where 2.77's `Any` gave its pickling one; every shuffle's keys keep
+theirs), and the outputs are byte-identical to those made under Beam 2.77
+(`benchmarks/same_output.py --before_python`, all nine configurations). Hints declared with
+`with_input_types`/`with_output_types` still count (Beam 2.78 then checks them with the annotations
+of the parameters they leave unbound). A program that embeds MaskBeam's transforms in a pipeline of
+its own loses the annotation-derived checks of its own steps as well; it can declare them instead.
+
+A `DeferredModule` stands in for a module, not for its submodules: an `import requests.adapters`
+while the stand-in is in sys.modules would load that submodule twice (Beam's import makes none).
 """
 
 from __future__ import annotations
@@ -61,7 +67,9 @@ class _DropNoMongo(logging.Filter):
 
 
 def import_beam() -> None:
-    """Import apache_beam, hiding from it each of HIDDEN not imported yet (idempotent)."""
+    """Import apache_beam, hiding from it each of HIDDEN and deferring each of DEFERRED not imported
+    yet, beartype behind its stand-ins; then, and where Beam was imported first, Beam's types from
+    annotations switched off (idempotent; see the module's docstring)."""
     with _lock:
         if "apache_beam" in sys.modules:
             import apache_beam  # noqa: F401 - already imported (or importing elsewhere): nothing to gain
