@@ -1,6 +1,7 @@
 """The preprocess job on many small inputs: the memory curve of its whole process tree.
 
-    python -m benchmarks.many_files --files 20000 [50000 100000 ...] [--folder DIR] [--limit_gb 6] [--copies]
+    python -m benchmarks.many_files --files 20000 [50000 100000 ...] [--folder DIR] [--limit_gb 6]
+        [--copies | --near_copies] [-- JOB OPTIONS]
 
 Writes N files of 1-4 KB of distinct text (deterministic: file i is drawn from the embedded sample's
 words with seed i; no two share a MinHash band, so near-duplicate detection finds nothing) under
@@ -15,6 +16,9 @@ input and 1.5 GB of part files; the folder is reused by later runs).
 
 `--copies`: every file holds the same text (under `DIR/in-copies/`), the hostile case for the end of
 the job: the copies of one content share a content key, so one bucket task reads them all.
+`--near_copies`: every file holds the same text after a first line of its own ("Variant N.", under
+`DIR/in-near/`): no two are exact duplicates, and every two share most MinHash bands, so with
+`--near_dedup` all but one are dropped as near duplicates of the first.
 
 Several counts (`--files 20000 50000 100000`) run one after the other, each in `DIR/N/`, and the
 last line is the curve: every run's peak and the least-squares slope (KB of peak RSS per input) and
@@ -66,12 +70,12 @@ def file_text(index: int, words: list[str]) -> str:
     return "".join(out).strip() + "\n"
 
 
-def write_inputs(folder: Path, files: int, copies: bool = False) -> int:
+def write_inputs(folder: Path, files: int, copies: bool = False, near: bool = False) -> int:
     """Files 0..files-1 under folder (in subfolders of FILES_PER_FOLDER); returns their total bytes.
-    With `copies`, every file holds file 0's text (the hostile case: one content, one bucket). A
-    folder holding a different count is rewritten."""
+    With `copies`, every file holds file 0's text (the hostile case: one content, one bucket); with
+    `near`, file 0's text after a line of its own. A folder holding a different count is rewritten."""
     stamp = folder.with_name(folder.name + ".count")
-    count = f"{files} copies" if copies else str(files)
+    count = f"{files} copies" if copies else f"{files} near copies" if near else str(files)
     if stamp.is_file() and stamp.read_text() == count:
         return sum(p.stat().st_size for p in folder.rglob("*.txt"))
     shutil.rmtree(folder, ignore_errors=True)
@@ -81,7 +85,7 @@ def write_inputs(folder: Path, files: int, copies: bool = False) -> int:
         sub = folder / f"{i // FILES_PER_FOLDER:04d}"
         if i % FILES_PER_FOLDER == 0:
             sub.mkdir(parents=True)
-        data = file_text(0 if copies else i, words).encode()
+        data = (f"Variant {i}.\n\n" if near else "").encode() + file_text(0 if copies or near else i, words).encode()
         (sub / f"doc{i:07d}.txt").write_bytes(data)
         total += len(data)
     stamp.write_text(count)
@@ -111,10 +115,10 @@ def run_sampled(argv: list[str], every: float, limit_bytes: int, log_path: Path)
 
 
 def measure(files: int, folder: Path, every: float, limit_gb: float, job_args: list[str], keep_output: bool,
-            csv_path: Path | None = None, copies: bool = False) -> dict:
+            csv_path: Path | None = None, copies: bool = False, near: bool = False) -> dict:
     """One run on `files` files under `folder`: its memory curve to CSV, its summary."""
-    inputs, output = folder / ("in-copies" if copies else "in"), folder / "out"
-    input_bytes = write_inputs(inputs, files, copies)
+    inputs, output = folder / ("in-copies" if copies else "in-near" if near else "in"), folder / "out"
+    input_bytes = write_inputs(inputs, files, copies, near)
     shutil.rmtree(output, ignore_errors=True)
     job = [sys.executable, "-m", "jobs.preprocess", "--input", str(inputs), "--output", str(output),
            "--tokenizer", str(SAMPLE_TOKENIZER), "--max_seq_length", "128", "--progress_seconds", "30", *job_args]
@@ -156,18 +160,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--keep_output", action="store_true")
     parser.add_argument("--copies", action="store_true",
                         help="every file the same text (in FOLDER/in-copies): the copies of one content meet in one task")
+    parser.add_argument("--near_copies", action="store_true",
+                        help="every file the same text after a line of its own (in FOLDER/in-near): near duplicates")
     parser.add_argument("job_args", nargs="*", help="more jobs.preprocess options (after --)")
     args = parser.parse_args(argv)
+    if args.copies and args.near_copies:
+        parser.error("--copies and --near_copies are two corpora: choose one")
     folder = Path(args.folder or tempfile.mkdtemp(prefix="maskbeam-many-files-"))
     if len(args.files) == 1:
         summary = measure(args.files[0], folder, args.every, args.limit_gb, args.job_args, args.keep_output,
-                          Path(args.csv) if args.csv else None, args.copies)
+                          Path(args.csv) if args.csv else None, args.copies, args.near_copies)
         print(json.dumps(summary))
         return summary
     runs = []
     for files in args.files:
         runs.append(measure(files, folder / str(files), args.every, args.limit_gb, args.job_args, args.keep_output,
-                            copies=args.copies))
+                            copies=args.copies, near=args.near_copies))
         print(json.dumps(runs[-1]), flush=True)
     curve = {"runs": [{k: r[k] for k in ("files", "peak_rss_mb", "peak_anon_mb", "wall_s", "returncode",
                                          "killed_past_gb")} for r in runs],

@@ -242,16 +242,21 @@ def pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlic
     of one partition shared by two inputs or more, with the values of `more` (partition, value) of
     this partition among its members. Only the bands are held for all members (12 bytes a band, and
     the sort's arrays): the members (names and digests) are read for the inputs of shared bands."""
+    return list(iter_pairs_in_partition(partition_and_packs, more))
+
+
+def iter_pairs_in_partition(partition_and_packs: tuple[int, Iterable[bytes | BandSlice | None]],
+                            more: Iterable[tuple[int, bytes]] = ()) -> Iterator[tuple[str, str, int, int]]:
+    """`pairs_in_partition`, a band at a time: the pairs of a band of many members (a content's near
+    copies: one pair a copy) leave as they are made instead of in one list of the partition's."""
     partition, values = partition_and_packs
     values = [v for v in (*values, *(value for p, value in more if p == partition)) if v]
     passes = max(1, -(-sum(_entry_count(v) for v in values) // MAX_PAIRING_BANDS))
-    out = []
     for part in range(passes):
-        out.extend(_pairs_in_pass(values, part, passes))
-    return out
+        yield from _pairs_in_pass(values, part, passes)
 
 
-def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> list[tuple[str, str, int, int]]:
+def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> Iterator[tuple[str, str, int, int]]:
     """`pairs_in_partition` of the bands whose hash (over the partitions) is `part` modulo `passes`."""
     value_bands, value_owners, tables = [], [], []
     base = 0
@@ -281,30 +286,30 @@ def _pairs_in_pass(values: list[bytes | BandSlice], part: int, passes: int) -> l
     shared = stops - starts >= 2
     starts, stops = starts[shared], stops[shared]
     if not len(starts):
-        return []
+        return
     # A band of more members than MAX_BAND_GROUP (the copies of one content share every band) pairs
-    # each with its first only: its members are read a value's table at a time, never held.
+    # each with its first only: its members are read a value's table at a time, never held, and its
+    # pairs leave as they are made; a band of the same members as one before it gives the same
+    # pairs (the copies of one content share all their bands): none again.
     distinct = np.array([len(np.unique(owners[a:b])) for a, b in zip(starts.tolist(), stops.tolist())])
     large = distinct > MAX_BAND_GROUP
     small = [(a, b) for a, b in zip(starts[~large].tolist(), stops[~large].tolist())]
     needed = (np.unique(np.concatenate([owners[a:b] for a, b in small])) if small
               else np.zeros(0, dtype=np.int64))
     members = _read_members(needed, tables, bases)
-    out = []
-    large_pairs: dict[bytes, list[tuple[str, str, int, int]]] = {}  # by members: copies share all their bands
+    large_done: set[bytes] = set()  # the members of each large band paired so far, by a digest
     for start, stop, is_large in zip(starts.tolist(), stops.tolist(), large.tolist()):
         if is_large:
             band_owners = np.unique(owners[start:stop])
             key = hashlib.sha256(band_owners.tobytes()).digest()
-            if key not in large_pairs:
-                large_pairs[key] = _first_member_pairs(band_owners, tables, bases)
-            out.extend(large_pairs[key])
+            if key not in large_done:
+                large_done.add(key)
+                yield from _first_member_pairs(band_owners, tables, bases)
             continue
         band_members = [members[owner] for owner in owners[start:stop].tolist()]
         places = {name: place for name, _, place in band_members}
-        out.extend((a, b, places[a], places[b])
-                   for a, b in candidate_pairs([(name, digest) for name, digest, _ in band_members]))
-    return out
+        yield from ((a, b, places[a], places[b])
+                    for a, b in candidate_pairs([(name, digest) for name, digest, _ in band_members]))
 
 
 def _read_members(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray
@@ -320,11 +325,12 @@ def _read_members(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndar
 
 
 def _first_member_pairs(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray
-                        ) -> list[tuple[str, str, int, int]]:
+                        ) -> Iterator[tuple[str, str, int, int]]:
     """`candidate_pairs` of one band of many members (sorted, distinct `owners`), in two reads of
     their tables: the first by path (names compared as UTF-8 bytes, which order as the code points
     do) and, should the members be fewer names than owners, the names; then the pairs of the first
-    with every member of other content. Holds the pairs, not the members."""
+    with every member of other content, as they are read (one input under two owners gives its pair
+    twice: `FindNearDuplicateCandidates` keeps each pair once). Holds neither pairs nor members."""
     first: bytes | None = None
     names: set[bytes] | None = set()
     for member in _owner_tables(owners, tables, bases):
@@ -337,15 +343,14 @@ def _first_member_pairs(owners: np.ndarray, tables: list[_MemberTable], bases: n
                 names = None
     if names is not None:  # the same inputs under several owners: few names, paired as any band
         found = {unpack_member(member)[0]: unpack_member(member) for member in _owner_tables(owners, tables, bases)}
-        return [(a, b, found[a][2], found[b][2])
-                for a, b in candidate_pairs([(name, digest) for name, digest, _ in found.values()])]
+        yield from ((a, b, found[a][2], found[b][2])
+                    for a, b in candidate_pairs([(name, digest) for name, digest, _ in found.values()]))
+        return
     first_name, first_digest, first_place = unpack_member(first)
-    pairs = set()
     for member in _owner_tables(owners, tables, bases):
         if _member_digest(member) != first_digest:
             name, _, place = unpack_member(member)
-            pairs.add((first_name, name, first_place, place))
-    return sorted(pairs)
+            yield first_name, name, first_place, place
 
 
 def _owner_tables(owners: np.ndarray, tables: list[_MemberTable], bases: np.ndarray) -> Iterator[bytes]:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack_bands, pairs_in_partition
+from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, iter_pairs_in_partition, pack_bands
 from pipeline.beam.dedup.exact import by_input, dropped_result
 from pipeline.beam.dedup.signatures import IN_RESULT, read_signature, write_signature
 from pipeline.beam.unit_results import UnitResult
@@ -184,9 +184,9 @@ class FindNearDuplicateCandidates(beam.PTransform):
             packs, few = packs
         grouped = packs | "GroupBands" >> beam.GroupByKey()
         if few is None:
-            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition)
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(iter_pairs_in_partition)
         else:
-            pairs = grouped | "PairsInPartition" >> beam.FlatMap(pairs_in_partition,
+            pairs = grouped | "PairsInPartition" >> beam.FlatMap(iter_pairs_in_partition,
                                                                    more=beam.pvalue.AsList(few))
         return pairs | "DistinctPairs" >> beam.Distinct()
 
