@@ -68,3 +68,32 @@ def test_gpu_train_runs_in_its_dry_mode(tmp_path):
 
     more = prepare_data(64, results[0]["train_rows"] + 1, str(tmp_path / "more"))
     assert len(MlmShardDataset(more)) >= results[0]["train_rows"] + 1 and more.endswith("-x2")
+
+
+@pytest.mark.parametrize("kind", ["copies", "near_copies"])
+def test_many_files_hostile_corpora_are_what_they_say(tmp_path, kind):
+    """`benchmarks.many_files --copies` and `--near_copies` measure the two hostile corpora of the end
+    of the job: the copies are one content (all but the first reported as duplicates), the near copies
+    no two of one content and all near duplicates of the first (`--near_dedup` drops all but it)."""
+    from benchmarks.many_files import write_inputs
+    from pipeline.consumers.outputs import input_entries, load_manifest
+    from schemas import manifest as m
+    from tests.conftest import run_preprocess
+
+    folder = tmp_path / "in"
+    write_inputs(folder, 40, copies=kind == "copies", near=kind == "near_copies")
+    out = tmp_path / "out"
+    run_preprocess([folder], out, "--near_dedup", "0.8", "--max_seq_length", "128")
+    counts = load_manifest(str(out))[m.KEY_COUNTS]
+    sections: dict[str, list] = {}
+    for section, entry in input_entries(str(out)):
+        sections.setdefault(section, []).append(entry)
+    first = str(folder / "0000" / "doc0000000.txt")
+    if kind == "copies":  # kept without --dedup, each reported as a duplicate of the first
+        assert counts[m.FILES_SKIPPED] == 0 and len(sections[m.KEY_DUPLICATES]) == 39
+        assert {e[m.KEY_DUPLICATE_OF] for e in sections[m.KEY_DUPLICATES]} == {first}
+    else:
+        assert counts[m.FILES_SKIPPED] == 39 and list(counts[m.FILES_SKIPPED_BY_REASON]) == ["near duplicate"]
+        assert m.KEY_DUPLICATES not in sections
+        assert all(f"near duplicate of {first} " in str(e) for e in sections[m.KEY_SKIPPED]), sections[m.KEY_SKIPPED][0]
+        assert len(sections[m.KEY_NEAR_DUPLICATES]) == 40 * 39 // 2  # every pair reported (under 64 a band)

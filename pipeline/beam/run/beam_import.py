@@ -21,10 +21,10 @@ module that uses it only inside functions (the GCE metadata lookup, Beam's HTTP 
 stager, its S3 client's constructor), which a job on local files never calls. While Beam imports,
 each is a `DeferredModule` that imports the real module on its first attribute lookup (and forwards
 every lookup after); afterwards `import requests` gives the real module as usual. A job that calls
-none of them never imports them: one that touches no `s3://` path never imports boto3. (boto3 was
+none of them never imports them: one that touches no `s3://` path never imports boto3. boto3 was
 hidden, as pandas is, until Beam 2.78's `s3io` took its failed `import boto3` for "AWS support not
-installed".) (grpc cannot be deferred: the in-process runner's
-`channel_factory` subclasses one of its classes when it is imported.)
+installed". grpc cannot be deferred: the in-process runner's `channel_factory` subclasses one of its
+classes when it is imported.
 
 Beam takes no element types from annotations in this process (`disable_type_annotations`, a public
 switch of Beam's, process-wide). MaskBeam's annotations are written for readers and type checkers, as
