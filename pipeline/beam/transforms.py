@@ -22,6 +22,7 @@ from apache_beam.metrics import Metrics
 
 from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
 from pipeline.beam.dedup.near import FindNearDuplicateCandidates, NearDuplicateRoots, input_bands, result_bands
+from pipeline.beam.dedup.root_table import RootsRef, read_roots
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.packed import allow, pack, unpack
 from pipeline.beam.reading.group_files import GroupFile, read_group_file, write_group_file
@@ -578,6 +579,11 @@ class WriteInputRuns(beam.PTransform):
                 | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir, kind=self._kind))
 
 
+def _run_task(task: BucketTask, roots: RootsRef | None, **options) -> Iterator[tuple[str, object]]:
+    """`input_tasks.run_task` with the near-duplicate roots' table its reference names."""
+    return run_task(task, roots=read_roots(roots), **options)
+
+
 class WriteShards(beam.PTransform):
     """TokenizeAndChunk(pack_bands=True)'s output -> one manifest dict: mark duplicates, plan shards,
     mask and write them in parallel, then finalize.
@@ -585,8 +591,8 @@ class WriteShards(beam.PTransform):
     No input's results go through a shuffle but a file read in byte ranges' (a few large inputs):
     the workers spill them (`input_spills`), and the end of the job reads them back in bucket tasks
     of about INPUTS_PER_TASK inputs each (`input_tasks`), which mark the exact duplicates where they
-    meet, drop the near duplicates (`NearDuplicateRoots`: the few roots as a side input) and write
-    their buckets' plan records and their run of inputs-file lines. Through the runner go only small
+    meet, drop the near duplicates (`NearDuplicateRoots`: a reference to the roots' table as a side
+    input) and write their buckets' plan records and their run of inputs-file lines. Through the runner go only small
     things: a reference a spill file and a task, a bucket's spill (at most 4,096), rows per bucket,
     the candidate pairs and exact duplicates of the near-duplicate search, the shards' pieces, the
     totals; the last step merges the sorted runs into INPUTS_FILE and writes the manifest."""
@@ -622,7 +628,7 @@ class WriteShards(beam.PTransform):
                        | "LaterBands" >> beam.Flatten())
         # The workers' packs go to the shuffle from their own stage; the few packed here (inputs
         # over --split_bytes) join them as a side input.
-        pairs = (worker_bands, later_bands) | "NearDuplicateCandidates" >> FindNearDuplicateCandidates()
+        pairs = (worker_bands, later_bands) | "NearDuplicateCandidates" >> FindNearDuplicateCandidates(temp_dir)
         # Every spill file's reference (and one None: a task even with no input), then the tasks.
         seed = unit_results.pipeline | "NoSpillYet" >> beam.Create([None])
         tasks = ((unit_results | "WorkersSpills" >> beam.Filter(_is_spill),
@@ -643,8 +649,8 @@ class WriteShards(beam.PTransform):
         roots, near_report = ((pairs if twins is None else (pairs, twins))
                               | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
                                                                            drop_twins=config.dedup))
-        roots_side = beam.pvalue.AsDict(roots) if roots is not None else None
-        done = tasks | "BucketTasks" >> beam.FlatMap(run_task, temp_dir=temp_dir, drop=config.dedup,
+        roots_side = beam.pvalue.AsSingleton(roots, default_value=None) if roots is not None else None
+        done = tasks | "BucketTasks" >> beam.FlatMap(_run_task, temp_dir=temp_dir, drop=config.dedup,
                                                      roots=roots_side, threshold=config.near_dedup, chunk=chunk)
         # A bucket's spill, with the plan records other tasks found for it (byte ranges'), merged.
         buckets = (done

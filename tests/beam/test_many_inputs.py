@@ -43,7 +43,7 @@ from schemas import manifest as m
 
 # The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), the
 # MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), the
-# roots of the near-duplicate clusters (one an input --near_dedup drops) for the bucket tasks, and
+# reference to the near-duplicate clusters' roots' table (`root_table`) for the bucket tasks, and
 # with --dedup the members of the near-duplicate candidate pairs (each once) for the twins' lookup:
 # as many as the pairs name, never one a copy (the copies of one content pair only their first).
 ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",

@@ -14,13 +14,16 @@ worker count, runner or input order.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable
 
 import apache_beam as beam
 import numpy as np
 
-from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, iter_pairs_in_partition, pack_bands
+from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack_bands
 from pipeline.beam.dedup.exact import by_input, dropped_result
+from pipeline.beam.dedup.pair_spills import spill_partition_pairs, unique_pairs
+from pipeline.beam.dedup.root_table import RootsRef, write_roots
 from pipeline.beam.dedup.signatures import IN_RESULT, read_signature, write_signature
 from pipeline.beam.unit_results import UnitResult
 from pipeline.kernels.text.quality import band_hashes, is_empty_signature, signature_similarity
@@ -31,6 +34,7 @@ __all__ = ["REPORT_SIMILARITY", "MAX_BAND_GROUP", "candidate_pairs", "input_sign
            "NearDuplicateRoots", "near_dropped"]
 
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
+ROOTS_FILE = "near-duplicate-roots.bin"  # in the temp folder: the clusters' roots (`root_table`)
 
 
 def _signature(result: UnitResult) -> np.ndarray:
@@ -170,7 +174,10 @@ def input_bands(name_and_parts: tuple[str, Iterable[UnitResult]], temp_dir: str)
 
 class FindNearDuplicateCandidates(beam.PTransform):
     """(partition, packed bands) of every input -> the candidate pairs (earlier input, later input,
-    their signatures' places), each once: `candidate_pairs` of every band's members.
+    their signatures' places), each once: `candidate_pairs` of every band's members. A partition's
+    pairs are spilled to `temp_dir` in sorted chunks and each bucket of them merged (`pair_spills`):
+    the same pair made by many partitions (a content's near copies share nearly all their bands) is
+    never held in the shuffle once a partition, as `beam.Distinct` held it.
 
     Or (packs, few): the packs of the workers' stage (every partition among their keys), shuffled
     where the workers make them, and those of the few inputs packed later (files read in byte
@@ -178,17 +185,20 @@ class FindNearDuplicateCandidates(beam.PTransform):
     the two would be one more copy of every input's bands on the local runner, which materialises
     every Flatten, and read back in a stage of its own: 10 KB of peak memory an input."""
 
+    def __init__(self, temp_dir: str) -> None:
+        super().__init__()
+        self._temp_dir = temp_dir
+
     def expand(self, packs):
         few = None
         if isinstance(packs, tuple):
             packs, few = packs
         grouped = packs | "GroupBands" >> beam.GroupByKey()
-        if few is None:
-            pairs = grouped | "PairsInPartition" >> beam.FlatMap(iter_pairs_in_partition)
-        else:
-            pairs = grouped | "PairsInPartition" >> beam.FlatMap(iter_pairs_in_partition,
-                                                                   more=beam.pvalue.AsList(few))
-        return pairs | "DistinctPairs" >> beam.Distinct()
+        more = {} if few is None else {"more": beam.pvalue.AsList(few)}
+        return (grouped
+                | "PairsInPartition" >> beam.FlatMap(spill_partition_pairs, temp_dir=self._temp_dir, **more)
+                | "GroupPairSlices" >> beam.GroupByKey()
+                | "UniquePairs" >> beam.FlatMap(unique_pairs))
 
 
 def score_pair(pair: tuple[str, str, int, int], temp_dir: str) -> list[tuple[str, str, float, int, int]]:
@@ -220,6 +230,13 @@ def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tu
     return member, (root, round(similarity, 4))
 
 
+def write_root_table(key_and_edges: tuple[None, Iterable[tuple[str, str, int, int]]], temp_dir: str) -> RootsRef:
+    """The clusters of the edges at or above --near_dedup, each member's root and their similarity
+    written as one table (`root_table`) to `temp_dir`; its reference."""
+    entries = (root_similarity(member_root, temp_dir) for member_root in cluster_members(key_and_edges[1]))
+    return write_roots(posixpath.join(temp_dir, ROOTS_FILE), entries)
+
+
 def near_dropped(parts: list[UnitResult], root: tuple[str, float] | None, threshold: float) -> list[UnitResult]:
     """An input's results, skipped as a near duplicate of its cluster's root `root` (root, their
     estimated similarity) where it has one."""
@@ -238,13 +255,14 @@ def _report_entry(scored: tuple) -> dict:
 
 class NearDuplicateRoots(beam.PTransform):
     """The candidate pairs (`FindNearDuplicateCandidates`) and the (input, twin) of the exact
-    duplicates -> (the roots: (member, (its cluster's root, their estimated similarity)) of every
-    member of a cluster of pairs at or above `threshold` but its root, or None without a threshold;
-    the report entries {path, near_duplicate_of, similarity}), as `mark_near_duplicates` finds them
-    on results `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from
-    `temp_dir` for the candidates and clusters' members only. The roots are few (the inputs
-    --near_dedup drops): the end of the job's bucket tasks get them as a side input and drop their
-    inputs among them (`near_dropped`), with no join of every input's results by input."""
+    duplicates -> (the roots: a reference (`root_table.RootsRef`) to the table of (member, (its
+    cluster's root, their estimated similarity)) of every member of a cluster of pairs at or above
+    `threshold` but its root, none when no pair is, or None without a threshold; the report entries
+    {path, near_duplicate_of, similarity}), as `mark_near_duplicates` finds them on results
+    `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from `temp_dir` for
+    the candidates and clusters' members only. The end of the job's bucket tasks get the table's
+    reference as a side input and drop their inputs among its members (`near_dropped`), with no
+    join of every input's results by input."""
 
     def __init__(self, threshold: float | None, temp_dir: str, drop_twins: bool = False) -> None:
         super().__init__()
@@ -271,7 +289,6 @@ class NearDuplicateRoots(beam.PTransform):
             | "AtThreshold" >> beam.Filter(lambda s: s[2] >= threshold)
             | "EdgesTogether" >> beam.Map(lambda s: (None, (s[0], s[1], s[3], s[4])))
             | "GroupEdges" >> beam.GroupByKey()
-            | "Clusters" >> beam.FlatMap(lambda kv: cluster_members(kv[1]))
-            | "RootSimilarity" >> beam.Map(root_similarity, temp_dir=temp_dir)
+            | "RootTable" >> beam.Map(write_root_table, temp_dir=temp_dir)
         )
         return roots, report

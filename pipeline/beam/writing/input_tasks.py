@@ -2,7 +2,7 @@
 spill files, marked and turned into what the rest of the job needs, one task at a time.
 
     exact duplicates (every copy of a content is in one bucket: one task; the first by path of
-    each content found by a first read) -> near-duplicate drops (the few roots, a side input) ->
+    each content found by a first read) -> near-duplicate drops (the roots' table, `root_table`) ->
     the plan records of its buckets, spilled a bucket a file -> its sorted run of inputs-file
     lines -> its totals
 
@@ -18,7 +18,7 @@ sorted file, each bucket's records are sorted, the totals are sums.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from pipeline.beam.dedup.exact import input_key, mark_input
 from pipeline.beam.dedup.near import near_dropped
@@ -81,11 +81,12 @@ def twins_of(task: BucketTask, chunk: int = TASK_CHUNK, among: Iterable[str] | N
             yield name, twin
 
 
-def run_task(task: BucketTask, temp_dir: str, drop: bool, roots: dict[str, tuple[str, float]] | None = None,
+def run_task(task: BucketTask, temp_dir: str, drop: bool, roots: Mapping[str, tuple[str, float]] | None = None,
              threshold: float | None = None, chunk: int = TASK_CHUNK) -> Iterator[tuple[str, object]]:
     """The tagged outputs of one task: exact duplicates marked (with `drop`, --dedup, dropped), the
-    members of `roots` (member -> (root, similarity): --near_dedup at `threshold`) dropped, then its
-    buckets' spills, the plan records of other buckets, its runs of lines and its totals.
+    members of `roots` (member -> (root, similarity), as `root_table.RootTable` maps them:
+    --near_dedup at `threshold`) dropped, then its buckets' spills, the plan records of other
+    buckets, its runs of lines and its totals.
 
     A task holds at most about `chunk` inputs' results, records and lines: past that many (a content
     of many copies fills one bucket) it spills its buckets' records (a bucket then has several

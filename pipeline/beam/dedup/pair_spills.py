@@ -1,0 +1,145 @@
+"""The near-duplicate candidate pairs kept once by a merge of sorted files, not by a shuffle.
+
+Each MinHash band partition pairs the members of its shared bands (`band_packs`); the copies of one
+content's near duplicates share nearly all their bands, so each partition (~30 of 32) makes the same
+pair (first, other) again: `beam.Distinct` kept each pair once, but Beam's local runner held every
+partition's copy of every pair in its grouping buffer (~4 KB of memory a near duplicate). Here a
+partition writes its pairs to the temp folder in sorted chunks of at most SPILL_PAIRS distinct pairs
+(`spill_partition_pairs`), each chunk cut into PAIR_BUCKETS slices by a hash of the pair; only the
+slices' references go through the shuffle, grouped by bucket, and a bucket's slices are merged a
+block of each at a time, each pair given once (`unique_pairs`). What any step holds: one chunk, or
+one block of each of a bucket's slices.
+
+The pairs are the same as `beam.Distinct` gave whatever the workers, chunks or order: a pair's
+bucket depends on the pair alone, and the merge drops every repeat within a bucket.
+"""
+
+from __future__ import annotations
+
+import heapq
+import posixpath
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
+
+__all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
+           "unique_pairs"]
+
+PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
+SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~10 MB of tuples
+_BLOCK = 1 << 16  # bytes read of a slice at a time
+_HEADER = struct.Struct("<HHBB")  # a record: the two names' lengths in bytes, their signatures' places
+Pair = tuple[str, str, int, int]  # (earlier input, later input, earlier's signature place, later's)
+_Key = tuple[bytes, bytes, int, int]  # a pair with its names as UTF-8: what the chunks sort and merge by
+
+
+class PairFileChanged(OSError):
+    """A spilled slice of pairs is not what the job wrote (its temp folder changed while it ran)."""
+
+
+@dataclass(frozen=True)
+class PairSlice:
+    """One bucket's pairs of one chunk: `length` bytes at `offset` of a file of the temp folder."""
+
+    path: str
+    offset: int
+    length: int
+
+
+def _encode(name: str) -> bytes:
+    return name.encode("utf-8", "surrogatepass")  # orders as the code points do
+
+
+def pair_bucket(a: bytes, b: bytes) -> int:
+    """The bucket of a pair (names as UTF-8): a hash of both, the same in every process."""
+    return zlib.crc32(b, zlib.crc32(a + b"\0")) % PAIR_BUCKETS
+
+
+def _record(key: _Key) -> bytes:
+    a, b, place_a, place_b = key
+    return _HEADER.pack(len(a), len(b), place_a, place_b) + a + b
+
+
+def _write_chunk(keys: set[_Key], path: str) -> list[tuple[int, PairSlice]]:
+    """Write one chunk's pairs sorted, bucket after bucket; (bucket, its slice) of each bucket it has."""
+    by_bucket: dict[int, list[_Key]] = {}
+    for key in keys:
+        by_bucket.setdefault(pair_bucket(key[0], key[1]), []).append(key)
+    out, offset = [], 0
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        for bucket in sorted(by_bucket):
+            data = b"".join(_record(key) for key in sorted(by_bucket[bucket]))
+            handle.write(data)
+            out.append((bucket, PairSlice(path, offset, len(data))))
+            offset += len(data)
+    return out
+
+
+def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS) -> Iterator[tuple[int, PairSlice]]:
+    """Write `pairs` to files `stem`-NNNNN.bin, a chunk of at most `chunk_pairs` distinct pairs each;
+    (bucket, slice) of every bucket of every chunk. The same pairs in the same order write the same
+    files (a retry's are the same)."""
+    chunk: set[_Key] = set()
+    index = 0
+    for a, b, place_a, place_b in pairs:
+        chunk.add((_encode(a), _encode(b), place_a, place_b))
+        if len(chunk) >= chunk_pairs:
+            yield from _write_chunk(chunk, f"{stem}-{index:05d}.bin")
+            index += 1
+            chunk = set()
+    if chunk:
+        yield from _write_chunk(chunk, f"{stem}-{index:05d}.bin")
+
+
+def partition_stem(temp_dir: str, partition: int) -> str:
+    """Where a band partition's pairs go (one shuffle key a partition: no two writers of one name)."""
+    return posixpath.join(temp_dir, f"pairs-{partition:03d}")
+
+
+def _slice_keys(piece: PairSlice) -> Iterator[_Key]:
+    """The pairs of one slice in its (sorted) order, read a block at a time."""
+    with FileSystems.open(piece.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.seek(piece.offset)
+        left, buffer, start = piece.length, b"", 0
+        while True:
+            if len(buffer) - start >= _HEADER.size:
+                len_a, len_b, place_a, place_b = _HEADER.unpack_from(buffer, start)
+                names = start + _HEADER.size
+                stop = names + len_a + len_b
+                if stop <= len(buffer):
+                    start = stop
+                    yield buffer[names:names + len_a], buffer[names + len_a:stop], place_a, place_b
+                    continue
+            block = handle.read(min(_BLOCK, left)) if left else b""
+            if not block:
+                break
+            left -= len(block)
+            buffer, start = buffer[start:] + block, 0
+    if left or start != len(buffer):
+        raise PairFileChanged(f"{piece.path} ends inside the {piece.length} bytes of candidate pairs at "
+                              f"{piece.offset}: was the temp folder changed during the run?")
+
+
+def spill_partition_pairs(partition_and_packs: tuple[int, Iterable], temp_dir: str,
+                          more: Iterable[tuple[int, bytes]] = ()) -> Iterator[tuple[int, PairSlice]]:
+    """The candidate pairs of one band partition (`band_packs.iter_pairs_in_partition`) spilled:
+    (bucket, slice) of each of its chunks' buckets."""
+    return spill_pairs(iter_pairs_in_partition(partition_and_packs, more),
+                       partition_stem(temp_dir, partition_and_packs[0]))
+
+
+def unique_pairs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator[Pair]:
+    """Every pair of one bucket's slices once, in order (their merge, repeats dropped)."""
+    _, slices = bucket_and_slices
+    ordered = sorted(set(slices), key=lambda s: (s.path, s.offset))
+    previous = None
+    for key in heapq.merge(*(_slice_keys(piece) for piece in ordered)):
+        if key != previous:
+            previous = key
+            yield key[0].decode("utf-8", "surrogatepass"), key[1].decode("utf-8", "surrogatepass"), key[2], key[3]
