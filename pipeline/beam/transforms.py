@@ -21,10 +21,16 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from pipeline.beam.dedup.band_packs import BandSlice, write_band_file
-from pipeline.beam.dedup.near import FindNearDuplicateCandidates, NearDuplicateRoots, input_bands, result_bands
+from pipeline.beam.dedup.near import (
+    FindNearDuplicateCandidates,
+    NearDuplicateRoots,
+    input_bands,
+    paired_inputs,
+    result_bands,
+)
 from pipeline.beam.dedup.root_table import RootsRef, read_roots
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
-from pipeline.beam.packed import allow, pack, unpack
+from pipeline.beam.packed import allow
 from pipeline.beam.reading.group_files import GroupFile, read_group_file, write_group_file
 from pipeline.beam.reading.listed_inputs import InputListing
 from pipeline.beam.reading.work_units import (
@@ -61,7 +67,6 @@ from pipeline.beam.writing.input_tasks import (
     run_task,
     twins_of,
 )
-from pipeline.beam.writing.inputs_file import INPUT_BUCKETS, NEAR_RUNS, input_bucket, sortable_line, write_run
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
     RowSummary,
@@ -471,12 +476,6 @@ def _by_input(kv) -> tuple[str, list[UnitResult]]:
     return name, sorted(parts, key=lambda r: r.source)
 
 
-def _packed(value: object) -> bytes:
-    """A value as it waits in a shuffle: pickled bytes. Beam's local runner keeps a GroupByKey's
-    values decoded until its consumer runs."""
-    return pack(value)
-
-
 def _compact(result: UnitResult) -> UnitResult:
     """A result as planning and the manifest need it: without its signature (2 KB, for dedup only)."""
     return dataclasses.replace(result, signature="") if result.signature else result
@@ -549,36 +548,6 @@ def _finalize(kv, config: PreprocessConfig, tokenizer_info: dict, id_dtype: np.d
                            id_dtype, spec.load().json)
 
 
-def _near_line(entry: dict) -> tuple[tuple, str]:
-    return sortable_line(m.KEY_NEAR_DUPLICATES, entry)
-
-
-def _write_bucket_run(bucket_and_lines, temp_dir: str, kind: str = "") -> str:
-    bucket, lines = bucket_and_lines
-    return write_run(temp_dir, bucket, [unpack(line) for line in lines], kind)
-
-
-class WriteInputRuns(beam.PTransform):
-    """Per-input lines -> the paths of their sorted runs in the temp folder (`inputs_file`), one per
-    bucket of lines (at most `buckets`): no element, and no worker, holds every line. (Not a DoFn
-    writing in finish_bundle: Beam's Dask runner drops what a finish_bundle emits.) The job's own
-    input lines are written by its bucket tasks (`input_tasks`); this writes the near-duplicate
-    report's, one line a scored pair."""
-
-    def __init__(self, temp_dir: str, buckets: int = INPUT_BUCKETS, kind: str = "") -> None:
-        super().__init__()
-        self._temp_dir = temp_dir
-        self._buckets = buckets
-        self._kind = kind
-
-    def expand(self, lines):
-        buckets = self._buckets
-        return (lines
-                | "ByBucket" >> beam.Map(lambda line: (input_bucket(line[1], buckets), _packed(line)))
-                | "GroupBuckets" >> beam.GroupByKey()
-                | "WriteRuns" >> beam.Map(_write_bucket_run, temp_dir=self._temp_dir, kind=self._kind))
-
-
 def _run_task(task: BucketTask, roots: RootsRef | None, **options) -> Iterator[tuple[str, object]]:
     """`input_tasks.run_task` with the near-duplicate roots' table its reference names."""
     return run_task(task, roots=read_roots(roots), **options)
@@ -644,9 +613,9 @@ class WriteShards(beam.PTransform):
         chunk = self._inputs_per_task  # what a task holds, whatever the copies of one content in it
         twins = None
         if config.dedup:  # only the twins among the pairs' members matter: not one element a copy
-            paired = pairs | "PairedInputs" >> beam.FlatMap(lambda pair: pair[:2]) | "PairedOnce" >> beam.Distinct()
+            paired = pairs | "PairedInputs" >> beam.FlatMap(paired_inputs) | "PairedOnce" >> beam.Distinct()
             twins = tasks | "Twins" >> beam.FlatMap(twins_of, chunk=chunk, among=beam.pvalue.AsList(paired))
-        roots, near_report = ((pairs if twins is None else (pairs, twins))
+        roots, near_runs = ((pairs if twins is None else (pairs, twins))
                               | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
                                                                            drop_twins=config.dedup))
         roots_side = beam.pvalue.AsSingleton(roots, default_value=None) if roots is not None else None
@@ -684,8 +653,6 @@ class WriteShards(beam.PTransform):
                   | "Totals" >> beam.CombinePerKey(add_totals)
                   | "TotalsOnly" >> beam.Values())
         runs = done | "TaskRuns" >> beam.FlatMap(_tagged(TAG_RUN))
-        near_runs = (near_report | "NearLines" >> beam.Map(_near_line)
-                     | "NearRuns" >> WriteInputRuns(temp_dir, kind=NEAR_RUNS))
         return (
             (totals | "TagTotals" >> beam.Map(_together("totals")),
              runs | "TagRuns" >> beam.Map(_together("run")),

@@ -146,25 +146,3 @@ def test_the_manifest_does_not_grow_with_the_inputs(tmp_path, spec):
         kinds = manifest[m.KEY_COUNTS][m.FILES_SKIPPED_BY_REASON]
         assert kinds == {kind: [reason_kind(e[m.KEY_REASON]) for e in lists[m.KEY_SKIPPED]].count(kind)
                          for kind in kinds} and sum(kinds.values()) == len(lists[m.KEY_SKIPPED])
-
-
-def test_workers_write_one_run_per_bucket_that_merge_into_the_one_file(tmp_path):
-    """The Beam step: the lines grouped into at most `buckets` runs, each sorted, named by its bucket;
-    their merge is the sorted file."""
-    import apache_beam as beam
-
-    from pipeline.beam.transforms import WriteInputRuns
-
-    units, near = _units(40), _near(40)
-    lines = _lines(units, near)
-    with beam.Pipeline() as pipeline:
-        _ = (pipeline | beam.Create(lines[::-1]) | WriteInputRuns(str(tmp_path), buckets=8)
-             | beam.io.WriteToText(str(tmp_path / "runs"), shard_name_template=""))
-    runs = (tmp_path / "runs").read_text().splitlines()
-    assert 1 < len(runs) <= 8 and len(set(runs)) == len(runs)
-    assert sum(len(open(run).readlines()) for run in runs) == len(lines)
-    for run in runs:
-        orders = [m.input_line_order(e.pop(m.KEY_SECTION), e) for e in map(json.loads, open(run))]
-        assert orders == sorted(orders)
-    merge_runs(runs, str(tmp_path / m.INPUTS_FILE))
-    assert _sections(tmp_path / m.INPUTS_FILE) == _version_1_lists(units, near)

@@ -98,3 +98,62 @@ def test_the_merge_of_many_partitions_repeats_holds_a_block_of_each(tmp_path):
     assert count == n - 1 and len(seen) == (n - 1) // 1000
     assert spilled > 30 << 20
     assert peak < 5 << 19, f"{peak / 2**20:.1f} MB"
+
+
+def test_scored_buckets_in_small_chunks_give_the_report_and_clusters_of_the_simple_oracle(tmp_path):
+    """Pairs of generated signatures (similarities spread over 0-1), spilled, scored a bucket at a
+    time with a chunk of 3 lines or edges (many runs and edge files) and a twin left out: the merged
+    runs are the report `score_pairs` gives (every pair at or above 0.5, once, in the file's order),
+    the root table the roots `cluster_roots` gives of the pairs at or above the threshold, with the
+    similarity of each member to its root."""
+    import json
+    import random
+
+    import numpy as np
+
+    from pipeline.beam.dedup.near import (
+        REPORT_SIMILARITY,
+        TAG_EDGES,
+        TAG_RUN,
+        cluster_roots,
+        score_bucket,
+        write_root_table,
+    )
+    from pipeline.beam.dedup.root_table import read_roots
+    from pipeline.beam.dedup.signatures import IN_FILE, write_signature
+    from pipeline.beam.writing.inputs_file import merge_runs
+    from pipeline.kernels.text.quality import signature_similarity
+    from schemas import manifest as m
+
+    rng, chooser = np.random.default_rng(11), random.Random(11)
+    base = rng.integers(1, 2 ** 63, 128, dtype=np.uint64)
+    names = [f"/c/{chooser.choice('abc')}/doc-{i:03d}.txt" for i in range(60)]
+    signatures = {}
+    for name in names:  # each a share of the base signature's values: similarities all over 0-1
+        keep = rng.random(128) < rng.uniform(0.3, 1.0)
+        signatures[name] = np.where(keep, base, rng.integers(1, 2 ** 63, 128, dtype=np.uint64))
+        write_signature(str(tmp_path), name, signatures[name])
+    pairs = sorted({tuple(sorted(chooser.sample(names, 2))) for _ in range(400)})
+    twin = names[7]
+    by_bucket: dict[int, list] = {}
+    for p in range(3):  # three partitions, each making every pair
+        for bucket, piece in spill_pairs([(a, b, IN_FILE, IN_FILE) for a, b in pairs], str(tmp_path / f"pairs-{p}"), 50):
+            by_bucket.setdefault(bucket, []).append(piece)
+    runs, edge_files = [], []
+    for bucket, pieces in sorted(by_bucket.items()):
+        for tag, value in score_bucket((bucket, pieces), str(tmp_path), 0.75, twins=[(twin, names[0])], chunk=3):
+            (runs if tag == TAG_RUN else edge_files).append(value)
+            assert tag in (TAG_RUN, TAG_EDGES)
+    kept = [(a, b, round(signature_similarity(signatures[a], signatures[b]), 4)) for a, b in pairs if twin not in (a, b)]
+    kept = [(a, b, s) for a, b, s in kept if s >= REPORT_SIMILARITY]
+    edges = [(a, b) for a, b, s in kept if s >= 0.75]
+    assert any("near-1-" in run for run in runs) and any(f.path.endswith("-00001.bin") for f in edge_files)
+    assert 10 < len(edges) < len(kept) < len(pairs)
+    merge_runs(runs, str(tmp_path / m.INPUTS_FILE))
+    lines = [json.loads(line) for line in (tmp_path / m.INPUTS_FILE).read_text().splitlines()]
+    assert [(e[m.KEY_NEAR_DUPLICATE_OF], e[m.KEY_PATH], e[m.KEY_SIMILARITY]) for e in lines] == sorted(
+        kept, key=lambda p: (p[1], p[0]))
+    table = read_roots(write_root_table((None, edge_files), str(tmp_path)))
+    expected = {member: (root, round(signature_similarity(signatures[member], signatures[root]), 4))
+                for member, root in cluster_roots(edges)}
+    assert dict(table) == expected and len(expected) > 5

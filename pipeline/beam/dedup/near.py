@@ -15,23 +15,24 @@ worker count, runner or input order.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 import numpy as np
 
 from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack_bands
 from pipeline.beam.dedup.exact import by_input, dropped_result
-from pipeline.beam.dedup.pair_spills import spill_partition_pairs, unique_pairs
+from pipeline.beam.dedup.pair_spills import PairSlice, read_pairs, spill_partition_pairs, unique_pairs, write_pair_file
 from pipeline.beam.dedup.root_table import RootsRef, write_roots
 from pipeline.beam.dedup.signatures import IN_RESULT, read_signature, write_signature
 from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.inputs_file import NEAR_RUNS, sortable_line, write_run
 from pipeline.kernels.text.quality import band_hashes, is_empty_signature, signature_similarity
 from schemas import manifest as m
 
 __all__ = ["REPORT_SIMILARITY", "MAX_BAND_GROUP", "candidate_pairs", "input_signature", "band_records", "score_pairs",
            "mark_near_duplicates", "cluster_roots", "result_bands", "input_bands", "FindNearDuplicateCandidates",
-           "NearDuplicateRoots", "near_dropped"]
+           "NearDuplicateRoots", "near_dropped", "score_bucket", "paired_inputs"]
 
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
 ROOTS_FILE = "near-duplicate-roots.bin"  # in the temp folder: the clusters' roots (`root_table`)
@@ -174,10 +175,12 @@ def input_bands(name_and_parts: tuple[str, Iterable[UnitResult]], temp_dir: str)
 
 class FindNearDuplicateCandidates(beam.PTransform):
     """(partition, packed bands) of every input -> the candidate pairs (earlier input, later input,
-    their signatures' places), each once: `candidate_pairs` of every band's members. A partition's
-    pairs are spilled to `temp_dir` in sorted chunks and each bucket of them merged (`pair_spills`):
-    the same pair made by many partitions (a content's near copies share nearly all their bands) is
-    never held in the shuffle once a partition, as `beam.Distinct` held it.
+    their signatures' places) as (bucket, its slices of the temp folder's pair files): each bucket's
+    `pair_spills.unique_pairs` are its pairs, each once, and the buckets' together are the
+    `candidate_pairs` of every band's members. A partition's pairs are spilled to `temp_dir` in
+    sorted chunks (`pair_spills`): the same pair made by many partitions (a content's near copies
+    share nearly all their bands) is never held in the shuffle once a partition, as `beam.Distinct`
+    held it, nor the pairs one each.
 
     Or (packs, few): the packs of the workers' stage (every partition among their keys), shuffled
     where the workers make them, and those of the few inputs packed later (files read in byte
@@ -197,8 +200,7 @@ class FindNearDuplicateCandidates(beam.PTransform):
         more = {} if few is None else {"more": beam.pvalue.AsList(few)}
         return (grouped
                 | "PairsInPartition" >> beam.FlatMap(spill_partition_pairs, temp_dir=self._temp_dir, **more)
-                | "GroupPairSlices" >> beam.GroupByKey()
-                | "UniquePairs" >> beam.FlatMap(unique_pairs))
+                | "GroupPairSlices" >> beam.GroupByKey())
 
 
 def score_pair(pair: tuple[str, str, int, int], temp_dir: str) -> list[tuple[str, str, float, int, int]]:
@@ -208,18 +210,75 @@ def score_pair(pair: tuple[str, str, int, int], temp_dir: str) -> list[tuple[str
     return [(a, b, round(similarity, 4), place_a, place_b)] if similarity >= REPORT_SIMILARITY else []
 
 
-def _unless_twin(joined) -> list:
-    """The pairs of an input, unless it is dropped as a duplicate (it then has no signature to score)."""
-    _, group = joined
-    return [] if list(group["twin"]) else list(group["pair"])
+TAG_RUN, TAG_EDGES = "run", "edges"
+REPORT_CHUNK = 1 << 16  # report lines (or edges) a bucket's scoring holds before writing them
 
 
-def cluster_members(edges: Iterable[tuple[str, str, int, int]]) -> list[tuple[str, str, int, int]]:
-    """(member, root, their places) for every member of a cluster of pairs but its root."""
-    edges = list(edges)
-    places = {name: place for a, b, place_a, place_b in edges for name, place in ((a, place_a), (b, place_b))}
-    return [(member, root, places[member], places[root])
-            for member, root in cluster_roots((a, b) for a, b, _, _ in edges)]
+def score_bucket(bucket_and_slices: tuple[int, Iterable[PairSlice]], temp_dir: str, threshold: float | None,
+                 twins: Iterable[tuple[str, str]] = (), chunk: int = REPORT_CHUNK) -> Iterator[tuple[str, object]]:
+    """One bucket of candidate pairs (`FindNearDuplicateCandidates`) scored, but those of an input
+    in `twins` ((input, twin): dropped by --dedup, it has no signature to score), written to the
+    temp folder: (TAG_RUN, the path of a sorted run of report lines, `inputs_file.write_run`) and,
+    with a `threshold`, (TAG_EDGES, a slice of the pairs at or above it), each every `chunk`."""
+    bucket = bucket_and_slices[0]
+    dropped = {name for name, _ in twins}
+    lines: list[tuple[tuple, str]] = []
+    edges: list[tuple[str, str, int, int]] = []
+    runs = edge_files = 0
+    for pair in unique_pairs(bucket_and_slices):
+        if pair[0] in dropped or pair[1] in dropped:
+            continue
+        for scored in score_pair(pair, temp_dir):
+            lines.append(sortable_line(m.KEY_NEAR_DUPLICATES, _report_entry(scored)))
+            if threshold is not None and scored[2] >= threshold:
+                edges.append(pair)
+        if len(lines) >= chunk:
+            yield TAG_RUN, write_run(temp_dir, bucket, lines, f"{NEAR_RUNS}{runs}-" if runs else NEAR_RUNS)
+            lines, runs = [], runs + 1
+        if len(edges) >= chunk:
+            yield TAG_EDGES, write_pair_file(_edge_file(temp_dir, bucket, edge_files), edges)
+            edges, edge_files = [], edge_files + 1
+    if lines:
+        yield TAG_RUN, write_run(temp_dir, bucket, lines, f"{NEAR_RUNS}{runs}-" if runs else NEAR_RUNS)
+    if edges:
+        yield TAG_EDGES, write_pair_file(_edge_file(temp_dir, bucket, edge_files), edges)
+
+
+def paired_inputs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator[str]:
+    """The inputs of one bucket's candidate pairs (an input of many pairs as many times)."""
+    for a, b, _, _ in unique_pairs(bucket_and_slices):
+        yield a
+        yield b
+
+
+def _edge_file(temp_dir: str, bucket: int, index: int) -> str:
+    return posixpath.join(temp_dir, f"near-edges-{bucket:03d}-{index:05d}.bin")
+
+
+def cluster_members(edges: Iterable[tuple[str, str, int, int]]) -> Iterator[tuple[str, str, int, int]]:
+    """(member, root, their places) for every member of a cluster of pairs but its root (the
+    earliest by path), the edges read once as they come: a cluster's root does not depend on their
+    order. Holds each member's name and place once."""
+    parent: dict[str, str] = {}
+    places: dict[str, int] = {}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b, place_a, place_b in edges:
+        for name, place in ((a, place_a), (b, place_b)):
+            if name not in parent:
+                parent[name], places[name] = name, place
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    for member in sorted(parent):
+        kept = root(member)
+        if kept != member:
+            yield member, kept, places[member], places[kept]
 
 
 def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tuple[str, tuple[str, float]]:
@@ -230,10 +289,12 @@ def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tu
     return member, (root, round(similarity, 4))
 
 
-def write_root_table(key_and_edges: tuple[None, Iterable[tuple[str, str, int, int]]], temp_dir: str) -> RootsRef:
-    """The clusters of the edges at or above --near_dedup, each member's root and their similarity
-    written as one table (`root_table`) to `temp_dir`; its reference."""
-    entries = (root_similarity(member_root, temp_dir) for member_root in cluster_members(key_and_edges[1]))
+def write_root_table(key_and_edge_files: tuple[None, Iterable[PairSlice]], temp_dir: str) -> RootsRef:
+    """The clusters of the edges at or above --near_dedup (`score_bucket`'s files), each member's root
+    and their similarity written as one table (`root_table`) to `temp_dir`; its reference."""
+    pieces = sorted(set(key_and_edge_files[1]), key=lambda piece: piece.path)
+    edges = (edge for piece in pieces for edge in read_pairs(piece))
+    entries = (root_similarity(member_root, temp_dir) for member_root in cluster_members(edges))
     return write_roots(posixpath.join(temp_dir, ROOTS_FILE), entries)
 
 
@@ -254,15 +315,17 @@ def _report_entry(scored: tuple) -> dict:
 
 
 class NearDuplicateRoots(beam.PTransform):
-    """The candidate pairs (`FindNearDuplicateCandidates`) and the (input, twin) of the exact
-    duplicates -> (the roots: a reference (`root_table.RootsRef`) to the table of (member, (its
-    cluster's root, their estimated similarity)) of every member of a cluster of pairs at or above
-    `threshold` but its root, none when no pair is, or None without a threshold; the report entries
-    {path, near_duplicate_of, similarity}), as `mark_near_duplicates` finds them on results
-    `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from `temp_dir` for
-    the candidates and clusters' members only. The end of the job's bucket tasks get the table's
-    reference as a side input and drop their inputs among its members (`near_dropped`), with no
-    join of every input's results by input."""
+    """The candidate pairs (`FindNearDuplicateCandidates`: buckets of pair files) and the (input,
+    twin) of the exact duplicates -> (the roots: a reference (`root_table.RootsRef`) to the table of
+    (member, (its cluster's root, their estimated similarity)) of every member of a cluster of pairs
+    at or above `threshold` but its root, none when no pair is, or None without a threshold; the
+    paths of the sorted runs of the report's lines {path, near_duplicate_of, similarity}), as
+    `mark_near_duplicates` finds them on results `drop_twins` (--dedup) dropped the duplicates of.
+    The signatures are read from `temp_dir` for the candidates and clusters' members only. Through
+    the runner go only the files' references: the pairs, the report's lines and the clusters'
+    edges are in the temp folder. The end of the job's bucket tasks get the table's reference as a
+    side input and drop their inputs among its members (`near_dropped`), with no join of every
+    input's results by input."""
 
     def __init__(self, threshold: float | None, temp_dir: str, drop_twins: bool = False) -> None:
         super().__init__()
@@ -273,22 +336,18 @@ class NearDuplicateRoots(beam.PTransform):
     def expand(self, pairs_twins):
         """`pairs_twins`: (pairs, twins), or the pairs alone without `drop_twins`."""
         pairs, twins = pairs_twins if isinstance(pairs_twins, tuple) else (pairs_twins, None)
-        temp_dir = self._temp_dir
-        if self._drop_twins:  # a duplicate dropped by --dedup has no signature: its pairs are not scored
-            for side in (0, 1):
-                pairs = ({"pair": pairs | f"BySide{side}" >> beam.Map(lambda p, i=side: (p[i], p)), "twin": twins}
-                         | f"JoinTwins{side}" >> beam.CoGroupByKey()
-                         | f"UnlessTwin{side}" >> beam.FlatMap(_unless_twin))
-        scored = pairs | "Score" >> beam.FlatMap(score_pair, temp_dir=temp_dir)
-        report = scored | "Report" >> beam.Map(_report_entry)
-        if self._threshold is None:
-            return None, report
-        threshold = self._threshold
+        temp_dir, threshold = self._temp_dir, self._threshold
+        # A duplicate dropped by --dedup has no signature: its pairs are not scored.
+        more = {"twins": beam.pvalue.AsList(twins)} if self._drop_twins else {}
+        written = pairs | "ScoreBuckets" >> beam.FlatMap(score_bucket, temp_dir=temp_dir, threshold=threshold,
+                                                           **more)
+        runs = written | "ReportRuns" >> beam.FlatMap(lambda tagged: [tagged[1]] if tagged[0] == TAG_RUN else [])
+        if threshold is None:
+            return None, runs
         roots = (
-            scored
-            | "AtThreshold" >> beam.Filter(lambda s: s[2] >= threshold)
-            | "EdgesTogether" >> beam.Map(lambda s: (None, (s[0], s[1], s[3], s[4])))
-            | "GroupEdges" >> beam.GroupByKey()
+            written
+            | "EdgeFiles" >> beam.FlatMap(lambda tagged: [(None, tagged[1])] if tagged[0] == TAG_EDGES else [])
+            | "GroupEdgeFiles" >> beam.GroupByKey()
             | "RootTable" >> beam.Map(write_root_table, temp_dir=temp_dir)
         )
-        return roots, report
+        return roots, runs

@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
 
 __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
-           "unique_pairs"]
+           "unique_pairs", "write_pair_file", "read_pairs"]
 
 PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
 SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~10 MB of tuples
@@ -95,6 +95,21 @@ def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS
             chunk = set()
     if chunk:
         yield from _write_chunk(chunk, f"{stem}-{index:05d}.bin")
+
+
+def write_pair_file(path: str, pairs: Iterable[Pair]) -> PairSlice:
+    """Write `pairs` (each once) sorted to `path`; the slice of the whole file."""
+    data = b"".join(_record(key) for key in sorted((_encode(a), _encode(b), place_a, place_b)
+                                                   for a, b, place_a, place_b in pairs))
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+    return PairSlice(path, 0, len(data))
+
+
+def read_pairs(piece: PairSlice) -> Iterator[Pair]:
+    """The pairs of one slice, read a block at a time."""
+    for a, b, place_a, place_b in _slice_keys(piece):
+        yield a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass"), place_a, place_b
 
 
 def partition_stem(temp_dir: str, partition: int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -44,23 +45,43 @@ def _names(blob: bytes, offsets: np.ndarray, i: int) -> bytes:
 
 
 def pack_roots(entries: Iterable[tuple[str, tuple[str, float]]]) -> bytes:
-    """(member, (root, similarity)) pairs (each member once) as one packed table."""
-    rows = sorted((member.encode("utf-8", "surrogatepass"), root.encode("utf-8", "surrogatepass"), similarity)
-                  for member, (root, similarity) in entries)
-    for (a, _, _), (b, _, _) in zip(rows, rows[1:]):
-        if a == b:
-            raise ValueError(f"{a.decode('utf-8', 'surrogatepass')} has two roots: a member belongs to one cluster")
-    roots = sorted({root for _, root, _ in rows})
-    root_index = {root: i for i, root in enumerate(roots)}
-    members = b"".join(member for member, _, _ in rows)
-    root_names = b"".join(roots)
-    member_offsets = np.cumsum([0] + [len(member) for member, _, _ in rows], dtype=np.int64).astype(_OFFSET)
+    """(member, (root, similarity)) pairs (each member once) as one packed table. Entries in order
+    (as `near.cluster_members` gives them) are packed as they come, ~20 bytes and the name's held
+    a member; others are sorted first."""
+    members, offsets, root_of, similarities = bytearray(), array("Q", [0]), array("I"), array("d")
+    root_index: dict[bytes, int] = {}
+    previous: bytes | None = None
+    entries = iter(entries)
+    for member, (root, similarity) in entries:
+        name = member.encode("utf-8", "surrogatepass")
+        if previous is not None and name <= previous:
+            if name == previous:
+                raise ValueError(f"{member} has two roots: a member belongs to one cluster")
+            held = [*_unpacked(members, offsets, root_of, similarities, root_index), (member, (root, similarity)),
+                    *entries]
+            return pack_roots(sorted(held, key=lambda entry: entry[0].encode("utf-8", "surrogatepass")))
+        previous = name
+        members += name
+        offsets.append(len(members))
+        root_of.append(root_index.setdefault(root.encode("utf-8", "surrogatepass"), len(root_index)))
+        similarities.append(similarity)
+    roots = sorted(root_index)  # the roots' names in order, each once
+    renumber = np.zeros(len(roots), dtype=_INDEX)
+    renumber[[root_index[root] for root in roots]] = np.arange(len(roots))
     root_offsets = np.cumsum([0] + [len(root) for root in roots], dtype=np.int64).astype(_OFFSET)
-    return b"".join([_HEAD.pack(len(rows), len(roots), len(members), len(root_names)),
-                     member_offsets.tobytes(), root_offsets.tobytes(),
-                     np.array([root_index[root] for _, root, _ in rows], dtype=_INDEX).tobytes(),
-                     np.array([similarity for _, _, similarity in rows], dtype=_SIMILARITY).tobytes(),
-                     members, root_names])
+    return b"".join([_HEAD.pack(len(root_of), len(roots), len(members), sum(map(len, roots))),
+                     np.frombuffer(offsets, dtype=np.uint64).astype(_OFFSET).tobytes(), root_offsets.tobytes(),
+                     renumber[np.frombuffer(root_of, dtype=np.uint32)].astype(_INDEX).tobytes(),
+                     np.frombuffer(similarities, dtype=np.float64).astype(_SIMILARITY).tobytes(),
+                     bytes(members), b"".join(roots)])
+
+
+def _unpacked(members: bytearray, offsets: array, root_of: array, similarities: array,
+              root_index: dict[bytes, int]) -> list[tuple[str, tuple[str, float]]]:
+    """The entries packed so far, as they came (a table whose entries turned out of order)."""
+    roots = {i: root.decode("utf-8", "surrogatepass") for root, i in root_index.items()}
+    return [(bytes(members[offsets[i]:offsets[i + 1]]).decode("utf-8", "surrogatepass"),
+             (roots[root_of[i]], similarities[i])) for i in range(len(root_of))]
 
 
 class RootTable(Mapping):
