@@ -13,6 +13,7 @@ from pipeline.beam.writing.input_spills import plan_tasks, write_spill
 from pipeline.beam.writing.input_tasks import TAG_BUCKET, TAG_RUN, merge_bucket, run_task, twins_of
 from pipeline.beam.writing.shard_plan import row_summary, spilled_pieces, spilled_rows
 from schemas import manifest as m
+from tests.beam.streamed_pairs import count_first_pairs
 
 KEY = "ab" + "0" * 62  # one content: one bucket (ab0)
 GROUP = 500  # inputs a spill file, as a worker's group writes them
@@ -132,15 +133,8 @@ def test_the_pairing_of_many_near_copies_streams_each_pair_once(tmp_path):
         slices.extend(value for p, value in write_band_file(str(tmp_path / f"b{start}.bin"), packs) if p == 1)
     (value,) = [value for p, value in pack_bands("/x", "x", signature, 0) if p == 1]
     bands = _VALUE.unpack_from(value)[1]  # this partition's bands of the signature: each pairs the same
-    tracemalloc.start()
-    count, later = 0, set()
-    for a, b, _, _ in iter_pairs_in_partition((1, slices)):
-        assert a == "/corpus/some/folder/near-0000000.txt"
-        count += 1
-        if count % 5000 == 0:
-            later.add(b)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    count, later, peak = count_first_pairs(iter_pairs_in_partition((1, slices)), "/corpus/some/folder/near-0000000.txt",
+                                           5000)
     assert bands >= 2 and count == n - 1 and len(later) == (n - 1) // 5000
     assert peak < 150 * n, f"{peak / n:.0f} bytes a copy"
     assert sorted(pairs_in_partition((1, slices[:4]))) == sorted(iter_pairs_in_partition((1, slices[:4])))

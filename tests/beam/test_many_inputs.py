@@ -21,6 +21,7 @@ from pipeline.beam.run.config import PreprocessConfig
 from pipeline.beam.run.data_flush import whole_element_flushes
 from pipeline.beam.transforms import ListInputs, Preprocess
 from pipeline.beam.unit_results import UnitResult
+from pipeline.beam.writing.inputs_file import read_entries
 from pipeline.beam.writing.shard_plan import (
     PieceRef,
     SpilledTask,
@@ -203,15 +204,26 @@ def _element_counts(result, proto) -> dict[str, int]:
     return counts
 
 
+def _run_counted(folder, spec, config: PreprocessConfig) -> dict[str, int]:
+    """Run the job (FnApiRunner, 2 workers) on `folder`; the element count of each PCollection."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--direct_num_workers=2"]))
+    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(folder)], spec=spec, config=config,
+                                              local_workers=2)
+    proto = pipeline.to_runner_api()
+    result = pipeline.run()
+    result.wait_until_finish()
+    return _element_counts(result, proto)
+
+
 def test_no_element_after_the_workers_is_one_an_input(tmp_path, spec):
     """The real job (FnApiRunner, 2 workers, --dedup and --near_dedup on) on 5,000 small files, with
     the element count of every PCollection from the runner's own metrics: past the workers' stage
     nothing comes one an input (there were ~6: the results by content key, by input for the near
     drops, the plan records, the input lines, the totals), so nothing the runner holds grows with the
     inputs but a reference a group of 1,000 and the buckets (at most 4,096, ~2,900 here)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
     from benchmarks.many_files import _words
 
     words = _words()
@@ -223,13 +235,7 @@ def test_no_element_after_the_workers_is_one_an_input(tmp_path, spec):
     (folder / "copy.txt").write_text((folder / "doc00007.txt").read_text())
     config = PreprocessConfig(inputs=(str(folder),), output=str(tmp_path / "out"), tokenizer="bert", dedup=True,
                               near_dedup=0.8, max_seq_length=64, min_tokens=1)
-    pipeline = beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--direct_num_workers=2"]))
-    _ = pipeline | "Preprocess" >> Preprocess(units=[], patterns=[str(folder)], spec=spec, config=config,
-                                              local_workers=2)
-    proto = pipeline.to_runner_api()
-    result = pipeline.run()
-    result.wait_until_finish()
-    counts = _element_counts(result, proto)
+    counts = _run_counted(folder, spec, config)
     manifest = json.loads((tmp_path / "out" / m.MANIFEST_FILE).read_text())
     assert manifest[m.KEY_COUNTS][m.FILES_READ] == ELEMENT_FILES + 1
     assert manifest[m.KEY_COUNTS][m.FILES_SKIPPED] == 1  # the copy, dropped by --dedup
@@ -238,6 +244,39 @@ def test_no_element_after_the_workers_is_one_an_input(tmp_path, spec):
     assert stage_two, sorted(counts)
     bound = ELEMENT_FILES * 3 // 4  # every bucket of 4,096 filled would still be under it
     assert max(stage_two.values()) <= bound, sorted(stage_two.items(), key=lambda kv: -kv[1])[:5]
+
+
+NEAR_COPIES = 3_000
+
+
+def test_no_element_after_the_workers_is_one_a_near_duplicate_pair(tmp_path, spec):
+    """The real job (FnApiRunner, 2 workers, --near_dedup 0.8) on 3,000 near copies of one text
+    (`benchmarks.many_files --near_copies`: each pair of them shares most MinHash bands): past the
+    workers' stage no PCollection has an element a pair or a near duplicate (there were ~30 a pair
+    from the band partitions, one a pair through Distinct, the scoring, the report's lines and the
+    edges, and one a dropped input as the roots' side input: 1.1 GB at 200,000), and all but the
+    first are dropped as its near duplicates, each pair reported once."""
+    from benchmarks.many_files import write_inputs
+
+    folder = tmp_path / "in"
+    write_inputs(folder, NEAR_COPIES, near=True)
+    config = PreprocessConfig(inputs=(str(folder),), output=str(tmp_path / "out"), tokenizer="bert",
+                              near_dedup=0.8, max_seq_length=64, min_tokens=1)
+    counts = _run_counted(folder, spec, config)
+    out = str(tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / m.MANIFEST_FILE).read_text())
+    assert manifest[m.KEY_COUNTS][m.FILES_READ] == NEAR_COPIES
+    assert manifest[m.KEY_COUNTS][m.FILES_SKIPPED_BY_REASON] == {"near duplicate": NEAR_COPIES - 1}
+    first = str(folder / "0000" / "doc0000000.txt")
+    sections: dict[str, list] = {}
+    for section, entry in read_entries(out, manifest):
+        sections.setdefault(section, []).append(entry)
+    assert all(f"near duplicate of {first} " in e[m.KEY_REASON] for e in sections[m.KEY_SKIPPED])
+    near = [(e[m.KEY_NEAR_DUPLICATE_OF], e[m.KEY_PATH]) for e in sections[m.KEY_NEAR_DUPLICATES]]
+    assert len(near) == len(set(near)) >= NEAR_COPIES - 1
+    stage_two = {name: n for name, n in counts.items() if name.startswith("Preprocess/WriteShards/")}
+    assert any(name.startswith("Preprocess/WriteShards/NearDuplicateCandidates/") for name in stage_two), sorted(counts)
+    assert max(stage_two.values()) <= NEAR_COPIES // 2, sorted(stage_two.items(), key=lambda kv: -kv[1])[:5]
 
 
 def _random_results(rng: random.Random, n: int) -> list[UnitResult]:

@@ -5,7 +5,6 @@ blocks, a slice cut short, and the memory of a merge of many partitions' repeats
 from __future__ import annotations
 
 import os
-import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -19,6 +18,7 @@ from pipeline.beam.dedup.pair_spills import (
     spill_pairs,
     unique_pairs,
 )
+from tests.beam.streamed_pairs import count_first_pairs
 from tests.fuzz.runs import fuzz_runs
 
 
@@ -85,16 +85,8 @@ def test_the_merge_of_many_partitions_repeats_holds_a_block_of_each(tmp_path):
         for bucket, piece in spill_pairs(pairs, str(tmp_path / f"pairs-{p:03d}"), chunk_pairs=5_000):
             by_bucket.setdefault(bucket, []).append(piece)
     spilled = sum(os.path.getsize(f) for f in tmp_path.iterdir())
-    tracemalloc.start()
-    count, seen = 0, set()
-    for bucket, pieces in sorted(by_bucket.items()):
-        for a, b, _, _ in unique_pairs((bucket, pieces)):
-            assert a == "/corpus/near-0000000.txt"
-            count += 1
-            if count % 1000 == 0:
-                seen.add(b)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    merged = (pair for bucket, pieces in sorted(by_bucket.items()) for pair in unique_pairs((bucket, pieces)))
+    count, seen, peak = count_first_pairs(merged, "/corpus/near-0000000.txt", 1000)
     assert count == n - 1 and len(seen) == (n - 1) // 1000
     assert spilled > 30 << 20
     assert peak < 5 << 19, f"{peak / 2**20:.1f} MB"

@@ -48,8 +48,7 @@ def test_a_changed_table_is_named(tmp_path):
 
 
 def test_a_member_costs_its_name_and_20_bytes():
-    """50,000 near copies of one root: the table is the members' names and 20 bytes each (where
-    Beam's AsDict of the tuples held ~1.6 KB of memory a member in the job)."""
+    """50,000 near copies of one root: the table is the members' names and 20 bytes each."""
     members = [f"/corpus/some/folder/near-{i:07d}.txt" for i in range(1, 50_000)]
     blob = pack_roots((member, ("/corpus/some/folder/near-0000000.txt", 0.9375)) for member in members)
     names = sum(len(member) for member in members)

@@ -245,9 +245,13 @@ def score_bucket(bucket_and_slices: tuple[int, Iterable[PairSlice]], temp_dir: s
 
 
 def paired_inputs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator[str]:
-    """The inputs of one bucket's candidate pairs (an input of many pairs as many times)."""
+    """The inputs of one bucket's candidate pairs: an earlier input once a run of its pairs (they
+    come in order), a later one once a pair (`beam.Distinct` keeps each once)."""
+    previous = None
     for a, b, _, _ in unique_pairs(bucket_and_slices):
-        yield a
+        if a != previous:
+            previous = a
+            yield a
         yield b
 
 

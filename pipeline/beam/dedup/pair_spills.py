@@ -3,7 +3,8 @@
 Each MinHash band partition pairs the members of its shared bands (`band_packs`); the copies of one
 content's near duplicates share nearly all their bands, so each partition (~30 of 32) makes the same
 pair (first, other) again: `beam.Distinct` kept each pair once, but Beam's local runner held every
-partition's copy of every pair in its grouping buffer (~4 KB of memory a near duplicate). Here a
+partition's copy of every pair in its grouping buffer (188,265 elements for the 2,999 pairs of 3,000
+near copies: `tests/beam/test_many_inputs.py`). Here a
 partition writes its pairs to the temp folder in sorted chunks of at most SPILL_PAIRS distinct pairs
 (`spill_partition_pairs`), each chunk cut into PAIR_BUCKETS slices by a hash of the pair; only the
 slices' references go through the shuffle, grouped by bucket, and a bucket's slices are merged a

@@ -3,10 +3,9 @@ packed, sorted table in a file of the temp folder, which the end of the job's bu
 their inputs up in: only its reference (path and digest) is their side input.
 
 As `beam.pvalue.AsDict` of (member, (root, similarity)) tuples, Beam's local runner held the encoded
-list and each bundle's worker decoded it into a dict of its own: ~1.6 KB of memory a dropped input
-(80 MB at 50,000 near copies). Packed: the members' names (UTF-8, sorted), each one's root (an index
-into the roots' names, each once) and similarity: ~60 bytes a dropped input on disk, one copy a task
-while it runs, and the lookups a binary search."""
+list, and each bundle's worker decoded it into a dict of its own. Packed: the members' names (UTF-8,
+sorted), each one's root (an index into the roots' names, each once) and similarity, 20 bytes and
+the name a dropped input; one copy a process (the last table read), the lookups a binary search."""
 
 from __future__ import annotations
 
