@@ -36,6 +36,7 @@ from pipeline.beam.units import (
     scan_unit,
     tokenize_unit,
 )
+from pipeline.beam.writing.arrow_io import partial_name, publish_file
 from pipeline.beam.writing.part_writer import PartWriter
 from pipeline.kernels.rows.chunking import RowStream
 from pipeline.kernels.text.text_stream import ByteRange, GutenbergStripper, RawTextStats, decoded_pieces
@@ -167,7 +168,7 @@ def tokenize_split(task: SplitTask, context: UnitContext) -> SplitTokens:
     sentences = context.config.packing == PACKING_SENTENCES
     encoder = DocumentEncoder(context.encoder_tokenizer, sentences, open_sentence=task.index > 0)
     out = SplitTokens(task=task, tokens_path="", tokens=0, unk_tokens=0)
-    handle = None  # opened at the first ids: an object store refuses an empty upload
+    handle, temp = None, ""  # opened at the first ids: an object store refuses an empty upload
     try:
         def results() -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
             for text in _owned_text(task, encoder.rule):
@@ -178,9 +179,10 @@ def tokenize_split(task: SplitTask, context: UnitContext) -> SplitTokens:
             lengths = np.zeros(0, dtype=TOKEN_DTYPE) if lengths is None else lengths
             if not tokens.shape[0] and not lengths.shape[0]:
                 continue
-            if handle is None:
+            if handle is None:  # under a name of its own until whole (a split run again rewrites it)
                 out.tokens_path = _split_file(context.temp_dir, task)
-                handle = FileSystems.create(out.tokens_path, compression_type=CompressionTypes.UNCOMPRESSED)
+                temp = partial_name(out.tokens_path)
+                handle = FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED)
             # a record per piece: its token and sentence counts, its ids, its sentence lengths
             handle.write(np.asarray([tokens.shape[0], lengths.shape[0]], dtype=TOKEN_DTYPE).tobytes())
             handle.write(tokens.astype(TOKEN_DTYPE).tobytes())
@@ -190,6 +192,8 @@ def tokenize_split(task: SplitTask, context: UnitContext) -> SplitTokens:
     finally:
         if handle is not None:
             handle.close()
+    if handle is not None:
+        publish_file(temp, out.tokens_path)
     return out
 
 

@@ -66,18 +66,34 @@ class Processes:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+# Every run: dynamic masks, and both kinds of duplicates dropped: the near-duplicate pairs' files,
+# their scoring (a twin's pairs left out) and the roots' table are written and read by the engine's
+# workers, wherever they run.
+JOB = ("--num_shards", "3", "--masking", "dynamic", "--dedup", "--near_dedup", "0.8")
+
+
 @pytest.fixture(scope="module")
 def books(tmp_path_factory):
+    """The books, a near copy of the first plain-text one (one word changed) and an exact copy of
+    that near copy: --near_dedup drops the near copy, --dedup its copy (whose pairs are then not
+    scored)."""
     folder = tmp_path_factory.mktemp("cluster_books")
     for name in CLUSTER_BOOKS:
         shutil.copy(corpus_book(name), folder / name)
+    text = next(text for text in ((folder / name).read_text(encoding="utf-8") for name in CLUSTER_BOOKS)
+                if not text.lstrip().startswith("<"))  # a book, not the HTML page
+    first = text.index(" the ", len(text) // 2)  # in the body: a licence header is cleaned away
+    (folder / "zz_near.txt").write_text(text[:first] + " a " + text[first + 5:], encoding="utf-8")
+    shutil.copy(folder / "zz_near.txt", folder / "zz_near_copy.txt")
     return folder
 
 
 @pytest.fixture(scope="module")
 def local_run(books, tmp_path_factory):
     out = tmp_path_factory.mktemp("cluster_local") / "out"
-    run_preprocess([books], out, "--num_shards", "3", "--masking", "dynamic")
+    run_preprocess([books], out, *JOB)
+    skipped = json.loads((out / m.MANIFEST_FILE).read_text())[m.KEY_COUNTS][m.FILES_SKIPPED_BY_REASON]
+    assert skipped.get("duplicate") == 1 and skipped.get("near duplicate") == 1, skipped
     return out
 
 
@@ -114,7 +130,7 @@ def test_dask_cluster_of_processes_matches_the_local_run(books, local_run, tmp_p
                                        "--memory-limit", "3GB", "--no-dashboard", "--name", f"w{i}"])
         out = tmp_path / "out"
         # books over 64 KB are tokenized in byte ranges by the cluster's workers and stitched
-        run_preprocess([books], out, "--num_shards", "3", "--masking", "dynamic", "--runner", "DaskRunner",
+        run_preprocess([books], out, *JOB, "--runner", "DaskRunner",
                        "--dask_client_address", f"tcp://127.0.0.1:{port}", "--split_bytes", "65536")
     finally:
         procs.stop()
@@ -132,7 +148,7 @@ def test_portable_runner_with_external_workers_matches_the_local_run(books, loca
         _wait_for_port(job_port)
         _wait_for_port(pool_port)
         out = tmp_path / "out"
-        run_preprocess([books], out, "--num_shards", "3", "--masking", "dynamic", "--runner", "PortableRunner",
+        run_preprocess([books], out, *JOB, "--runner", "PortableRunner",
                        "--job_endpoint", f"localhost:{job_port}", "--environment_type", "EXTERNAL",
                        "--environment_config", f"localhost:{pool_port}")
     finally:
@@ -142,5 +158,5 @@ def test_portable_runner_with_external_workers_matches_the_local_run(books, loca
 
 def test_dask_local_workers_helper(books, local_run, tmp_path):
     out = tmp_path / "out"
-    run_preprocess([books], out, "--num_shards", "3", "--masking", "dynamic", "--dask_local_workers", "2")
+    run_preprocess([books], out, *JOB, "--dask_local_workers", "2")
     _same_as_local(out, local_run)

@@ -24,6 +24,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.beam.writing.arrow_io import write_chunks
 from pipeline.kernels.text.quality import band_hashes
 
 MAX_BAND_GROUP = 64  # a band shared by more inputs pairs each with the first only (clusters still join)
@@ -172,10 +173,8 @@ def write_band_file(path: str, packs: Iterable[tuple[int, bytes]]) -> list[tuple
     for partition, value in merged:
         out.append((partition, BandSlice(path, offset, len(value), _VALUE.unpack_from(value)[1]) if value else None))
         offset += len(value)
-    if offset:
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            for _, value in merged:
-                handle.write(value)
+    if offset:  # whole or not at all: a step run again (a side input's, on Dask) rewrites it as it is read
+        write_chunks(path, (value for _, value in merged))
     return out
 
 

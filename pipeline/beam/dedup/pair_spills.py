@@ -9,7 +9,9 @@ partition writes its pairs to the temp folder in sorted chunks of at most SPILL_
 (`spill_partition_pairs`), each chunk cut into PAIR_BUCKETS slices by a hash of the pair; only the
 slices' references go through the shuffle, grouped by bucket, and a bucket's slices are merged a
 block of each at a time, each pair given once (`unique_pairs`). What any step holds: one chunk, or
-one block of each of a bucket's slices.
+one block of each of a bucket's slices. Every file is written whole or not at all under its name
+(`arrow_io.write_chunks`): a step run again while another reads its files (Beam's Dask runner
+computes a side input's steps anew) never shows a part of one.
 
 The pairs are the same as `beam.Distinct` gave whatever the workers, chunks or order: a pair's
 bucket depends on the pair alone, and the merge drops every repeat within a bucket.
@@ -28,6 +30,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
+from pipeline.beam.writing.arrow_io import write_bytes, write_chunks
 
 __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
            "unique_pairs", "write_pair_file", "read_pairs"]
@@ -72,13 +75,13 @@ def _write_chunk(keys: set[_Key], path: str) -> list[tuple[int, PairSlice]]:
     by_bucket: dict[int, list[_Key]] = {}
     for key in keys:
         by_bucket.setdefault(pair_bucket(key[0], key[1]), []).append(key)
-    out, offset = [], 0
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        for bucket in sorted(by_bucket):
-            data = b"".join(_record(key) for key in sorted(by_bucket[bucket]))
-            handle.write(data)
-            out.append((bucket, PairSlice(path, offset, len(data))))
-            offset += len(data)
+    out, offset, blocks = [], 0, []
+    for bucket in sorted(by_bucket):
+        data = b"".join(_record(key) for key in sorted(by_bucket[bucket]))
+        blocks.append(data)
+        out.append((bucket, PairSlice(path, offset, len(data))))
+        offset += len(data)
+    write_chunks(path, blocks)
     return out
 
 
@@ -102,8 +105,7 @@ def write_pair_file(path: str, pairs: Iterable[Pair]) -> PairSlice:
     """Write `pairs` (each once) sorted to `path`; the slice of the whole file."""
     data = b"".join(_record(key) for key in sorted((_encode(a), _encode(b), place_a, place_b)
                                                    for a, b, place_a, place_b in pairs))
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
+    write_bytes(path, data)
     return PairSlice(path, 0, len(data))
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.beam.writing.arrow_io import write_bytes
+
 __all__ = ["RootsRef", "RootTable", "pack_roots", "write_roots", "read_roots"]
 
 _HEAD = struct.Struct("<QQQQ")  # members, roots, members' names' bytes, roots' names' bytes
@@ -137,8 +139,7 @@ class RootTable(Mapping):
 
 def write_roots(path: str, entries: Iterable[tuple[str, tuple[str, float]]]) -> RootsRef:
     blob = pack_roots(entries)
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(blob)
+    write_bytes(path, blob)
     return RootsRef(path, hashlib.sha256(blob).hexdigest())
 
 

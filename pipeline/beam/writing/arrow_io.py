@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import mmap
+import os
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -66,7 +68,7 @@ class AtomicArrowWriter:
 
     def __init__(self, path: str, schema: pa.Schema, random_access: bool = False) -> None:
         self.path = path
-        self._temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
+        self._temp = partial_name(path)
         self._handle = FileSystems.create(self._temp, compression_type=CompressionTypes.UNCOMPRESSED)
         self._sink = _HashingWriter(self._handle)
         new = pa.ipc.new_file if random_access else pa.ipc.new_stream
@@ -116,19 +118,26 @@ def write_bytes(path: str, data: bytes) -> None:
     """Write a file through FileSystems whole or not at all under its name (locally: temp name, then
     rename): a reader never sees a part of it, as when a runner reruns the step that wrote it while
     another step reads it."""
-    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
-    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
-    publish_file(temp, path)
+    write_chunks(path, [data])
 
 
 def write_chunks(path: str, chunks: Iterable[bytes]) -> None:
     """`write_bytes` of the bytes `chunks` gives, written as they come: the file is never held."""
-    temp = path + PARTIAL_SUFFIX if renames_needed(path) else path
+    temp = partial_name(path)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         for chunk in chunks:
             handle.write(chunk)
     publish_file(temp, path)
+
+
+def partial_name(path: str) -> str:
+    """Where a file is written before it is renamed to `path` (`renames_needed`; else `path`): a name
+    of this writer's own, ending in .partial. Two writers of one file (a step a runner runs again
+    while the first run still writes: Beam's Dask runner computes a side input's steps anew) never
+    write into one temp file, and each rename puts a whole file under the name."""
+    if not renames_needed(path):
+        return path
+    return f"{path}.{uuid.uuid4().hex[:16]}{PARTIAL_SUFFIX}"
 
 
 def renames_needed(path: str) -> bool:
@@ -139,7 +148,12 @@ def renames_needed(path: str) -> bool:
 
 
 def publish_file(temp: str, path: str) -> None:
+    """Rename `temp` to `path`. A local rename replaces a file already there in one step (POSIX
+    rename): a reader finds the old file or the new one, never none."""
     if temp == path:
+        return
+    if FileSystems.get_scheme(path) is None:
+        os.replace(temp, path)
         return
     if FileSystems.exists(path):
         FileSystems.delete([path])

@@ -22,7 +22,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.unit_results import UnitResult
-from pipeline.beam.writing.arrow_io import publish_file, renames_needed
+from pipeline.beam.writing.arrow_io import partial_name, publish_file, write_chunks
 from schemas import manifest as m
 
 INPUT_BUCKETS = 256  # runs at most: 1,000,000 inputs are runs of ~4,000 lines (~1.2 MB), 256 files merged
@@ -80,14 +80,8 @@ def write_run(temp_dir: str, bucket: int, lines: list[tuple[tuple, str]], kind: 
     runs of another stream of lines (the near-duplicate report's) apart from the inputs' runs of the
     same bucket: any set of sorted runs merges into the same file."""
     path = posixpath.join(temp_dir, f"{RUN_PREFIX}{kind}{bucket:05d}.jsonl")
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        buffer: list[str] = []
-        for _, line in sorted(lines):
-            buffer.append(line)
-            if len(buffer) >= 1000:
-                handle.write("".join(buffer).encode("ascii"))
-                buffer.clear()
-        handle.write("".join(buffer).encode("ascii"))
+    ordered = [line for _, line in sorted(lines)]
+    write_chunks(path, ("".join(ordered[start:start + 1000]).encode("ascii") for start in range(0, len(ordered), 1000)))
     return path
 
 
@@ -100,7 +94,7 @@ def merge_runs(runs: Iterable[str], path: str) -> dict:
     """Merge sorted runs into INPUTS_FILE at `path` (locally under a temp name, then renamed); returns
     the manifest's record of it: file name, bytes, sha256, lines per section. The runs are deleted."""
     runs = sorted(set(runs))
-    temp = path + m.PARTIAL_SUFFIX if renames_needed(path) else path
+    temp = partial_name(path)
     digest, size, lines = hashlib.sha256(), 0, dict.fromkeys(m.INPUT_SECTIONS, 0)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         buffer: list[bytes] = []
