@@ -21,7 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.storage.arrow_files import array_to_numpy, fixed_list_array, fixed_list_to_numpy, numpy_array
-from schemas.manifest import PARTIAL_SUFFIX
+from schemas.manifest import PARTIAL_SUFFIX, TEMP_DIR
 from schemas.shard import INPUT_IDS, MASK_SEED, PART_LENGTH, ROWS_PER_RECORD_BATCH
 
 
@@ -131,13 +131,19 @@ def write_chunks(path: str, chunks: Iterable[bytes]) -> None:
 
 
 def partial_name(path: str) -> str:
-    """Where a file is written before it is renamed to `path` (`renames_needed`; else `path`): a name
-    of this writer's own, ending in .partial. Two writers of one file (a step a runner runs again
-    while the first run still writes: Beam's Dask runner computes a side input's steps anew) never
-    write into one temp file, and each rename puts a whole file under the name."""
+    """Where a file is written before it is renamed to `path` (`renames_needed`; else `path`).
+
+    In the job's temp folder, a name of this writer's own ending in .partial: two writers of one
+    file (a step a runner runs again while the first run still writes: Beam's Dask runner computes a
+    side input's steps anew) never write into one temp file, each rename puts a whole file under the
+    name, and what a killed writer leaves goes with the folder. Elsewhere (the output's shards and
+    side files, written once each at the end of the job) `path.partial`, which the next writer of
+    `path` (a resumed run) replaces: a killed run leaves no file of its own there."""
     if not renames_needed(path):
         return path
-    return f"{path}.{uuid.uuid4().hex[:16]}{PARTIAL_SUFFIX}"
+    if f"/{TEMP_DIR}/" in path.replace("\\", "/"):
+        return f"{path}.{uuid.uuid4().hex[:16]}{PARTIAL_SUFFIX}"
+    return path + PARTIAL_SUFFIX
 
 
 def renames_needed(path: str) -> bool:
