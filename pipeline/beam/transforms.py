@@ -561,10 +561,11 @@ class WriteShards(beam.PTransform):
     the workers spill them (`input_spills`), and the end of the job reads them back in bucket tasks
     of about INPUTS_PER_TASK inputs each (`input_tasks`), which mark the exact duplicates where they
     meet, drop the near duplicates (`NearDuplicateRoots`: a reference to the roots' table as a side
-    input) and write their buckets' plan records and their run of inputs-file lines. Through the runner go only small
-    things: a reference a spill file and a task, a bucket's spill (at most 4,096), rows per bucket,
-    the candidate pairs and exact duplicates of the near-duplicate search, the shards' pieces, the
-    totals; the last step merges the sorted runs into INPUTS_FILE and writes the manifest."""
+    input) and write their buckets' plan records and their run of inputs-file lines. Through the
+    runner go only small things: a reference a spill file and a task, a bucket's spill (at most
+    4,096), rows per bucket, references to the near-duplicate search's files (its pairs, report runs
+    and edges) and with --dedup the paired inputs and their twins, the shards' pieces, the totals;
+    the last step merges the sorted runs into INPUTS_FILE and writes the manifest."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None,
                  inputs_per_task: int = INPUTS_PER_TASK) -> None:
@@ -616,8 +617,8 @@ class WriteShards(beam.PTransform):
             paired = pairs | "PairedInputs" >> beam.FlatMap(paired_inputs) | "PairedOnce" >> beam.Distinct()
             twins = tasks | "Twins" >> beam.FlatMap(twins_of, chunk=chunk, among=beam.pvalue.AsList(paired))
         roots, near_runs = ((pairs if twins is None else (pairs, twins))
-                              | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
-                                                                           drop_twins=config.dedup))
+                            | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
+                                                                         drop_twins=config.dedup))
         roots_side = beam.pvalue.AsSingleton(roots, default_value=None) if roots is not None else None
         done = tasks | "BucketTasks" >> beam.FlatMap(_run_task, temp_dir=temp_dir, drop=config.dedup,
                                                      roots=roots_side, threshold=config.near_dedup, chunk=chunk)

@@ -1,7 +1,8 @@
 """Near-duplicate inputs: candidate pairs from MinHash bands shuffled by band (`band_packs`: one
-packed value an input and shuffle key), then the similarity of each candidate from the two
-signatures, read back from where the workers left them (`signatures`: no element carries one past
-the worker), clusters and (with --near_dedup) the later members dropped.
+packed value an input and shuffle key), kept once by a merge of the partitions' pair files
+(`pair_spills`), then the similarity of each candidate from the two signatures, read back from
+where the workers left them (`signatures`: no element carries one past the worker), clusters and
+(with --near_dedup) the later members dropped, looked up in the roots' table (`root_table`).
 
 An input is a file: the byte ranges of a split file are never compared with each other; their
 signatures are merged (the value-wise minimum, which is the signature of the union of their
@@ -147,9 +148,10 @@ def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(member, root(member)) for member in sorted(parent) if root(member) != member]
 
 
-# The job's form of the above: the bands packed (`band_packs`), the signatures read back for the
-# candidates only (`signatures`); no step holds more than one partition of the bands, one pair, the
-# (small) list of pairs at or above --near_dedup, or one input's results.
+# The job's form of the above: the bands packed (`band_packs`), the pairs, report lines and edges in
+# files of the temp folder (`pair_spills`), the signatures read back for the candidates only
+# (`signatures`); no step holds more than one partition's bands, one chunk of pairs or lines, or one
+# input's results, but the one that finds the clusters, which holds each of their members once.
 
 
 def result_bands(result: UnitResult) -> list[tuple[int, bytes]]:
