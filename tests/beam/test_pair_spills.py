@@ -95,9 +95,9 @@ def test_the_merge_of_many_partitions_repeats_holds_a_block_of_each(tmp_path):
 def test_scored_buckets_in_small_chunks_give_the_report_and_clusters_of_the_simple_oracle(tmp_path):
     """Pairs of generated signatures (similarities spread over 0-1), spilled, scored a bucket at a
     time with a chunk of 3 lines or edges (many runs and edge files) and a twin left out: the merged
-    runs are the report `score_pairs` gives (every pair at or above 0.5, once, in the file's order),
-    the root table the roots `cluster_roots` gives of the pairs at or above the threshold, with the
-    similarity of each member to its root."""
+    runs are the report of each pair scored alone (every pair at or above 0.5, once, in the file's
+    order), the root table the roots `cluster_roots` gives of the pairs at or above the threshold,
+    with the similarity of each member to its root."""
     import json
     import random
 
