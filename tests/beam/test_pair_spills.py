@@ -69,8 +69,35 @@ def test_a_slice_cut_short_is_named(tmp_path):
     (path,) = {piece.path for _, piece in slices}
     bucket, piece = max(slices, key=lambda s: s[1].offset)
     os.truncate(path, piece.offset + piece.length - 3)
-    with pytest.raises(PairFileChanged, match="pairs-000-00000.bin ends inside"):
+    with pytest.raises(PairFileChanged, match="pairs-000-[0-9a-f]{12}-00000.bin ends inside"):
         list(unique_pairs((bucket, [piece])))
+
+
+def test_a_slice_whose_bytes_changed_is_named(tmp_path):
+    """A byte of a name changed (same length: the records still parse): the slice's crc32 names the
+    file, as a name that is no longer UTF-8 does."""
+    pairs = [(f"/c/{i:04d}.txt", f"/c/{i + 1:04d}.txt", 0, 1) for i in range(500)]
+    bucket, piece = next(iter(spill_pairs(pairs, str(tmp_path / "pairs-000"))))
+    data = bytearray(open(piece.path, "rb").read())
+    for byte, match in ((ord("9"), "crc32 differs"), (0xFF, "is not UTF-8")):
+        changed = bytearray(data)
+        changed[piece.offset + 10] = byte  # inside the first record's first name
+        open(piece.path, "wb").write(bytes(changed))
+        with pytest.raises(PairFileChanged, match=match):
+            list(unique_pairs((bucket, [piece])))
+
+
+def test_a_partition_paired_again_writes_files_of_its_own(tmp_path):
+    """Its values in another order cut other chunks: each call's slices name that call's files,
+    and each call's merge gives the same pairs."""
+    pairs = [(f"/c/{i:04d}.txt", f"/c/{j:04d}.txt", 0, 0) for i in range(40) for j in range(i + 1, 40)]
+    first = list(spill_pairs(pairs, str(tmp_path / "pairs-000"), chunk_pairs=100))
+    again = list(spill_pairs(pairs[::-1], str(tmp_path / "pairs-000"), chunk_pairs=100))
+    assert not {p.path for _, p in first} & {p.path for _, p in again}
+    for slices in (first, again):
+        merged = [pair for bucket in range(PAIR_BUCKETS)
+                  for pair in unique_pairs((bucket, [p for b, p in slices if b == bucket]))]
+        assert sorted(merged) == sorted(pairs)
 
 
 def test_the_merge_of_many_partitions_repeats_holds_a_block_of_each(tmp_path):

@@ -101,6 +101,48 @@ def test_s3_in_s3_out_equals_the_local_run(s3, small_books, tmp_path, mode, requ
         _train_from_s3_through_the_shard_cache(out, local, tmp_path)
 
 
+def test_near_duplicates_on_s3_equal_the_local_run(s3, small_books, tmp_path):
+    """The books, a near copy of one (a word changed in its body) and an exact copy of that, on S3
+    with --dedup --near_dedup 0.8 and books over 64 KB read in byte ranges: the band files, the
+    candidate pairs' chunks (read a block at a time by ranged reads), the report runs, the edges and
+    the roots' table all in the object store's temp folder; the same bytes as the local run."""
+    import shutil
+
+    endpoint, client = s3
+    folder = tmp_path / "in"
+    shutil.copytree(small_books, folder)
+    book = next(name for name in SMALL_BOOKS  # a book, not the HTML page
+                if not (folder / name).read_text(encoding="utf-8").lstrip().startswith("<"))
+    text = (folder / book).read_text(encoding="utf-8")
+    at = text.index(" the ", len(text) // 2)
+    (folder / "zz_near.txt").write_text(text[:at] + " a " + text[at + 5:], encoding="utf-8")
+    shutil.copy(folder / "zz_near.txt", folder / "zz_near_copy.txt")
+    for path in sorted(folder.iterdir()):
+        client.upload_file(str(path), BUCKET, f"near-books/{path.name}")
+    flags = ("--dedup", "--near_dedup", "0.8", "--num_shards", "2", "--split_bytes", "65536")
+    local = tmp_path / "local"
+    run_preprocess([folder], local, *flags)
+    out = f"s3://{BUCKET}/out-near"
+    run_preprocess([f"s3://{BUCKET}/near-books"], out, *flags, *_flags(endpoint))
+    remote, here = _objects(client, "out-near"), _local_files(local)
+    assert sorted(remote) == sorted(here)
+    for key in here:
+        if key not in (m.MANIFEST_FILE, m.INPUTS_FILE):  # they name the inputs by their paths
+            assert remote[key] == here[key], key
+    a, b = manifest_with_inputs(out), manifest_with_inputs(str(local))
+    assert a[m.KEY_COUNTS] == b[m.KEY_COUNTS]
+    skipped = a[m.KEY_COUNTS][m.FILES_SKIPPED_BY_REASON]
+    assert skipped.get("duplicate") == 1 and skipped.get("near duplicate") == 1, skipped
+
+    def near(manifest):
+        return [(e[m.KEY_NEAR_DUPLICATE_OF].rsplit("/", 1)[1], e[m.KEY_PATH].rsplit("/", 1)[1], e[m.KEY_SIMILARITY])
+                for e in manifest[m.KEY_NEAR_DUPLICATES]]
+
+    pairs = [p[:2] for p in near(a)]
+    assert near(a) == near(b) and (book, "zz_near.txt") in pairs
+    assert (book, "zz_near_copy.txt") not in pairs  # dropped by --dedup: its pairs are not scored
+
+
 def _train_from_s3_through_the_shard_cache(out: str, local, tmp_path) -> None:
     """The loader on an s3:// output: verified local copies (content-addressed, reused), the same
     masked rows as the local output, a limit that cannot hold the split refused, and jobs.train runs."""

@@ -151,7 +151,8 @@ def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 # The job's form of the above: the bands packed (`band_packs`), the pairs, report lines and edges in
 # files of the temp folder (`pair_spills`), the signatures read back for the candidates only
 # (`signatures`); no step holds more than one partition's bands, one chunk of pairs or lines, or one
-# input's results, but the one that finds the clusters, which holds each of their members once.
+# input's results, but the one that finds the clusters, which holds each of their members once, and
+# with --dedup the scoring of a bucket, which holds the twins of the pairs' members.
 
 
 def result_bands(result: UnitResult) -> list[tuple[int, bytes]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import posixpath
 import struct
+import uuid
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pai
            "unique_pairs", "write_pair_file", "read_pairs"]
 
 PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
-SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~10 MB of tuples
+SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~20 MB at 40-byte paths
 _BLOCK = 1 << 16  # bytes read of a slice at a time
 _HEADER = struct.Struct("<HHBB")  # a record: the two names' lengths in bytes, their signatures' places
 Pair = tuple[str, str, int, int]  # (earlier input, later input, earlier's signature place, later's)
@@ -54,6 +55,7 @@ class PairSlice:
     path: str
     offset: int
     length: int
+    crc: int = 0  # zlib.crc32 of its bytes, checked when it has been read
 
 
 def _encode(name: str) -> bytes:
@@ -79,18 +81,20 @@ def _write_chunk(keys: set[_Key], path: str) -> list[tuple[int, PairSlice]]:
     for bucket in sorted(by_bucket):
         data = b"".join(_record(key) for key in sorted(by_bucket[bucket]))
         blocks.append(data)
-        out.append((bucket, PairSlice(path, offset, len(data))))
+        out.append((bucket, PairSlice(path, offset, len(data), zlib.crc32(data))))
         offset += len(data)
     write_chunks(path, blocks)
     return out
 
 
 def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS) -> Iterator[tuple[int, PairSlice]]:
-    """Write `pairs` to files `stem`-NNNNN.bin, a chunk of at most `chunk_pairs` distinct pairs each;
-    (bucket, slice) of every bucket of every chunk. The same pairs in the same order write the same
-    files (a retry's are the same)."""
+    """Write `pairs` to files `stem`-<this call's id>-NNNNN.bin, a chunk of at most `chunk_pairs`
+    distinct pairs each; (bucket, slice) of every bucket of every chunk. A slice names the file its
+    own call wrote: a partition paired again (a retry, or a side input's steps computed anew on
+    Dask), whose values may come in another order and cut other chunks, writes files of its own."""
     chunk: set[_Key] = set()
     index = 0
+    stem = f"{stem}-{uuid.uuid4().hex[:12]}"  # this call's own files: a run of it again writes others
     for a, b, place_a, place_b in pairs:
         chunk.add((_encode(a), _encode(b), place_a, place_b))
         if len(chunk) >= chunk_pairs:
@@ -106,13 +110,13 @@ def write_pair_file(path: str, pairs: Iterable[Pair]) -> PairSlice:
     data = b"".join(_record(key) for key in sorted((_encode(a), _encode(b), place_a, place_b)
                                                    for a, b, place_a, place_b in pairs))
     write_bytes(path, data)
-    return PairSlice(path, 0, len(data))
+    return PairSlice(path, 0, len(data), zlib.crc32(data))
 
 
 def read_pairs(piece: PairSlice) -> Iterator[Pair]:
     """The pairs of one slice, read a block at a time."""
-    for a, b, place_a, place_b in _slice_keys(piece):
-        yield a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass"), place_a, place_b
+    for key in _slice_keys(piece):
+        yield _decoded(key, [piece])
 
 
 def partition_stem(temp_dir: str, partition: int) -> str:
@@ -121,10 +125,17 @@ def partition_stem(temp_dir: str, partition: int) -> str:
 
 
 def _slice_keys(piece: PairSlice) -> Iterator[_Key]:
-    """The pairs of one slice in its (sorted) order, read a block at a time."""
+    """The pairs of one slice in its (sorted) order, read a block at a time: from the file's raw
+    stream, as an object store's reader buffers 16 MB a file and a merge has a slice of every
+    partition open (each block a ranged read of its own size there).
+
+    Raises:
+        PairFileChanged: the slice ends early or its bytes are not the ones written (its crc).
+    """
     with FileSystems.open(piece.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.seek(piece.offset)
-        left, buffer, start = piece.length, b"", 0
+        raw = getattr(handle, "raw", handle)
+        left, buffer, start, crc = piece.length, b"", 0, 0
         while True:
             if len(buffer) - start >= _HEADER.size:
                 len_a, len_b, place_a, place_b = _HEADER.unpack_from(buffer, start)
@@ -134,14 +145,18 @@ def _slice_keys(piece: PairSlice) -> Iterator[_Key]:
                     start = stop
                     yield buffer[names:names + len_a], buffer[names + len_a:stop], place_a, place_b
                     continue
-            block = handle.read(min(_BLOCK, left)) if left else b""
+            block = raw.read(min(_BLOCK, left)) if left else b""
             if not block:
                 break
             left -= len(block)
+            crc = zlib.crc32(block, crc)
             buffer, start = buffer[start:] + block, 0
     if left or start != len(buffer):
         raise PairFileChanged(f"{piece.path} ends inside the {piece.length} bytes of candidate pairs at "
                               f"{piece.offset}: was the temp folder changed during the run?")
+    if piece.crc and crc != piece.crc:
+        raise PairFileChanged(f"{piece.path} holds other bytes than the candidate pairs written at {piece.offset} "
+                              f"(crc32 differs): was the temp folder changed during the run?")
 
 
 def spill_partition_pairs(partition_and_packs: tuple[int, Iterable], temp_dir: str,
@@ -160,4 +175,12 @@ def unique_pairs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator
     for key in heapq.merge(*(_slice_keys(piece) for piece in ordered)):
         if key != previous:
             previous = key
-            yield key[0].decode("utf-8", "surrogatepass"), key[1].decode("utf-8", "surrogatepass"), key[2], key[3]
+            yield _decoded(key, ordered)
+
+
+def _decoded(key: _Key, pieces: list[PairSlice]) -> Pair:
+    try:
+        return key[0].decode("utf-8", "surrogatepass"), key[1].decode("utf-8", "surrogatepass"), key[2], key[3]
+    except UnicodeDecodeError as error:
+        raise PairFileChanged(f"a name in the candidate pairs of {sorted({p.path for p in pieces})} is not UTF-8 "
+                              f"({error}): was the temp folder changed during the run?") from error

@@ -41,8 +41,8 @@ class RootsRef:
     sha256: str
 
 
-def _names(blob: bytes, offsets: np.ndarray, i: int) -> bytes:
-    return blob[int(offsets[i]):int(offsets[i + 1])]
+def _names(blob: memoryview, offsets: np.ndarray, i: int) -> bytes:
+    return bytes(blob[int(offsets[i]):int(offsets[i + 1])])
 
 
 def pack_roots(entries: Iterable[tuple[str, tuple[str, float]]]) -> bytes:
@@ -104,8 +104,9 @@ class RootTable(Mapping):
         self._root_offsets = np.frombuffer(blob, _OFFSET, roots + 1, starts[1])
         self._root_of = np.frombuffer(blob, _INDEX, count, starts[2])
         self._similarity = np.frombuffer(blob, _SIMILARITY, count, starts[3])
-        self._members = blob[starts[4]:starts[5]]
-        self._roots = blob[starts[5]:starts[6]]
+        view = memoryview(blob)  # the names stay in `blob`, not copied beside it
+        self._members = view[starts[4]:starts[5]]
+        self._roots = view[starts[5]:starts[6]]
 
     def __len__(self) -> int:
         return self._count

@@ -158,12 +158,17 @@ def publish_file(temp: str, path: str) -> None:
     rename): a reader finds the old file or the new one, never none."""
     if temp == path:
         return
-    if FileSystems.get_scheme(path) is None:
-        os.replace(temp, path)
+    if FileSystems.get_scheme(path) in (None, "file"):
+        os.replace(_local(temp), _local(path))
         return
     if FileSystems.exists(path):
         FileSystems.delete([path])
     FileSystems.rename([temp], [path])
+
+
+def _local(path: str) -> str:
+    """A local path as the OS names it (a file:// URL's path)."""
+    return path.removeprefix("file://")
 
 
 def read_text(path: str) -> str:
