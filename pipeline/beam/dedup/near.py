@@ -22,6 +22,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack_bands
+from pipeline.beam.dedup.clusters import cluster_members
 from pipeline.beam.dedup.exact import by_input, dropped_result
 from pipeline.beam.dedup.pair_spills import PairSlice, read_pairs, spill_partition_pairs, unique_pairs, write_pair_file
 from pipeline.beam.dedup.root_table import RootsRef, write_roots
@@ -260,32 +261,6 @@ def paired_inputs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterato
 
 def _edge_file(temp_dir: str, bucket: int, index: int) -> str:
     return posixpath.join(temp_dir, f"near-edges-{bucket:03d}-{index:05d}.bin")
-
-
-def cluster_members(edges: Iterable[tuple[str, str, int, int]]) -> Iterator[tuple[str, str, int, int]]:
-    """(member, root, their places) for every member of a cluster of pairs but its root (the
-    earliest by path), the edges read once as they come: a cluster's root does not depend on their
-    order. Holds each member's name and place once."""
-    parent: dict[str, str] = {}
-    places: dict[str, int] = {}
-
-    def root(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b, place_a, place_b in edges:
-        for name, place in ((a, place_a), (b, place_b)):
-            if name not in parent:
-                parent[name], places[name] = name, place
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    for member in sorted(parent):
-        kept = root(member)
-        if kept != member:
-            yield member, kept, places[member], places[kept]
 
 
 def root_similarity(member_root: tuple[str, str, int, int], temp_dir: str) -> tuple[str, tuple[str, float]]:

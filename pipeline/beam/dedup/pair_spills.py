@@ -31,10 +31,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
-from pipeline.beam.writing.arrow_io import write_bytes, write_chunks
+from pipeline.beam.writing.arrow_io import write_chunks
 
 __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
-           "unique_pairs", "write_pair_file", "read_pairs"]
+           "unique_pairs", "write_pair_file", "write_keys", "read_pairs", "read_keys"]
 
 PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
 SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~20 MB at 40-byte paths
@@ -107,15 +107,34 @@ def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS
 
 def write_pair_file(path: str, pairs: Iterable[Pair]) -> PairSlice:
     """Write `pairs` (each once) sorted to `path`; the slice of the whole file."""
-    data = b"".join(_record(key) for key in sorted((_encode(a), _encode(b), place_a, place_b)
-                                                   for a, b, place_a, place_b in pairs))
-    write_bytes(path, data)
-    return PairSlice(path, 0, len(data), zlib.crc32(data))
+    return write_keys(path, sorted((_encode(a), _encode(b), place_a, place_b) for a, b, place_a, place_b in pairs))
+
+
+def write_keys(path: str, keys: Iterable[_Key]) -> PairSlice:
+    """Write pair records of `keys` (names as UTF-8, as `read_keys` gives them) in their order to
+    `path`, a block at a time (`keys` may be a merge of files: it is never held); the slice of the
+    whole file."""
+    length = crc = 0
+
+    def blocks() -> Iterator[bytes]:
+        nonlocal length, crc
+        block = bytearray()
+        for key in keys:
+            block += _record(key)
+            if len(block) >= _BLOCK:
+                length, crc = length + len(block), zlib.crc32(block, crc)
+                yield bytes(block)
+                block = bytearray()
+        length, crc = length + len(block), zlib.crc32(block, crc)
+        yield bytes(block)
+
+    write_chunks(path, blocks())
+    return PairSlice(path, 0, length, crc)
 
 
 def read_pairs(piece: PairSlice) -> Iterator[Pair]:
     """The pairs of one slice, read a block at a time."""
-    for key in _slice_keys(piece):
+    for key in read_keys(piece):
         yield _decoded(key, [piece])
 
 
@@ -124,8 +143,8 @@ def partition_stem(temp_dir: str, partition: int) -> str:
     return posixpath.join(temp_dir, f"pairs-{partition:03d}")
 
 
-def _slice_keys(piece: PairSlice) -> Iterator[_Key]:
-    """The pairs of one slice in its (sorted) order, read a block at a time: from the file's raw
+def read_keys(piece: PairSlice) -> Iterator[_Key]:
+    """The pairs of one slice in its (sorted) order, names as UTF-8 bytes, read a block at a time: from the file's raw
     stream, as an object store's reader buffers 16 MB a file and a merge has a slice of every
     partition open (each block a ranged read of its own size there).
 
@@ -172,7 +191,7 @@ def unique_pairs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator
     _, slices = bucket_and_slices
     ordered = sorted(set(slices), key=lambda s: (s.path, s.offset))
     previous = None
-    for key in heapq.merge(*(_slice_keys(piece) for piece in ordered)):
+    for key in heapq.merge(*(read_keys(piece) for piece in ordered)):
         if key != previous:
             previous = key
             yield _decoded(key, ordered)

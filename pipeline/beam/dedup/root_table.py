@@ -1,17 +1,28 @@
 """The roots of the near-duplicate clusters (member -> (its cluster's root, their similarity)) as one
-packed, sorted table in a file of the temp folder, which the end of the job's bucket tasks look
-their inputs up in: only its reference (path and digest) is their side input.
+sorted table in a file of the temp folder, which the end of the job's bucket tasks look their inputs
+up in: only its reference (path and digest) is their side input.
 
 As `beam.pvalue.AsDict` of (member, (root, similarity)) tuples, Beam's local runner held the encoded
-list, and each bundle's worker decoded it into a dict of its own. Packed: the members' names (UTF-8,
-sorted), each one's root (an index into the roots' names, each once) and similarity, 20 bytes and
-the name a dropped input; one copy a process (the last table read), the lookups a binary search."""
+list, and each bundle's worker decoded it into a dict of its own; read into each process's memory,
+the packed table still cost 20 bytes and the name a dropped input in each. Now the table is written
+as its entries come (in order, from `clusters.cluster_members`; nothing held but a block) and each
+process maps it (`mmap`) instead of reading it: its pages are the page cache's, shared by the
+processes, and the system drops them under pressure. A table on an object store is first copied to
+the local temp folder, once a process. A lookup is a binary search of the sorted names.
+
+The file: a header (entries, bytes of the records), an offset an entry (uint64, into the records),
+then the records in the members' order: the name's and the root's lengths, the similarity (float64,
+as computed, rounded to 4 places) and the two names (UTF-8).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import mmap
+import os
+import shutil
 import struct
-from array import array
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -19,14 +30,14 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipeline.beam.writing.arrow_io import write_bytes
+from pipeline.beam.writing.arrow_io import write_chunks
 
-__all__ = ["RootsRef", "RootTable", "pack_roots", "write_roots", "read_roots"]
+__all__ = ["RootsRef", "RootTable", "RootTableChanged", "pack_roots", "write_roots", "read_roots"]
 
-_HEAD = struct.Struct("<QQQQ")  # members, roots, members' names' bytes, roots' names' bytes
+_HEAD = struct.Struct("<QQ")  # entries, bytes of the records
+_RECORD = struct.Struct("<IId")  # the member's name's length, the root's, the similarity (as computed)
 _OFFSET = np.dtype("<u8")
-_INDEX = np.dtype("<u4")
-_SIMILARITY = np.dtype("<f8")  # the similarity as computed (rounded to 4 places): kept exactly
+_BLOCK = 1 << 20  # bytes copied at a time
 
 
 class RootTableChanged(OSError):
@@ -41,79 +52,104 @@ class RootsRef:
     sha256: str
 
 
-def _names(blob: memoryview, offsets: np.ndarray, i: int) -> bytes:
-    return bytes(blob[int(offsets[i]):int(offsets[i + 1])])
+def _encoded(name: str) -> bytes:
+    return name.encode("utf-8", "surrogatepass")  # orders as the code points do
+
+
+def _blocks(path: str) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            yield block
+
+
+def _table_chunks(entries: Iterable[tuple[str, tuple[str, float]]]) -> Iterator[bytes]:
+    """The table's bytes, a block at a time: the entries (in order of their members, each once) go
+    to two files of a local scratch folder as they come, then the header and the two files."""
+    with tempfile.TemporaryDirectory(prefix="maskbeam-roots-") as scratch:
+        offsets_path, records_path = os.path.join(scratch, "offsets"), os.path.join(scratch, "records")
+        count = written = 0
+        previous: bytes | None = None
+        with open(offsets_path, "wb") as offsets, open(records_path, "wb") as records:
+            for member, (root, similarity) in entries:
+                name = _encoded(member)
+                if previous is not None and name <= previous:
+                    if name == previous:
+                        raise ValueError(f"{member} has two roots: a member belongs to one cluster")
+                    raise ValueError(f"{member} comes after {previous.decode('utf-8', 'surrogatepass')}: a roots' "
+                                     f"table is written in the members' order")
+                previous = name
+                kept = _encoded(root)
+                record = _RECORD.pack(len(name), len(kept), similarity) + name + kept
+                offsets.write(written.to_bytes(_OFFSET.itemsize, "little"))
+                records.write(record)
+                written += len(record)
+                count += 1
+            offsets.write(written.to_bytes(_OFFSET.itemsize, "little"))
+        yield _HEAD.pack(count, written)
+        yield from _blocks(offsets_path)
+        yield from _blocks(records_path)
 
 
 def pack_roots(entries: Iterable[tuple[str, tuple[str, float]]]) -> bytes:
-    """(member, (root, similarity)) pairs (each member once) as one packed table. Entries in order
-    (as `near.cluster_members` gives them) are packed as they come, ~20 bytes and the name's held
-    a member; others are sorted first."""
-    members, offsets, root_of, similarities = bytearray(), array("Q", [0]), array("I"), array("d")
-    root_index: dict[bytes, int] = {}
-    previous: bytes | None = None
-    entries = iter(entries)
-    for member, (root, similarity) in entries:
-        name = member.encode("utf-8", "surrogatepass")
-        if previous is not None and name <= previous:
-            if name == previous:
-                raise ValueError(f"{member} has two roots: a member belongs to one cluster")
-            held = [*_unpacked(members, offsets, root_of, similarities, root_index), (member, (root, similarity)),
-                    *entries]
-            return pack_roots(sorted(held, key=lambda entry: entry[0].encode("utf-8", "surrogatepass")))
-        previous = name
-        members += name
-        offsets.append(len(members))
-        root_of.append(root_index.setdefault(root.encode("utf-8", "surrogatepass"), len(root_index)))
-        similarities.append(similarity)
-    roots = sorted(root_index)  # the roots' names in order, each once
-    renumber = np.zeros(len(roots), dtype=_INDEX)
-    renumber[[root_index[root] for root in roots]] = np.arange(len(roots))
-    root_offsets = np.cumsum([0] + [len(root) for root in roots], dtype=np.int64).astype(_OFFSET)
-    return b"".join([_HEAD.pack(len(root_of), len(roots), len(members), sum(map(len, roots))),
-                     np.frombuffer(offsets, dtype=np.uint64).astype(_OFFSET).tobytes(), root_offsets.tobytes(),
-                     renumber[np.frombuffer(root_of, dtype=np.uint32)].astype(_INDEX).tobytes(),
-                     np.frombuffer(similarities, dtype=np.float64).astype(_SIMILARITY).tobytes(),
-                     bytes(members), b"".join(roots)])
+    """The table of (member, (root, similarity)) entries, in their members' order, as bytes.
+
+    Raises:
+        ValueError: a member comes twice, or out of order.
+    """
+    return b"".join(_table_chunks(entries))
 
 
-def _unpacked(members: bytearray, offsets: array, root_of: array, similarities: array,
-              root_index: dict[bytes, int]) -> list[tuple[str, tuple[str, float]]]:
-    """The entries packed so far, as they came (a table whose entries turned out of order)."""
-    roots = {i: root.decode("utf-8", "surrogatepass") for root, i in root_index.items()}
-    return [(bytes(members[offsets[i]:offsets[i + 1]]).decode("utf-8", "surrogatepass"),
-             (roots[root_of[i]], similarities[i])) for i in range(len(root_of))]
+def write_roots(path: str, entries: Iterable[tuple[str, tuple[str, float]]]) -> RootsRef:
+    """Write the table of `entries` (as `pack_roots`) to `path` as they come; its reference."""
+    digest = hashlib.sha256()
+
+    def hashed() -> Iterator[bytes]:
+        for chunk in _table_chunks(entries):
+            digest.update(chunk)
+            yield chunk
+
+    write_chunks(path, hashed())
+    return RootsRef(path, digest.hexdigest())
 
 
 class RootTable(Mapping):
-    """A packed table as a read-only mapping member -> (root, similarity), looked up by a binary
-    search of the sorted names."""
+    """A table's bytes (any buffer: a file's map) as a read-only mapping member -> (root,
+    similarity), looked up by a binary search of the sorted names."""
 
-    def __init__(self, blob: bytes, where: str = "a roots table") -> None:
-        if len(blob) < _HEAD.size:
-            raise RootTableChanged(f"{where} holds {len(blob)} bytes, less than its header")
-        count, roots, member_bytes, root_bytes = _HEAD.unpack_from(blob)
-        sizes = [(count + 1) * _OFFSET.itemsize, (roots + 1) * _OFFSET.itemsize, count * _INDEX.itemsize,
-                 count * _SIMILARITY.itemsize, member_bytes, root_bytes]
-        if _HEAD.size + sum(sizes) != len(blob):
-            raise RootTableChanged(f"{where} holds {len(blob)} bytes, not the {_HEAD.size + sum(sizes)} its header "
-                                   f"says: was the temp folder changed during the run?")
-        starts = np.cumsum([_HEAD.size] + sizes).tolist()
+    def __init__(self, blob, where: str = "a roots table") -> None:
+        view = memoryview(blob)
+        if len(view) < _HEAD.size:
+            raise RootTableChanged(f"{where} holds {len(view)} bytes, less than its header")
+        count, records = _HEAD.unpack_from(view)
+        expected = _HEAD.size + (count + 1) * _OFFSET.itemsize + records
+        if expected != len(view):
+            raise RootTableChanged(f"{where} holds {len(view)} bytes, not the {expected} its header says: was the "
+                                   f"temp folder changed during the run?")
         self._count = count
-        self._member_offsets = np.frombuffer(blob, _OFFSET, count + 1, starts[0])
-        self._root_offsets = np.frombuffer(blob, _OFFSET, roots + 1, starts[1])
-        self._root_of = np.frombuffer(blob, _INDEX, count, starts[2])
-        self._similarity = np.frombuffer(blob, _SIMILARITY, count, starts[3])
-        view = memoryview(blob)  # the names stay in `blob`, not copied beside it
-        self._members = view[starts[4]:starts[5]]
-        self._roots = view[starts[5]:starts[6]]
+        self._offsets = np.frombuffer(view, _OFFSET, count + 1, _HEAD.size)
+        self._records = view[_HEAD.size + (count + 1) * _OFFSET.itemsize:]
+        self._where = where
+
+    def _entry(self, i: int) -> tuple[bytes, bytes, float]:
+        at = int(self._offsets[i])
+        name_length, root_length, similarity = _RECORD.unpack_from(self._records, at)
+        name = at + _RECORD.size
+        root = name + name_length
+        if root + root_length > int(self._offsets[i + 1]):
+            raise RootTableChanged(f"{self._where}: entry {i} runs past the next: was the temp folder changed "
+                                   f"during the run?")
+        return bytes(self._records[name:root]), bytes(self._records[root:root + root_length]), similarity
+
+    def _name(self, i: int) -> bytes:
+        at = int(self._offsets[i])
+        (name_length,) = struct.unpack_from("<I", self._records, at)
+        return bytes(self._records[at + _RECORD.size:at + _RECORD.size + name_length])
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[str]:
-        return (_names(self._members, self._member_offsets, i).decode("utf-8", "surrogatepass")
-                for i in range(self._count))
+        return (self._name(i).decode("utf-8", "surrogatepass") for i in range(self._count))
 
     def __getitem__(self, member: str) -> tuple[str, float]:
         found = self.get(member)
@@ -124,31 +160,51 @@ class RootTable(Mapping):
     def get(self, member: str, default=None) -> tuple[str, float] | None:
         if not isinstance(member, str):
             return default
-        key = member.encode("utf-8", "surrogatepass")
+        key = _encoded(member)
         lo, hi = 0, self._count
         while lo < hi:  # the first member >= key
             mid = (lo + hi) // 2
-            if _names(self._members, self._member_offsets, mid) < key:
+            if self._name(mid) < key:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo == self._count or _names(self._members, self._member_offsets, lo) != key:
+        if lo == self._count:
             return default
-        root = _names(self._roots, self._root_offsets, int(self._root_of[lo])).decode("utf-8", "surrogatepass")
-        return root, float(self._similarity[lo])
+        name, root, similarity = self._entry(lo)
+        if name != key:
+            return default
+        return root.decode("utf-8", "surrogatepass"), similarity
 
 
-def write_roots(path: str, entries: Iterable[tuple[str, tuple[str, float]]]) -> RootsRef:
-    blob = pack_roots(entries)
-    write_bytes(path, blob)
-    return RootsRef(path, hashlib.sha256(blob).hexdigest())
+_READ: dict[str, RootTable] = {}  # the last table mapped in this process, by its digest
 
 
-_READ: dict[str, RootTable] = {}  # the last table read in this process, by its digest
+def _local_file(path: str) -> str | None:
+    """`path` as a local file's path, or None for an object store's."""
+    scheme = FileSystems.get_scheme(path)
+    if scheme is None:
+        return path
+    if scheme == "file":
+        return path[len("file://"):]
+    return None
+
+
+def _mapped(path: str) -> mmap.mmap:
+    """The read-only map of the table at `path`; a copy in the local temp folder first where it is
+    an object store's (the copy's name is removed once mapped: the map keeps its pages)."""
+    local = _local_file(path)
+    if local is not None:
+        with open(local, "rb") as handle:
+            return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    with tempfile.NamedTemporaryFile(prefix="maskbeam-roots-", suffix=".bin") as copy:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as source:
+            shutil.copyfileobj(source, copy, _BLOCK)
+        copy.flush()
+        return mmap.mmap(copy.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def read_roots(ref: RootsRef | None) -> RootTable | None:
-    """The table `ref` names (the last one read is kept: a process runs many tasks of one job).
+    """The table `ref` names, mapped (the last one is kept: a process runs many tasks of one job).
 
     Raises:
         RootTableChanged: its bytes are not the ones written.
@@ -157,8 +213,11 @@ def read_roots(ref: RootsRef | None) -> RootTable | None:
         return None
     table = _READ.get(ref.sha256)
     if table is None:
-        with FileSystems.open(ref.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            blob = handle.read()
+        try:
+            blob = _mapped(ref.path)
+        except ValueError as error:  # an empty file cannot be mapped
+            raise RootTableChanged(f"{ref.path} is not the roots' table the job wrote ({error}): was the temp "
+                                   f"folder changed during the run?") from error
         if hashlib.sha256(blob).hexdigest() != ref.sha256:
             raise RootTableChanged(f"{ref.path} is not the roots' table the job wrote (sha256 differs): was the "
                                    f"temp folder changed during the run?")
