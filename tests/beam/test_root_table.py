@@ -5,11 +5,11 @@ file named, its size a member, and what writing and reading it hold."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import tracemalloc
 
 from pipeline.beam.dedup.root_table import _READ, RootTable, RootTableChanged, pack_roots, read_roots, write_roots
 from tests.fuzz.runs import fuzz_runs

@@ -8,9 +8,10 @@ the local disk that goes with the step:
 
 1. each edge gives its two ends as records (name, slot: 2 x its number + 0 or 1), written in sorted
    chunks of at most CHUNK_RECORDS (`pair_spills.write_keys`);
-2. the chunks merged (MERGE_FAN_IN at a time: in rounds where there are more) give the names in order, each once: a member's rank is its id. Each name is
-   written with its signature's place to the members' file (an offset each to a file of offsets),
-   and its id to its slots in the ends' map (2 x 4 bytes an edge);
+2. the chunks merged (MERGE_FAN_IN at a time: in rounds where there are more) give the names in
+   order, each once: a member's rank is its id. Each name is written with its signature's place to
+   the members' file (an offset each to a file of offsets), and its id to its slots in the ends'
+   map (2 x 4 bytes an edge);
 3. `kernels.common.union_find` joins the ends: each id's root is the smallest id of its component,
    the earliest path, whatever the edges' order;
 4. the members' file read in order gives (member, root, their places) for each member but its
@@ -135,7 +136,8 @@ def _members_in_order(scratch: str, count: int) -> Iterator[tuple[str, int]]:
 
 
 def cluster_members(edges: Iterable[tuple[str, str, int, int]], chunk: int = CHUNK_RECORDS,
-                    scratch_parent: str | None = None, fan_in: int = MERGE_FAN_IN) -> Iterator[tuple[str, str, int, int]]:
+                    scratch_parent: str | None = None, fan_in: int = MERGE_FAN_IN
+                    ) -> Iterator[tuple[str, str, int, int]]:
     """(member, root, their places) for every member of a cluster of `edges` (earlier, later, their
     signatures' places: each edge joins two inputs, in any order) but its root, the earliest by
     path (names compared as UTF-8 bytes, which order as the code points do), in the members'
