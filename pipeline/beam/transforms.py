@@ -25,10 +25,10 @@ from pipeline.beam.dedup.near import (
     FindNearDuplicateCandidates,
     NearDuplicateRoots,
     input_bands,
-    paired_inputs,
     result_bands,
 )
 from pipeline.beam.dedup.root_table import RootsRef, read_roots
+from pipeline.beam.dedup.twin_table import spill_twins, write_twin_table
 from pipeline.beam.input_splits import SplitTask, scan_for_splits, stitch_splits, tokenize_split
 from pipeline.beam.packed import allow
 from pipeline.beam.reading.group_files import GroupFile, read_group_file, write_group_file
@@ -65,7 +65,6 @@ from pipeline.beam.writing.input_tasks import (
     TAG_TOTALS,
     merge_bucket,
     run_task,
-    twins_of,
 )
 from pipeline.beam.writing.planning import balanced_bins
 from pipeline.beam.writing.shard_plan import (
@@ -564,7 +563,7 @@ class WriteShards(beam.PTransform):
     input) and write their buckets' plan records and their run of inputs-file lines. Through the
     runner go only small things: a reference a spill file and a task, a bucket's spill (at most
     4,096), rows per bucket, references to the near-duplicate search's files (its pairs, report runs
-    and edges) and with --dedup the paired inputs and their twins, the shards' pieces, the totals;
+    and edges, and with --dedup the twins' files and table), the shards' pieces, the totals;
     the last step merges the sorted runs into INPUTS_FILE and writes the manifest."""
 
     def __init__(self, *, spec: TokenizerSpec, config: PreprocessConfig, local_workers: int | None = None,
@@ -613,9 +612,12 @@ class WriteShards(beam.PTransform):
         # --dedup drops the exact duplicates, whose pairs are then not scored: they come first.
         chunk = self._inputs_per_task  # what a task holds, whatever the copies of one content in it
         twins = None
-        if config.dedup:  # only the twins among the pairs' members matter: not one element a copy
-            paired = pairs | "PairedInputs" >> beam.FlatMap(paired_inputs) | "PairedOnce" >> beam.Distinct()
-            twins = tasks | "Twins" >> beam.FlatMap(twins_of, chunk=chunk, among=beam.pvalue.AsList(paired))
+        if config.dedup:  # in files, merged into one table the scoring maps: not one element a twin
+            twins = (tasks
+                     | "TwinFiles" >> beam.FlatMap(spill_twins, temp_dir=temp_dir, chunk=chunk)
+                     | "TwinsTogether" >> beam.Map(lambda piece: (None, piece))
+                     | "GroupTwinFiles" >> beam.GroupByKey()
+                     | "TwinTable" >> beam.Map(write_twin_table, temp_dir=temp_dir))
         roots, near_runs = ((pairs if twins is None else (pairs, twins))
                             | "NearDuplicateRoots" >> NearDuplicateRoots(config.near_dedup, temp_dir,
                                                                          drop_twins=config.dedup))

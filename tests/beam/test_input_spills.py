@@ -264,14 +264,21 @@ def test_a_planted_spill_file_runs_no_code(tmp_path):
             list(read_range(str(path), 0, BUCKETS))
 
 
-def test_twins_among_the_paired_inputs_are_those_twins_only(tmp_path):
-    """--dedup asks the twins of the near-duplicate candidates' members only (one element a copy of
-    every content was the runner's to hold): the same twins, filtered; none asked, none read."""
+def test_the_twins_table_is_every_tasks_twins(tmp_path):
+    """--dedup's twins go to files (`twin_table.spill_twins`, sorted in files of at most 5 here) and
+    one table the scoring maps (`write_twin_table`), not one element a twin: the table answers as the
+    tasks' `twins_of` (the oracle), every input of several copies once, a task run again too."""
+    from pipeline.beam.dedup.root_table import read_roots
+    from pipeline.beam.dedup.twin_table import spill_twins, write_twin_table
+
     inputs = _copies(_inputs(12, 300), 12)
     tasks = plan_tasks(_spilled(tmp_path, inputs, 4, 12), str(tmp_path), 40)
-    every = sorted(twin for task in tasks for twin in twins_of(task, 7))
+    every = dict(twin for task in tasks for twin in twins_of(task, 7))
     assert len(every) > 100
-    among = {name for name, _ in inputs[::3]}
-    assert sorted(twin for task in tasks for twin in twins_of(task, 7, among=among)) == sorted(
-        twin for twin in every if twin[0] in among)
-    assert [twin for task in tasks for twin in twins_of(task, 7, among=[])] == []
+    pieces = [piece for task in tasks for piece in spill_twins(task, str(tmp_path), 7, spill=5)]
+    assert len(pieces) > len(tasks) > 1
+    again = list(spill_twins(tasks[0], str(tmp_path), 7, spill=5))  # a task run again
+    table = read_roots(write_twin_table((None, pieces + again), str(tmp_path)))
+    assert dict(table) == {name: (twin, 0.0) for name, twin in every.items()}
+    assert all(name not in table for name, _ in inputs if name not in every)
+

@@ -45,13 +45,10 @@ from schemas import manifest as m
 # The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), the
 # MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), the
 # reference to the near-duplicate clusters' roots' table (`root_table`) for the bucket tasks, and
-# with --dedup the members of the near-duplicate candidate pairs (each once) for the twins' lookup:
-# as many as the pairs name, never one a copy (the copies of one content pair only their first),
-# and the twins found among them for the pairs' scoring.
+# with --dedup the reference to the twins' table (`twin_table`) for the pairs' scoring.
 ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
                                 "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition",
                                 "Preprocess/WriteShards/BucketTasks",
-                                "Preprocess/WriteShards/Twins",
                                 "Preprocess/WriteShards/NearDuplicateRoots/ScoreBuckets"}
 
 

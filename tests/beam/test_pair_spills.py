@@ -138,7 +138,7 @@ def test_scored_buckets_in_small_chunks_give_the_report_and_clusters_of_the_simp
         score_bucket,
         write_root_table,
     )
-    from pipeline.beam.dedup.root_table import read_roots
+    from pipeline.beam.dedup.root_table import read_roots, write_roots
     from pipeline.beam.dedup.signatures import IN_FILE, write_signature
     from pipeline.beam.writing.inputs_file import merge_runs
     from pipeline.kernels.text.quality import signature_similarity
@@ -154,13 +154,14 @@ def test_scored_buckets_in_small_chunks_give_the_report_and_clusters_of_the_simp
         write_signature(str(tmp_path), name, signatures[name])
     pairs = sorted({tuple(sorted(chooser.sample(names, 2))) for _ in range(400)})
     twin = names[7]
+    twins = write_roots(str(tmp_path / "twins.bin"), [(twin, (names[0], 0.0))])
     by_bucket: dict[int, list] = {}
     for p in range(3):  # three partitions, each making every pair
         for bucket, piece in spill_pairs([(a, b, IN_FILE, IN_FILE) for a, b in pairs], str(tmp_path / f"pairs-{p}"), 50):
             by_bucket.setdefault(bucket, []).append(piece)
     runs, edge_files = [], []
     for bucket, pieces in sorted(by_bucket.items()):
-        for tag, value in score_bucket((bucket, pieces), str(tmp_path), 0.75, twins=[(twin, names[0])], chunk=3):
+        for tag, value in score_bucket((bucket, pieces), str(tmp_path), 0.75, twins=twins, chunk=3):
             (runs if tag == TAG_RUN else edge_files).append(value)
             assert tag in (TAG_RUN, TAG_EDGES)
     kept = [(a, b, round(signature_similarity(signatures[a], signatures[b]), 4)) for a, b in pairs if twin not in (a, b)]

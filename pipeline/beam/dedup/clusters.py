@@ -31,13 +31,12 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.beam.dedup.pair_spills import read_keys, write_keys
+from pipeline.beam.dedup.pair_spills import MERGE_FAN_IN, merged_rounds, read_keys, write_keys
 from pipeline.kernels.common.union_find import smallest_roots
 
 __all__ = ["CHUNK_RECORDS", "cluster_members"]
 
 CHUNK_RECORDS = 1 << 16  # ends held before they are sorted and written: ~25 MB at 40-byte paths
-MERGE_FAN_IN = 32  # chunk files merged at once (a block of each held); more are merged in rounds first
 _SLOT = 8  # bytes of an end's slot, big-endian: records of one name sort by slot
 _MEMBER = struct.Struct("<HB")  # a member's record: its name's length in bytes, its signature's place
 _ID = np.dtype("<u4")
@@ -69,21 +68,6 @@ def _spill_ends(edges: Iterable[tuple[str, str, int, int]], scratch: str, chunk:
         held.sort()
         pieces.append(write_keys(os.path.join(scratch, f"ends-{len(pieces):05d}.bin"), held))
     return pieces, edges_seen
-
-
-def _merged_rounds(pieces: list, scratch: str, fan_in: int) -> list:
-    """`pieces` merged `fan_in` at a time into new files until at most `fan_in` are left."""
-    rounds = 0
-    while len(pieces) > fan_in:
-        merged = []
-        for start in range(0, len(pieces), fan_in):
-            group = pieces[start:start + fan_in]
-            path = os.path.join(scratch, f"ends-r{rounds}-{len(merged):05d}.bin")
-            merged.append(write_keys(path, heapq.merge(*(read_keys(piece) for piece in group))))
-            for piece in group:
-                os.remove(piece.path)
-        pieces, rounds = merged, rounds + 1
-    return pieces
 
 
 def _map(path: str, dtype: np.dtype, count: int) -> np.ndarray:
@@ -148,10 +132,10 @@ def cluster_members(edges: Iterable[tuple[str, str, int, int]], chunk: int = CHU
         pieces, edge_count = _spill_ends(edges, scratch, chunk)
         if not edge_count:
             return
-        pieces = _merged_rounds(pieces, scratch, fan_in)
+        pieces = merged_rounds(pieces, scratch, fan_in)
         ends, count = _name_members(pieces, edge_count, scratch)
         for piece in pieces:
-            os.remove(piece.path)
+            os.remove(piece.path)  # the rounds' files (or the chunks): all under `scratch`
         parent = _map(os.path.join(scratch, "parent.npy"), _ID, count)
         parent[:count] = np.arange(count, dtype=_ID)
         smallest_roots(np.asarray(parent[:count]), np.asarray(ends))  # the maps' arrays, for the kernel

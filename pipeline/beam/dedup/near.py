@@ -25,7 +25,7 @@ from pipeline.beam.dedup.band_packs import MAX_BAND_GROUP, candidate_pairs, pack
 from pipeline.beam.dedup.clusters import cluster_members
 from pipeline.beam.dedup.exact import by_input, dropped_result
 from pipeline.beam.dedup.pair_spills import PairSlice, read_pairs, spill_partition_pairs, unique_pairs, write_pair_file
-from pipeline.beam.dedup.root_table import RootsRef, write_roots
+from pipeline.beam.dedup.root_table import RootsRef, read_roots, write_roots
 from pipeline.beam.dedup.signatures import IN_RESULT, read_signature, write_signature
 from pipeline.beam.unit_results import UnitResult
 from pipeline.beam.writing.inputs_file import NEAR_RUNS, sortable_line, write_run
@@ -34,7 +34,7 @@ from schemas import manifest as m
 
 __all__ = ["REPORT_SIMILARITY", "MAX_BAND_GROUP", "candidate_pairs", "input_signature", "band_records", "score_pairs",
            "mark_near_duplicates", "cluster_roots", "result_bands", "input_bands", "FindNearDuplicateCandidates",
-           "NearDuplicateRoots", "near_dropped", "score_bucket", "paired_inputs"]
+           "NearDuplicateRoots", "near_dropped", "score_bucket"]
 
 REPORT_SIMILARITY = 0.5  # pairs at or above this estimated similarity are always reported
 ROOTS_FILE = "near-duplicate-roots.bin"  # in the temp folder: the clusters' roots (`root_table`)
@@ -152,8 +152,8 @@ def cluster_roots(edges: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 # The job's form of the above: the bands packed (`band_packs`), the pairs, report lines and edges in
 # files of the temp folder (`pair_spills`), the signatures read back for the candidates only
 # (`signatures`); no step holds more than one partition's bands, one chunk of pairs or lines, or one
-# input's results, but the one that finds the clusters, which holds each of their members once, and
-# with --dedup the scoring of a bucket, which holds the twins of the pairs' members.
+# input's results (the clusters are found on local disk, `clusters`; the twins of --dedup and the
+# roots are tables each process maps, `root_table`).
 
 
 def result_bands(result: UnitResult) -> list[tuple[int, bytes]]:
@@ -219,13 +219,13 @@ REPORT_CHUNK = 1 << 16  # report lines (or edges) a bucket's scoring holds befor
 
 
 def score_bucket(bucket_and_slices: tuple[int, Iterable[PairSlice]], temp_dir: str, threshold: float | None,
-                 twins: Iterable[tuple[str, str]] = (), chunk: int = REPORT_CHUNK) -> Iterator[tuple[str, object]]:
+                 twins: RootsRef | None = None, chunk: int = REPORT_CHUNK) -> Iterator[tuple[str, object]]:
     """One bucket of candidate pairs (`FindNearDuplicateCandidates`) scored, but those of an input
-    in `twins` ((input, twin): dropped by --dedup, it has no signature to score), written to the
+    in the table `twins` names (input -> its twin: dropped by --dedup, `twin_table`), written to the
     temp folder: (TAG_RUN, the path of a sorted run of report lines, `inputs_file.write_run`) and,
     with a `threshold`, (TAG_EDGES, a slice of the pairs at or above it), each every `chunk`."""
     bucket = bucket_and_slices[0]
-    dropped = {name for name, _ in twins}
+    dropped = read_roots(twins) or {}
     lines: list[tuple[tuple, str]] = []
     edges: list[tuple[str, str, int, int]] = []
     runs = edge_files = 0
@@ -246,17 +246,6 @@ def score_bucket(bucket_and_slices: tuple[int, Iterable[PairSlice]], temp_dir: s
         yield TAG_RUN, write_run(temp_dir, bucket, lines, f"{NEAR_RUNS}{runs}-" if runs else NEAR_RUNS)
     if edges:
         yield TAG_EDGES, write_pair_file(_edge_file(temp_dir, bucket, edge_files), edges)
-
-
-def paired_inputs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator[str]:
-    """The inputs of one bucket's candidate pairs: an earlier input once a run of its pairs (they
-    come in order), a later one once a pair (`beam.Distinct` keeps each once)."""
-    previous = None
-    for a, b, _, _ in unique_pairs(bucket_and_slices):
-        if a != previous:
-            previous = a
-            yield a
-        yield b
 
 
 def _edge_file(temp_dir: str, bucket: int, index: int) -> str:
@@ -297,17 +286,18 @@ def _report_entry(scored: tuple) -> dict:
 
 
 class NearDuplicateRoots(beam.PTransform):
-    """The candidate pairs (`FindNearDuplicateCandidates`: buckets of pair files) and the (input,
-    twin) of the exact duplicates -> (the roots: a reference (`root_table.RootsRef`) to the table of
-    (member, (its cluster's root, their estimated similarity)) of every member of a cluster of pairs
-    at or above `threshold` but its root, none when no pair is, or None without a threshold; the
-    paths of the sorted runs of the report's lines {path, near_duplicate_of, similarity}), as
-    `mark_near_duplicates` finds them on results `drop_twins` (--dedup) dropped the duplicates of.
-    The signatures are read from `temp_dir` for the candidates and clusters' members only. Through
-    the runner go only the files' references: the pairs, the report's lines and the clusters'
-    edges are in the temp folder. The end of the job's bucket tasks get the table's reference as a
-    side input and drop their inputs among its members (`near_dropped`), with no join of every
-    input's results by input."""
+    """The candidate pairs (`FindNearDuplicateCandidates`: buckets of pair files) and the reference
+    to the table of the exact duplicates (`twin_table`; none when there is none) -> (the roots: a
+    reference (`root_table.RootsRef`) to the table of (member, (its cluster's root, their
+    estimated similarity)) of every member of a cluster of pairs at or above `threshold` but its
+    root, none when no pair is, or None without a threshold; the paths of the sorted runs of the
+    report's lines {path, near_duplicate_of, similarity}), as `mark_near_duplicates` finds them on
+    results `drop_twins` (--dedup) dropped the duplicates of. The signatures are read from
+    `temp_dir` for the candidates and clusters' members only. Through the runner go only the
+    files' references: the pairs, the report's lines and the clusters' edges are in the temp
+    folder. The end of the job's bucket tasks get the table's reference as a side input and drop
+    their inputs among its members (`near_dropped`), with no join of every input's results by
+    input."""
 
     def __init__(self, threshold: float | None, temp_dir: str, drop_twins: bool = False) -> None:
         super().__init__()
@@ -320,7 +310,7 @@ class NearDuplicateRoots(beam.PTransform):
         pairs, twins = pairs_twins if isinstance(pairs_twins, tuple) else (pairs_twins, None)
         temp_dir, threshold = self._temp_dir, self._threshold
         # A duplicate dropped by --dedup has no signature: its pairs are not scored.
-        more = {"twins": beam.pvalue.AsList(twins)} if self._drop_twins else {}
+        more = {"twins": beam.pvalue.AsSingleton(twins, default_value=None)} if self._drop_twins else {}
         written = pairs | "ScoreBuckets" >> beam.FlatMap(score_bucket, temp_dir=temp_dir, threshold=threshold,
                                                            **more)
         runs = written | "ReportRuns" >> beam.FlatMap(lambda tagged: [tagged[1]] if tagged[0] == TAG_RUN else [])

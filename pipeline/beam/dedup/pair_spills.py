@@ -9,7 +9,8 @@ partition writes its pairs to the temp folder in sorted chunks of at most SPILL_
 (`spill_partition_pairs`), each chunk cut into PAIR_BUCKETS slices by a hash of the pair; only the
 slices' references go through the shuffle, grouped by bucket, and a bucket's slices are merged a
 block of each at a time, each pair given once (`unique_pairs`). What any step holds: one chunk, or
-one block of each of a bucket's slices. Every file is written whole or not at all under its name
+one block of each of MERGE_FAN_IN slices (a bucket of more slices is merged in rounds on local disk
+first, `merged_rounds`). Every file is written whole or not at all under its name
 (`arrow_io.write_chunks`): a step run again while another reads its files (Beam's Dask runner
 computes a side input's steps anew) never shows a part of one.
 
@@ -20,8 +21,10 @@ bucket depends on the pair alone, and the merge drops every repeat within a buck
 from __future__ import annotations
 
 import heapq
+import os
 import posixpath
 import struct
+import tempfile
 import uuid
 import zlib
 from collections.abc import Iterable, Iterator
@@ -34,9 +37,10 @@ from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
 from pipeline.beam.writing.arrow_io import write_chunks
 
 __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
-           "unique_pairs", "write_pair_file", "write_keys", "read_pairs", "read_keys"]
+           "unique_pairs", "write_pair_file", "write_keys", "read_pairs", "read_keys", "merged_rounds"]
 
 PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
+MERGE_FAN_IN = 32  # files `merged_rounds` merges at once (a block of each held)
 SPILL_PAIRS = 1 << 16  # distinct pairs a partition holds before writing them: ~20 MB at 40-byte paths
 _BLOCK = 1 << 16  # bytes read of a slice at a time
 _HEADER = struct.Struct("<HHBB")  # a record: the two names' lengths in bytes, their signatures' places
@@ -187,14 +191,35 @@ def spill_partition_pairs(partition_and_packs: tuple[int, Iterable], temp_dir: s
 
 
 def unique_pairs(bucket_and_slices: tuple[int, Iterable[PairSlice]]) -> Iterator[Pair]:
-    """Every pair of one bucket's slices once, in order (their merge, repeats dropped)."""
+    """Every pair of one bucket's slices once, in order (their merge, repeats dropped; more than
+    MERGE_FAN_IN slices are merged in rounds on local disk first: a block of each is held)."""
     _, slices = bucket_and_slices
     ordered = sorted(set(slices), key=lambda s: (s.path, s.offset))
     previous = None
-    for key in heapq.merge(*(read_keys(piece) for piece in ordered)):
-        if key != previous:
-            previous = key
-            yield _decoded(key, ordered)
+    with tempfile.TemporaryDirectory(prefix="maskbeam-pairs-") as scratch:
+        merged = merged_rounds(ordered, scratch)  # many chunks (a partition's pairs ~ its inputs): in rounds
+        for key in heapq.merge(*(read_keys(piece) for piece in merged)):
+            if key != previous:
+                previous = key
+                yield _decoded(key, ordered)
+
+
+def merged_rounds(pieces: list[PairSlice], scratch: str, fan_in: int = MERGE_FAN_IN) -> list[PairSlice]:
+    """Sorted `pieces` merged `fan_in` at a time into files of the local folder `scratch` until at
+    most `fan_in` are left (a merge of them all then holds a block of `fan_in` files at most). A
+    round's inputs under `scratch` are removed once merged; others are left where they are."""
+    rounds = 0
+    while len(pieces) > fan_in:
+        merged = []
+        for start in range(0, len(pieces), fan_in):
+            group = pieces[start:start + fan_in]
+            path = os.path.join(scratch, f"round-{rounds}-{len(merged):05d}.bin")
+            merged.append(write_keys(path, heapq.merge(*(read_keys(piece) for piece in group))))
+            for piece in group:
+                if os.path.dirname(piece.path) == scratch:
+                    os.remove(piece.path)
+        pieces, rounds = merged, rounds + 1
+    return pieces
 
 
 def _decoded(key: _Key, pieces: list[PairSlice]) -> Pair:

@@ -176,7 +176,8 @@ class RootTable(Mapping):
         return root.decode("utf-8", "surrogatepass"), similarity
 
 
-_READ: dict[str, RootTable] = {}  # the last table mapped in this process, by its digest
+_READ: dict[str, RootTable] = {}  # the last tables mapped in this process, by their digests
+_KEPT = 2  # a job's two tables: --dedup's twins and the roots
 
 
 def _local_file(path: str) -> str | None:
@@ -204,7 +205,7 @@ def _mapped(path: str) -> mmap.mmap:
 
 
 def read_roots(ref: RootsRef | None) -> RootTable | None:
-    """The table `ref` names, mapped (the last one is kept: a process runs many tasks of one job).
+    """The table `ref` names, mapped (the last two are kept: a process runs many tasks of one job).
 
     Raises:
         RootTableChanged: its bytes are not the ones written.
@@ -222,6 +223,7 @@ def read_roots(ref: RootsRef | None) -> RootTable | None:
             raise RootTableChanged(f"{ref.path} is not the roots' table the job wrote (sha256 differs): was the "
                                    f"temp folder changed during the run?")
         table = RootTable(blob, ref.path)
-        _READ.clear()
+        while len(_READ) >= _KEPT:
+            del _READ[next(iter(_READ))]
         _READ[ref.sha256] = table
     return table

@@ -65,17 +65,10 @@ def _twin(name: str, parts: list[UnitResult], first: dict[str, str]) -> str | No
     return twin if twin != name else None
 
 
-def twins_of(task: BucketTask, chunk: int = TASK_CHUNK, among: Iterable[str] | None = None
-             ) -> Iterator[tuple[str, str]]:
-    """(input, twin) of the exact duplicates among the task's inputs; with `among`, of those inputs
-    only (the members of the near-duplicate candidates: the twins' one use is to drop their pairs)."""
-    wanted = None if among is None else set(among)
-    if wanted is not None and not wanted:
-        return
+def twins_of(task: BucketTask, chunk: int = TASK_CHUNK) -> Iterator[tuple[str, str]]:
+    """(input, twin) of the exact duplicates among the task's inputs."""
     first, inputs = _task_reads(task, chunk)
     for name, parts in inputs():
-        if wanted is not None and name not in wanted:
-            continue
         twin = _twin(name, parts, first)
         if twin is not None:
             yield name, twin
