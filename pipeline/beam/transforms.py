@@ -613,8 +613,10 @@ class WriteShards(beam.PTransform):
         chunk = self._inputs_per_task  # what a task holds, whatever the copies of one content in it
         twins = None
         if config.dedup:  # in files, merged into one table the scoring maps: not one element a twin
+            paired = pairs | "PairBuckets" >> beam.Map(lambda bucket_and_slices: bucket_and_slices[0])  # 32 at most
             twins = (tasks
-                     | "TwinFiles" >> beam.FlatMap(spill_twins, temp_dir=temp_dir, chunk=chunk)
+                     | "TwinFiles" >> beam.FlatMap(spill_twins, temp_dir=temp_dir, chunk=chunk,
+                                                   paired=beam.pvalue.AsIter(paired))
                      | "TwinsTogether" >> beam.Map(lambda piece: (None, piece))
                      | "GroupTwinFiles" >> beam.GroupByKey()
                      | "TwinTable" >> beam.Map(write_twin_table, temp_dir=temp_dir))

@@ -279,6 +279,7 @@ def test_the_twins_table_is_every_tasks_twins(tmp_path):
     assert len(pieces) > len(tasks) > 1
     again = list(spill_twins(tasks[0], str(tmp_path), 7, spill=5))  # a task run again
     table = read_roots(write_twin_table((None, pieces + again), str(tmp_path)))
+    assert list(spill_twins(tasks[0], str(tmp_path), 7, paired=[])) == []  # no candidate pair: no file
     assert dict(table) == {name: (twin, 0.0) for name, twin in every.items()}
     assert all(name not in table for name, _ in inputs if name not in every)
 

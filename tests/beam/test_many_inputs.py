@@ -45,8 +45,10 @@ from schemas import manifest as m
 # The side inputs of the job: where each bucket of content keys starts (at most 4,096 entries), the
 # MinHash bands of the inputs over --split_bytes (64 MB each by default: 16 a GB of input), the
 # reference to the near-duplicate clusters' roots' table (`root_table`) for the bucket tasks, and
-# with --dedup the reference to the twins' table (`twin_table`) for the pairs' scoring.
+# with --dedup the reference to the twins' table (`twin_table`) for the pairs' scoring, and the
+# buckets of candidate pairs (32 at most) for the twins' files (none when no pair).
 ALLOWED_SIDE_INPUT_CONSUMERS = {"Preprocess/WriteShards/BucketPieces",
+                                "Preprocess/WriteShards/TwinFiles",
                                 "Preprocess/WriteShards/NearDuplicateCandidates/PairsInPartition",
                                 "Preprocess/WriteShards/BucketTasks",
                                 "Preprocess/WriteShards/NearDuplicateRoots/ScoreBuckets"}

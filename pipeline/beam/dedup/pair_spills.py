@@ -148,9 +148,9 @@ def partition_stem(temp_dir: str, partition: int) -> str:
 
 
 def read_keys(piece: PairSlice) -> Iterator[_Key]:
-    """The pairs of one slice in its (sorted) order, names as UTF-8 bytes, read a block at a time: from the file's raw
-    stream, as an object store's reader buffers 16 MB a file and a merge has a slice of every
-    partition open (each block a ranged read of its own size there).
+    """The pairs of one slice in its (sorted) order, names as UTF-8 bytes, read a block at a time:
+    from the file's raw stream, as an object store's reader buffers 16 MB a file and a merge has a
+    slice of every partition open (each block a ranged read of its own size there).
 
     Raises:
         PairFileChanged: the slice ends early or its bytes are not the ones written (its crc).

@@ -32,11 +32,14 @@ def _name(name: str) -> bytes:
     return name.encode("utf-8", "surrogatepass")  # orders as the code points do
 
 
-def spill_twins(task: BucketTask, temp_dir: str, chunk: int = TASK_CHUNK,
-                spill: int = SPILL_PAIRS) -> Iterator[PairSlice]:
+def spill_twins(task: BucketTask, temp_dir: str, chunk: int = TASK_CHUNK, spill: int = SPILL_PAIRS,
+                paired: Iterable[int] | None = None) -> Iterator[PairSlice]:
     """The (input, twin) of the task's exact duplicates (`input_tasks.twins_of`) written to the temp
     folder in sorted files of at most `spill` each (named by this call: a task run again writes its
-    own); the slice of each."""
+    own); the slice of each. None when `paired` (the buckets of candidate pairs) is empty: no pair
+    to leave unscored, and the task's spill files are not read again."""
+    if paired is not None and not any(True for _ in paired):
+        return
     stem = posixpath.join(temp_dir, f"twins-{task.index:05d}-{uuid.uuid4().hex[:12]}")
     held: list[tuple[bytes, bytes, int, int]] = []
     files = 0
