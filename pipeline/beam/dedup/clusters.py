@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from pipeline.beam.dedup.pair_spills import MERGE_FAN_IN, merged_rounds, read_keys, write_keys
+from pipeline.beam.dedup.pair_spills import MERGE_FAN_IN, encode_name, merged_rounds, read_keys, write_keys
 from pipeline.kernels.common.union_find import smallest_roots
 
 __all__ = ["CHUNK_RECORDS", "cluster_members"]
@@ -48,17 +48,14 @@ class TooManyMembers(ValueError):
     """More cluster members than a 32-bit id counts."""
 
 
-def _name(name: str) -> bytes:
-    return name.encode("utf-8", "surrogatepass")  # orders as the code points do
-
 
 def _spill_ends(edges: Iterable[tuple[str, str, int, int]], scratch: str, chunk: int) -> tuple[list, int]:
     """Step 1: the chunk files of the edges' ends; (their slices, the number of edges)."""
     pieces, held, edges_seen = [], [], 0
     for a, b, place_a, place_b in edges:
         slot = 2 * edges_seen
-        held.append((_name(a), slot.to_bytes(_SLOT, "big"), place_a, 0))
-        held.append((_name(b), (slot + 1).to_bytes(_SLOT, "big"), place_b, 0))
+        held.append((encode_name(a), slot.to_bytes(_SLOT, "big"), place_a, 0))
+        held.append((encode_name(b), (slot + 1).to_bytes(_SLOT, "big"), place_b, 0))
         edges_seen += 1
         if len(held) >= chunk:
             held.sort()

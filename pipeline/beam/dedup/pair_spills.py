@@ -37,7 +37,7 @@ from pipeline.beam.dedup.band_packs import iter_pairs_in_partition
 from pipeline.beam.writing.arrow_io import write_chunks
 
 __all__ = ["PAIR_BUCKETS", "SPILL_PAIRS", "PairSlice", "pair_bucket", "spill_pairs", "spill_partition_pairs",
-           "unique_pairs", "write_pair_file", "write_keys", "read_pairs", "read_keys", "merged_rounds"]
+           "unique_pairs", "write_pair_file", "write_keys", "read_pairs", "read_keys", "merged_rounds", "encode_name"]
 
 PAIR_BUCKETS = 32  # merge tasks: each holds a block of each of its slices
 MERGE_FAN_IN = 32  # files `merged_rounds` merges at once (a block of each held)
@@ -62,8 +62,9 @@ class PairSlice:
     crc: int = 0  # zlib.crc32 of its bytes, checked when it has been read
 
 
-def _encode(name: str) -> bytes:
-    return name.encode("utf-8", "surrogatepass")  # orders as the code points do
+def encode_name(name: str) -> bytes:
+    """A name as the pair files hold it: UTF-8, lone surrogates kept, ordered as the code points are."""
+    return name.encode("utf-8", "surrogatepass")
 
 
 def pair_bucket(a: bytes, b: bytes) -> int:
@@ -100,7 +101,7 @@ def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS
     index = 0
     stem = f"{stem}-{uuid.uuid4().hex[:12]}"  # this call's own files: a run of it again writes others
     for a, b, place_a, place_b in pairs:
-        chunk.add((_encode(a), _encode(b), place_a, place_b))
+        chunk.add((encode_name(a), encode_name(b), place_a, place_b))
         if len(chunk) >= chunk_pairs:
             yield from _write_chunk(chunk, f"{stem}-{index:05d}.bin")
             index += 1
@@ -111,7 +112,8 @@ def spill_pairs(pairs: Iterable[Pair], stem: str, chunk_pairs: int = SPILL_PAIRS
 
 def write_pair_file(path: str, pairs: Iterable[Pair]) -> PairSlice:
     """Write `pairs` (each once) sorted to `path`; the slice of the whole file."""
-    return write_keys(path, sorted((_encode(a), _encode(b), place_a, place_b) for a, b, place_a, place_b in pairs))
+    return write_keys(path, sorted((encode_name(a), encode_name(b), place_a, place_b)
+                                   for a, b, place_a, place_b in pairs))
 
 
 def write_keys(path: str, keys: Iterable[_Key]) -> PairSlice:

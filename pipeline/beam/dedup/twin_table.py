@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 
-from pipeline.beam.dedup.pair_spills import SPILL_PAIRS, PairSlice, merged_rounds, read_keys, write_keys
+from pipeline.beam.dedup.pair_spills import SPILL_PAIRS, PairSlice, encode_name, merged_rounds, read_keys, write_keys
 from pipeline.beam.dedup.root_table import RootsRef, write_roots
 from pipeline.beam.writing.input_spills import BucketTask
 from pipeline.beam.writing.input_tasks import TASK_CHUNK, twins_of
@@ -27,9 +27,6 @@ __all__ = ["TWINS_FILE", "spill_twins", "write_twin_table"]
 
 TWINS_FILE = "exact-twins.bin"  # in the temp folder: the twins' table
 
-
-def _name(name: str) -> bytes:
-    return name.encode("utf-8", "surrogatepass")  # orders as the code points do
 
 
 def spill_twins(task: BucketTask, temp_dir: str, chunk: int = TASK_CHUNK, spill: int = SPILL_PAIRS,
@@ -44,7 +41,7 @@ def spill_twins(task: BucketTask, temp_dir: str, chunk: int = TASK_CHUNK, spill:
     held: list[tuple[bytes, bytes, int, int]] = []
     files = 0
     for name, twin in twins_of(task, chunk=chunk):
-        held.append((_name(name), _name(twin), 0, 0))
+        held.append((encode_name(name), encode_name(twin), 0, 0))
         if len(held) >= spill:
             yield write_keys(f"{stem}-{files:05d}.bin", sorted(held))
             held, files = [], files + 1
