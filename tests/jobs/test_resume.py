@@ -89,8 +89,10 @@ def test_ctrl_c_stops_with_one_line_and_resume_completes(tmp_path, clean, capsys
     out = tmp_path / "out"
     proc = _start(out, "--tokenizer_backend", "hf", stderr=subprocess.PIPE)
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and len(list(
-            (out / m.TEMP_DIR).glob("*-result.json"))) < 2:
+    # Once one input is done: on the embedded sample (3 books, one far smaller) the last input often
+    # finished between the second's result and the signal (done 3 of 3, 2 runs in 6 on session 20's
+    # tree too), leaving nothing to resume.
+    while time.time() < deadline and proc.poll() is None and not list((out / m.TEMP_DIR).glob("*-result.json")):
         time.sleep(0.01)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)
@@ -102,7 +104,7 @@ def test_ctrl_c_stops_with_one_line_and_resume_completes(tmp_path, clean, capsys
     assert last.startswith("interrupted (SIGINT) after "), err
     done = int(last.split(" after ")[1].split(" of ")[0])
     total = int(last.split(" of ")[1].split(" inputs")[0])
-    assert 2 <= done < total == len(list(BOOKS.iterdir()))
+    assert 1 <= done < total == len(list(BOOKS.iterdir()))
     assert "rerun the same command with --resume to continue" in last
     assert not (out / m.MANIFEST_FILE).exists()
     # the same command without --resume is refused, and says --resume continues it (in this process: the
